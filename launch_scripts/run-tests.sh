@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run-tests.sh — the one test command, for users and CI alike: installs dependencies (apt),
+# configures with Ninja into build/, builds with -j2, runs the whole ctest suite (unit,
+# integration) and exits non-zero on any failure. Extra arguments go to ctest (e.g. -L unit).
+# Environment: MALL_BUILD_DIR (default <repo>/build), MALL_JOBS (default 2),
+#              MALL_SANITIZE_PASS=1 also builds an ASan/UBSan tree (build-asan/) and runs the unit tests there.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${MALL_BUILD_DIR:-$repo/build}
+jobs=${MALL_JOBS:-2}
+
+echo "== run-tests: dependencies"
+"$repo/launch_scripts/install-deps.sh"
+
+echo "== run-tests: configure ($build)"
+cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+echo "== run-tests: build"
+ninja -C "$build" -j "$jobs"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "run-tests: note: not root — tests that need root or a cpuset controller will say they skip and why"
+fi
+
+echo "== run-tests: ctest"
+status=0
+(cd "$build" && ctest --output-on-failure --timeout 600 "$@") || status=$?
+
+if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
+  echo "== run-tests: unit tests under ASan/UBSan (build-asan)"
+  cmake -G Ninja -S "$repo" -B "$repo/build-asan" -DCMAKE_BUILD_TYPE=Debug \
+        -DMALL_SANITIZE='address;undefined' -DMALL_BUILD_BENCHMARKS=OFF >/dev/null
+  ninja -C "$repo/build-asan" -j "$jobs"
+  (cd "$repo/build-asan" && ctest --output-on-failure -L unit) || status=$?
+fi
+
+leftover=$(ls -d /sys/fs/cgroup/cpuset/mall_test_* /sys/fs/cgroup/cpuset/mall_unit_* 2>/dev/null || true)
+if [ -n "$leftover" ]; then
+  echo "run-tests: FAIL: tests left cgroups behind: $leftover" >&2
+  status=1
+fi
+
+if [ $status -eq 0 ]; then echo "== run-tests: all tests passed"; else echo "== run-tests: FAILED (status $status)" >&2; fi
+exit $status

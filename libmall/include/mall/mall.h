@@ -1,0 +1,151 @@
+/* mall.h — the public C API of libmall, the training-process side of mall.
+ *
+ * A training process opens a handle once, then calls mall_step() at every training-step boundary.
+ * When the node manager (malld) has published a new CPU allocation for the process's job,
+ * mall_step() runs the registered resize callbacks, re-pins the registered threads and acknowledges
+ * the new generation; otherwise it costs one atomic load. The library never terminates or blocks
+ * its host process: without a daemon, every call behaves as "nothing changes".
+ *
+ * This header compiles as C99 and as C++. It is the only header a training process needs.
+ */
+#ifndef MALL_MALL_H
+#define MALL_MALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MALL_BUILDING_LIBRARY)
+#define MALL_EXPORT __attribute__((visibility("default")))
+#else
+#define MALL_EXPORT
+#endif
+
+/* API version: major * 10000 + minor * 100 + patch. Compare with mall_get_api_version(), which
+ * returns the version of the library actually loaded. */
+#define MALL_API_VERSION_MAJOR 0
+#define MALL_API_VERSION_MINOR 1
+#define MALL_API_VERSION_PATCH 0
+#define MALL_API_VERSION \
+    (MALL_API_VERSION_MAJOR * 10000 + MALL_API_VERSION_MINOR * 100 + MALL_API_VERSION_PATCH)
+
+/* Largest CPU number + 1 that an allocation can hold. */
+#define MALL_MAX_CPUS 1024
+/* Size of the text form of an allocation ("0-3,8"), including the terminating NUL; large enough
+ * for any set of MALL_MAX_CPUS cpus. */
+#define MALL_CPULIST_MAX 4096
+/* Default socket of the node manager, used when neither the argument nor $MALL_SOCKET is set. */
+#define MALL_DEFAULT_SOCKET "/run/mall/malld.sock"
+
+/* Return codes: 0 success, small positive values for "fine, with news", negative for errors. */
+enum mall_rc {
+    MALL_SUCCESS = 0,        /* done; for mall_step(): a new allocation was applied */
+    MALL_NOUPDT = 1,         /* nothing changed since the last call */
+    MALL_ERR_INVAL = -1,     /* a bad argument (NULL handle, NULL output, bad value) */
+    MALL_ERR_NODAEMON = -2,  /* no node manager answered at the socket; the handle is detached */
+    MALL_ERR_DENIED = -3,    /* the node manager refused the request (not this job's owner, ...) */
+    MALL_ERR_NOJOB = -4,     /* no registration for this process and self-registration is off */
+    MALL_ERR_PROTOCOL = -5,  /* the node manager answered something this library cannot read */
+    MALL_ERR_NOMEM = -6,     /* out of memory */
+    MALL_ERR_SYSTEM = -7,    /* a system call failed; the error text says which and why */
+    MALL_ERR_DETACHED = -8,  /* the handle is not connected to a node manager (yet) */
+    MALL_ERR_VERSION = -9,   /* the node manager speaks an incompatible protocol version */
+    MALL_ERR_FULL = -10      /* a fixed-size table is full (callbacks, bound threads) */
+};
+
+/* Opaque handle; one per process is the normal use. */
+typedef struct mall mall_t;
+
+/* Words for an error, filled by calls that take one (may be NULL). */
+typedef struct mall_error {
+    char text[160];
+} mall_error_t;
+
+/* A CPU allocation as published by the node manager. */
+typedef struct mall_alloc {
+    uint64_t generation;                    /* increases with every change published for the job */
+    int ncpus;                              /* number of cpus in the allocation (>= 1 when attached) */
+    uint64_t mask[MALL_MAX_CPUS / 64];      /* bit i of mask[i / 64] set when cpu i is allocated */
+    char cpus[MALL_CPULIST_MAX];            /* the same set as Linux list text, e.g. "0-3,8" */
+} mall_alloc_t;
+
+/* Called by mall_step() on the stepping thread when a new allocation arrives, before re-pinning
+ * and before the ack. Must not call mall_step() or mall_close() on the same handle. */
+typedef void (*mall_resize_fn)(const mall_alloc_t *alloc, void *arg);
+
+/* Version of the loaded library, in the MALL_API_VERSION encoding. Never fails. */
+MALL_EXPORT int mall_get_api_version(void);
+
+/* A static English text for a return code. Never NULL; unknown codes give "unknown mall error". */
+MALL_EXPORT const char *mall_strerror(int rc);
+
+/* Opens a handle and attaches to the node manager.
+ * socket_path: NULL means $MALL_SOCKET, then MALL_DEFAULT_SOCKET.
+ * The process attaches to the registration a launcher made for it ($MALL_JOB_ID names the job;
+ * the daemon checks that this process belongs to it). Without $MALL_JOB_ID, the library asks the
+ * daemon to self-register the process with $MALL_MIN / $MALL_MAX (defaults 1 and the whole pool),
+ * which the daemon grants only when its admin allows it.
+ * *out is set in every case except MALL_ERR_INVAL and MALL_ERR_NOMEM: on the other errors the
+ * handle is detached, every later call on it treats the allocation as unchanged, and it keeps
+ * trying to attach in the background, so callers may ignore the code.
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_NOMEM, MALL_ERR_NODAEMON, MALL_ERR_DENIED,
+ * MALL_ERR_NOJOB, MALL_ERR_PROTOCOL, MALL_ERR_VERSION or MALL_ERR_SYSTEM; err (may be NULL)
+ * receives words on failure. */
+MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
+
+/* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,
+ * no allocation. When a new generation was published: runs the resize callbacks, re-pins the
+ * registered threads, acknowledges the generation to the node manager.
+ * Returns MALL_NOUPDT (nothing changed, also for a detached handle), MALL_SUCCESS (a new
+ * allocation was applied), MALL_ERR_INVAL (NULL handle). */
+MALL_EXPORT int mall_step(mall_t *m);
+
+/* Copies the allocation last applied by mall_step() (generation 0 and ncpus 0 before the first
+ * applied change, or when detached).
+ * Returns MALL_SUCCESS or MALL_ERR_INVAL. */
+MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out);
+
+/* Registers a callback run by mall_step() on each new allocation (at most 16 per handle).
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL or MALL_ERR_FULL. */
+MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg);
+
+/* Registers the calling thread to be re-pinned to the allocation on each change, and pins it now
+ * to the current allocation if one was applied. At most 1024 threads per handle; threads that
+ * have exited are dropped at the next change.
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_FULL or MALL_ERR_SYSTEM. */
+MALL_EXPORT int mall_bind_thread(mall_t *m);
+
+/* Removes the calling thread from the re-pin list. Returns MALL_SUCCESS or MALL_ERR_INVAL. */
+MALL_EXPORT int mall_unbind_thread(mall_t *m);
+
+/* A descriptor that becomes readable when a change is published, for poll/epoll loops. It is
+ * drained by mall_step(). Valid until mall_close(); stays the same number across reconnects.
+ * Returns the descriptor (>= 0) or MALL_ERR_INVAL. */
+MALL_EXPORT int mall_fd(mall_t *m);
+
+/* Adds work units (samples, tokens, steps: any unit, consistently) done since the last call; the
+ * node manager's policies use the rate. Lock-free and system-call free: the library sends the
+ * totals in the background.
+ * Returns MALL_SUCCESS or MALL_ERR_INVAL. */
+MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units);
+
+/* MALL_SUCCESS when attached to a node manager now, MALL_ERR_DETACHED when not, MALL_ERR_INVAL
+ * for NULL. */
+MALL_EXPORT int mall_attached(mall_t *m);
+
+/* The job the handle is attached to (empty text when detached). Never NULL for a valid handle;
+ * NULL for NULL. */
+MALL_EXPORT const char *mall_job_id(mall_t *m);
+
+/* Closes the handle: stops the background thread, unmaps the page, closes the socket. Bound
+ * threads keep their last mask. NULL is accepted. */
+MALL_EXPORT void mall_close(mall_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MALL_MALL_H */

@@ -1,0 +1,77 @@
+// protocol.hpp — the wire format between malld and its clients (libmall, mallctl, mallrun, plugin).
+// Transport: a Unix SOCK_SEQPACKET socket, one message per packet. A message is a 16-byte header
+// (magic "MALL", version, type, payload length, request id; little-endian host order, same host)
+// followed by a JSON object of exactly `length` bytes. decode() rejects truncated packets, bad
+// magic, other versions, unknown types, payloads over kMaxPayload, trailing bytes, non-object
+// JSON; each rejection carries a message that says what was wrong.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace mall::proto {
+
+constexpr uint32_t kMagic = 0x4C4C414D;  // bytes "MALL"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderSize = 16;
+constexpr size_t kMaxPayload = 64 * 1024;
+constexpr size_t kMaxPacket = kHeaderSize + kMaxPayload;
+
+enum class Type : uint16_t {
+    // requests (client -> malld)
+    Register = 1,    // admin: {job, uid, pids:[int], min, max, guaranteed?:"list", weight?:num}
+                     //   reply (deferred until the job holds cpus): {job, cpus, generation}
+    Deregister = 2,  // admin: {job, pid?}   (pid: remove one pid; job ends when none is left)
+    Attach = 3,      // any:   {job?:str, min?:int, max?:int} -> reply {job, generation} + page fd
+    Ack = 4,         // owner: {generation}            (no reply)
+    Progress = 5,    // owner: {work_units:uint, steps:uint}  totals since attach (no reply)
+    Status = 6,      // any:   {} -> reply: the status object (see NodeManager::status())
+    Set = 7,         // admin: {job, cpus:"list"|"auto"} -> reply {job, cpus}
+    Policy = 8,      // admin: {name} -> reply {policy}
+    Reclaim = 9,     // admin: {cpus, owner?:str} reply (deferred until no job holds them) {cpus}
+    Release = 10,    // admin: {cpus} -> reply {cpus}
+    Watch = 11,      // any:   {} -> reply {} then Event messages until the client hangs up
+    // from malld
+    Reply = 64,      // {ok:bool, error?:str, code?:int, ...}
+    Event = 65,      // {event:str, time:float (s since epoch), ...}
+    Notify = 66,     // {generation}: a new allocation is on the page (to attached clients)
+};
+
+bool is_known_type(uint16_t t);
+const char *type_name(Type t);
+
+struct Message {
+    Type type{};
+    uint32_t request_id = 0;
+    nlohmann::json body = nlohmann::json::object();
+};
+
+// Encodes a message; throws std::length_error if the JSON exceeds kMaxPayload.
+std::string encode(const Message &msg);
+
+// Decodes one packet. On failure returns std::nullopt and sets *error (never empty).
+std::optional<Message> decode(std::string_view packet, std::string *error);
+
+// Builders for replies.
+nlohmann::json ok_reply(nlohmann::json fields = nlohmann::json::object());
+nlohmann::json error_reply(int code, const std::string &text);
+
+// Typed field access for handlers: each throws ProtocolError with a message naming the field.
+struct ProtocolError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+std::string get_string(const nlohmann::json &body, const char *field);
+std::optional<std::string> get_optional_string(const nlohmann::json &body, const char *field);
+int64_t get_int(const nlohmann::json &body, const char *field, int64_t min, int64_t max);
+std::optional<int64_t> get_optional_int(const nlohmann::json &body, const char *field, int64_t min,
+                                        int64_t max);
+uint64_t get_uint(const nlohmann::json &body, const char *field);
+
+// Job names: 1-64 characters from [A-Za-z0-9._:-]. Returns an explanation when invalid.
+std::optional<std::string> invalid_job_name(std::string_view name);
+
+}  // namespace mall::proto

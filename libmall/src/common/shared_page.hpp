@@ -1,0 +1,53 @@
+// shared_page.hpp — layout of the per-job page that malld publishes allocations through.
+// malld creates a memfd per job, maps it read-write, seals it against future writable mappings
+// (F_SEAL_FUTURE_WRITE) and passes it to each attached process, which maps it read-only.
+// Writer (malld only): seq odd -> payload -> generation -> seq even (a seqlock).
+// Reader fast path: one acquire load of `generation`; on change, read the payload under the seqlock.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "mall/mall.h"
+
+namespace mall {
+
+constexpr uint32_t kPageMagic = 0x4D414C50;  // "MALP"
+constexpr uint32_t kPageVersion = 1;
+
+struct SharedPage {
+    uint32_t magic;
+    uint32_t version;
+    alignas(64) std::atomic<uint64_t> generation;  // the only word the fast path reads
+    alignas(64) std::atomic<uint64_t> seq;         // odd while malld writes the payload
+    int32_t ncpus;
+    uint32_t reserved;
+    uint64_t mask[MALL_MAX_CPUS / 64];
+    char cpus[MALL_CPULIST_MAX];
+};
+
+constexpr size_t kSharedPageSize = 8192;
+static_assert(sizeof(SharedPage) <= kSharedPageSize, "SharedPage must fit its mapping");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "lock-free 64-bit atomics required");
+
+// Writer side (malld). The page must be mapped read-write.
+inline void page_init(SharedPage *page) {
+    page->magic = kPageMagic;
+    page->version = kPageVersion;
+    page->generation.store(0, std::memory_order_relaxed);
+    page->seq.store(0, std::memory_order_relaxed);
+    page->ncpus = 0;
+    for (auto &w : page->mask) w = 0;
+    page->cpus[0] = '\0';
+}
+
+// Reader side: copies a consistent snapshot into out; returns false if the page is not valid.
+// Retries while the writer is active (the writer holds seq odd for well under a microsecond).
+bool page_read(const SharedPage *page, mall_alloc_t *out);
+
+// Writer side: publishes a new allocation with the given generation (must increase).
+void page_write(SharedPage *page, uint64_t generation, const uint64_t mask[MALL_MAX_CPUS / 64],
+                int ncpus, const char *cpus_text);
+
+}  // namespace mall

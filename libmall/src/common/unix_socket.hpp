@@ -1,0 +1,55 @@
+// unix_socket.hpp — small RAII helpers over AF_UNIX SOCK_SEQPACKET sockets: connect/listen,
+// send/receive one packet with an optional file descriptor (SCM_RIGHTS), peer credentials.
+// All functions report failures by return value (errno preserved) and never throw.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
+namespace mall {
+
+// Owns a file descriptor; closes it on destruction.
+class UniqueFd {
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) : fd_(fd) {}
+    UniqueFd(const UniqueFd &) = delete;
+    UniqueFd &operator=(const UniqueFd &) = delete;
+    UniqueFd(UniqueFd &&o) noexcept : fd_(o.release()) {}
+    UniqueFd &operator=(UniqueFd &&o) noexcept;
+    ~UniqueFd();
+    int get() const { return fd_; }
+    int release();
+    void reset(int fd = -1);
+    explicit operator bool() const { return fd_ >= 0; }
+
+private:
+    int fd_ = -1;
+};
+
+struct PeerCred {
+    pid_t pid = -1;
+    uid_t uid = static_cast<uid_t>(-1);
+    gid_t gid = static_cast<gid_t>(-1);
+};
+
+// Connects to a SOCK_SEQPACKET socket at path (close-on-exec). Returns -1 and sets errno on error.
+int unix_connect(const std::string &path);
+// Creates, binds and listens (mode applied with chmod). Refuses to remove a path that is not a
+// socket; removes a stale socket nobody listens on. Returns -1 with errno and *why on error.
+int unix_listen(const std::string &path, unsigned mode, std::string *why);
+bool peer_credentials(int fd, PeerCred *out);
+
+// Sends one packet, optionally carrying fd_to_pass (>= 0). Returns false with errno on failure.
+bool send_packet(int fd, const std::string &data, int fd_to_pass = -1, bool nonblocking = false);
+// Receives one packet into *data (resized to its length). *received_fd gets a passed descriptor
+// (close-on-exec) or -1. Returns: >0 bytes, 0 on orderly hang-up, -1 with errno on error.
+// A packet larger than max_size is reported with errno = EMSGSIZE (and *data holds the first bytes).
+ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd = nullptr,
+                    bool nonblocking = false);
+// Waits until fd is readable or the timeout passes. Returns 1 readable, 0 timeout, -1 error.
+int wait_readable(int fd, std::chrono::milliseconds timeout);
+
+}  // namespace mall

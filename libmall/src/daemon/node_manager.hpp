@@ -1,0 +1,153 @@
+// node_manager.hpp — the node manager's core: jobs, their allocations, the policy, and the
+// two-phase transitions. A plain class with no sockets, no threads and an injected clock, so tests
+// drive it directly. The server feeds it requests and timer ticks and carries out its Effects.
+//
+// Transition protocol per job (DESIGN.md "two-phase"): a job holds `cpuset` (enforced) and
+// `published` (what its processes were told). To move toward its target T, the job's next
+// published set is N = (published ∩ T) ∪ (T's cpus that no other job holds). Then:
+//   1. cpuset := cpuset ∪ N (widening only ever uses free cpus), publish N (generation + 1);
+//   2. wait for every attached process to ack that generation, or the ack timeout (counted);
+//      a job with no attached process needs no ack;
+//   3. cpuset := N; the cpus it gave up become free and other jobs may take them.
+// Invariant: the sets cpuset ∪ published of different jobs never intersect.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../common/cpuset.hpp"
+#include "policy.hpp"
+#include "topology.hpp"
+
+namespace mall {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+
+// What the core asks the outside world to do. Implemented by the server (real cgroups and pages)
+// and by tests (recording fakes).
+class Effects {
+public:
+    virtual ~Effects() = default;
+    // Make the job's enforced cpu set `cpus` (cgroup cpuset and/or thread affinity). `growing` is
+    // true when cpus gained members (affinity must then be widened on every thread too).
+    // Returns false with *error on failure (the core logs it and retries at the next change).
+    virtual bool enforce(const std::string &job, const CpuSet &cpus, bool growing,
+                         std::string *error) = 0;
+    // Write a new allocation to the job's shared page and notify its attached processes.
+    virtual void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) = 0;
+    // The job is gone: remove its cgroup, page, etc.
+    virtual void job_removed(const std::string &job) = 0;
+    // An event for watchers and the log: {"event": "...", ...}.
+    virtual void event(const nlohmann::json &event) = 0;
+};
+
+struct JobSpec {
+    std::string id;
+    uid_t uid = 0;
+    int min = 1;
+    int max = 1;
+    double weight = 1.0;
+    CpuSet guaranteed;
+    std::vector<pid_t> pids;
+};
+
+struct Job {
+    JobSpec spec;
+    uint64_t order = 0;
+    CpuSet cpuset;        // enforced
+    CpuSet published;     // last published
+    uint64_t generation = 0;
+    std::optional<CpuSet> pinned;
+    // transition in flight
+    bool awaiting_ack = false;
+    TimePoint publish_time{};
+    TimePoint ack_deadline{};
+    // attachments: attach id -> acked generation
+    std::map<uint64_t, uint64_t> attachments;
+    // metrics
+    uint64_t transitions = 0;
+    uint64_t ack_timeouts = 0;
+    double last_ack_latency_us = -1;
+    uint64_t work_units = 0;
+    uint64_t steps = 0;
+    uint64_t acked_generation() const;  // min over attachments, or generation if none
+};
+
+struct Outcome {
+    bool ok = true;
+    int code = 0;        // mall_rc value when !ok
+    std::string error;   // words when !ok, saying how to fix it
+    static Outcome success() { return {}; }
+    static Outcome failure(int code, std::string text) { return {false, code, std::move(text)}; }
+};
+
+class NodeManager {
+public:
+    NodeManager(const Topology &topology, CpuSet pool, PolicyKind policy,
+                std::chrono::milliseconds ack_timeout, Effects &effects);
+
+    // --- requests (each validates fully and changes nothing when it fails) ---
+    Outcome register_job(const JobSpec &spec, TimePoint now);
+    Outcome deregister_job(const std::string &job, TimePoint now);
+    Outcome remove_pid(const std::string &job, pid_t pid, TimePoint now);  // job ends with its last pid
+    Outcome set_cpus(const std::string &job, std::optional<CpuSet> pinned, TimePoint now);  // nullopt = auto
+    Outcome set_policy(const std::string &name, TimePoint now);
+    Outcome reclaim(const CpuSet &cpus, TimePoint now);
+    Outcome release(const CpuSet &cpus, TimePoint now);
+
+    // --- processes of a job ---
+    Outcome attach(const std::string &job, uint64_t attach_id, TimePoint now);
+    void detach(const std::string &job, uint64_t attach_id, TimePoint now);
+    void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
+    void progress(const std::string &job, uint64_t work_units, uint64_t steps);
+
+    // --- time ---
+    void tick(TimePoint now);                    // handles ack timeouts, then advances transitions
+    std::optional<TimePoint> next_deadline() const;
+
+    // --- queries ---
+    const Job *find(const std::string &job) const;
+    const std::map<std::string, Job> &jobs() const { return jobs_; }
+    bool holds_any(const CpuSet &cpus) const;    // some job's cpuset or published set meets cpus
+    bool settled(const std::string &job) const;  // job holds >= 1 cpu and no transition in flight
+    const CpuSet &pool() const { return pool_; }            // configured pool
+    CpuSet available_pool() const { return pool_ - reclaimed_; }
+    const CpuSet &reclaimed() const { return reclaimed_; }
+    PolicyKind policy() const { return policy_; }
+    CpuSet free_cpus() const;                    // available pool not held by any job
+    nlohmann::json status() const;               // the object `mallctl status --json` prints
+
+    // --- restart: re-adopt a job exactly as it was (no effects are issued) ---
+    Outcome adopt(const Job &job);
+    void set_reclaimed(const CpuSet &cpus) { reclaimed_ = cpus; }
+
+private:
+    void replan(TimePoint now);   // recompute targets with the policy, then advance
+    void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
+    void finish_transition(Job &job, TimePoint now, bool timed_out);
+    CpuSet held_by_others(const std::string &job) const;
+
+    const Topology &topology_;
+    CpuSet pool_;
+    CpuSet reclaimed_;
+    PolicyKind policy_;
+    std::chrono::milliseconds ack_timeout_;
+    Effects &effects_;
+    std::map<std::string, Job> jobs_;
+    std::map<std::string, CpuSet> targets_;
+    uint64_t next_order_ = 1;
+};
+
+}  // namespace mall

@@ -1,0 +1,45 @@
+// policy.hpp — co-scheduling policies as pure functions: from the pool, the topology and the jobs
+// (limits, guaranteed cpus, what each holds now) to the cpus each job should hold. No I/O, no clock.
+// Guarantees of every policy: targets are disjoint subsets of the pool; a job's guaranteed cpus
+// (those Slurm gave it, when in the pool) are always in its target; a job gets at least
+// min(min, what the pool can give after guarantees) and never more than max; placement keeps a
+// job's cpus close in the hwloc tree and moves as few cpus as possible from the current holdings.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../common/cpuset.hpp"
+#include "topology.hpp"
+
+namespace mall {
+
+struct PolicyJob {
+    std::string id;
+    int min = 1;
+    int max = 1;
+    double weight = 1.0;
+    CpuSet guaranteed;              // must stay in the target
+    CpuSet current;                 // what the job holds now (for minimal moves)
+    std::optional<CpuSet> pinned;   // admin override: the target is exactly this
+    uint64_t order = 0;             // registration order: earlier jobs win ties
+};
+
+enum class PolicyKind { Static, Equal };
+
+std::optional<PolicyKind> parse_policy(const std::string &name);
+const char *policy_name(PolicyKind kind);
+std::vector<std::string> policy_names();
+
+// Returns the target cpus per job id. Every job in `jobs` appears in the result.
+std::map<std::string, CpuSet> compute_allocation(PolicyKind kind, const Topology &topology,
+                                                 const CpuSet &pool,
+                                                 const std::vector<PolicyJob> &jobs);
+
+// How many cpus each job gets (before placement): exposed for tests.
+std::map<std::string, int> compute_counts(PolicyKind kind, int pool_size,
+                                          const std::vector<PolicyJob> &jobs);
+
+}  // namespace mall

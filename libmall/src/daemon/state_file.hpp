@@ -1,0 +1,40 @@
+// state_file.hpp — malld's state on disk (JSON, written atomically: temp file + fsync + rename),
+// so a restarted malld re-adopts running jobs without touching their cpusets. Holds the pool, the
+// reclaimed cpus, the policy, and per job: spec, pids with their start times, enforced and
+// published cpus, generation, pin. Unreadable or foreign files are reported, never half-applied.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "node_manager.hpp"
+
+namespace mall {
+
+struct SavedPid {
+    pid_t pid = 0;
+    unsigned long long start_time = 0;
+};
+
+struct SavedJob {
+    Job job;
+    std::vector<SavedPid> pids;
+};
+
+struct SavedState {
+    std::string pool;
+    CpuSet reclaimed;
+    std::string policy;
+    std::vector<SavedJob> jobs;
+};
+
+nlohmann::json state_to_json(const SavedState &state);
+std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error);
+bool save_state(const std::string &dir, const SavedState &state, std::string *error);
+// nullopt with *error empty: no state file (a fresh start); with *error set: unreadable.
+std::optional<SavedState> load_state(const std::string &dir, std::string *error);
+
+}  // namespace mall

@@ -1,0 +1,4 @@
+// placeholder.cpp — keeps mall_test_support a valid library before any helper sources exist.
+namespace mall::test {
+int support_library_anchor = 0;
+}
