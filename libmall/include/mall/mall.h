@@ -56,8 +56,9 @@ enum mall_rc {
     MALL_ERR_FULL = -10      /* a fixed-size table is full (callbacks, bound threads) */
 };
 
-/* Opaque handle; one per process is the normal use. */
-typedef struct mall mall_t;
+/* Opaque handle; one per process is the normal use. (The tag is not "mall": C++ code has a
+ * namespace mall, and a struct and a namespace cannot share a name.) */
+typedef struct mall_handle mall_t;
 
 /* Words for an error, filled by calls that take one (may be NULL). */
 typedef struct mall_error {

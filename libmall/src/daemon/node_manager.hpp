@@ -51,6 +51,9 @@ public:
     virtual void job_removed(const std::string &job) = 0;
     // An event for watchers and the log: {"event": "...", ...}.
     virtual void event(const nlohmann::json &event) = 0;
+    // The time now, read right after a publish so ack latency counts from the moment the page
+    // changed (not from the request that caused it). Tests with a fake clock keep `fallback`.
+    virtual TimePoint clock_now(TimePoint fallback) { return fallback; }
 };
 
 struct JobSpec {
@@ -74,6 +77,8 @@ struct Job {
     bool awaiting_ack = false;
     TimePoint publish_time{};
     TimePoint ack_deadline{};
+    // a failed cgroup/affinity write is retried at this time (the job keeps the wider set meanwhile)
+    std::optional<TimePoint> enforce_retry_at;
     // attachments: attach id -> acked generation
     std::map<uint64_t, uint64_t> attachments;
     // metrics
@@ -138,6 +143,11 @@ private:
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     CpuSet held_by_others(const std::string &job) const;
+    std::map<std::string, CpuSet> plan(const std::map<std::string, std::optional<CpuSet>> &pins) const;
+    // Whether every job can reach `targets` through steps that never publish an empty set nor
+    // let two jobs hold a cpu at once; names a job that would be stuck otherwise.
+    bool reachable(const std::map<std::string, CpuSet> &targets, std::string *stuck) const;
+    void enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now);
 
     const Topology &topology_;
     CpuSet pool_;

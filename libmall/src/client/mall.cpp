@@ -1,0 +1,933 @@
+// mall.cpp — libmall, the training-process side of mall: implements every function of mall/mall.h.
+// Contract: mall_step() costs one acquire load when nothing changed (the page pointer always points
+// at a readable mapping, attached or not); a monitor thread per handle keeps the connection to
+// malld (Notify -> mall_fd, hang-up -> reconnect with backoff, progress totals); nothing escapes an
+// extern "C" function, nothing exits, aborts, raises a signal or blocks a step for long.
+#include "mall/mall.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "common/shared_page.hpp"
+#include "common/unix_socket.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int kMaxCallbacks = 16;
+constexpr int kMaxBoundThreads = 1024;
+constexpr size_t kJobIdMax = 64;
+// mall_open() never waits longer than this for malld (connect + attach reply).
+constexpr milliseconds kAttachTimeout{2000};
+// Reconnect backoff when no malld answers: 50 ms doubling to 1 s.
+constexpr milliseconds kFirstBackoff{50};
+constexpr milliseconds kMaxBackoff{1000};
+// After a refusal (not this job's owner, no such job, ...) retrying every second would only fill
+// malld's log with refusals; a restarted malld or a late registration is still picked up.
+constexpr milliseconds kRefusedBackoff{5000};
+constexpr milliseconds kProgressInterval{500};
+// A "seen generation" no page ever holds: the next mall_step() applies whatever the page says.
+constexpr uint64_t kForceApply = UINT64_MAX;
+
+// The page's generation, read without any lock. ThreadSanitizer models the monitor's
+// mmap(MAP_FIXED) over the page as a plain write to it; the kernel swaps the mapping atomically, so
+// a concurrent reader sees the old page or the new one, both valid. TSan builds skip that read.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void AnnotateIgnoreReadsBegin(const char *file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char *file, int line);
+inline uint64_t page_generation(const mall::SharedPage *page) {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    uint64_t generation = page->generation.load(std::memory_order_acquire);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    return generation;
+}
+#else
+inline uint64_t page_generation(const mall::SharedPage *page) {
+    return page->generation.load(std::memory_order_acquire);
+}
+#endif
+
+struct ResizeCallback {
+    mall_resize_fn fn;
+    void *arg;
+};
+
+}  // namespace
+
+struct mall_handle {
+    // --- the mall_step() fast path reads only these two words ---
+    const mall::SharedPage *page = nullptr;  // fixed address for the handle's whole life
+    std::atomic<uint64_t> seen_generation{0};
+
+    // --- progress counters, bumped by mall_report_progress() (lock-free, relaxed) ---
+    alignas(64) std::atomic<uint64_t> work_units{0};
+    std::atomic<uint64_t> progress_calls{0};
+
+    // --- set at open, constant afterwards ---
+    alignas(64) std::string socket_path;
+    nlohmann::json attach_body;  // {"job": $MALL_JOB_ID} or the self-registration {"min", "max"}
+    int user_event_fd = -1;  // mall_fd(): readable while a published change is not applied yet
+    int stop_event_fd = -1;  // written by mall_close() to stop the monitor
+
+    // conn_mu guards the socket descriptor and the replacement of the page mapping, so that the
+    // change path never reads a page while it is swapped and never sends on a closed descriptor.
+    std::mutex conn_mu;
+    int sock = -1;                      // written by the monitor (and open) only, under conn_mu
+    std::atomic<bool> attached{false};
+    char job_id[kJobIdMax + 1] = {};    // rewritten only while detached, and only when it differs
+
+    // --- the change path ---
+    std::mutex step_mu;     // one change path at a time; guards scratch
+    mall_alloc_t scratch{};  // the snapshot being applied (kept off the caller's stack)
+    std::mutex state_mu;    // guards applied
+    mall_alloc_t applied{};
+    std::mutex callbacks_mu;
+    ResizeCallback callbacks[kMaxCallbacks] = {};
+    int ncallbacks = 0;
+    std::mutex threads_mu;
+    pid_t threads[kMaxBoundThreads] = {};
+    int nthreads = 0;
+    // notify_mu makes "user_event_fd is readable" match "the page holds an unapplied generation":
+    // the monitor signals and the change path drains under it.
+    std::mutex notify_mu;
+    bool user_fd_signaled = false;  // under notify_mu: saves the change path a read() when not
+
+    // --- the monitor thread and its private state ---
+    std::thread monitor;
+    uint32_t next_request_id = 1;
+    // The job a self-registration created: later attaches (after a malld restart that re-adopted
+    // it) name it, since malld refuses to self-register a process that already has a job.
+    std::string self_job;
+    std::chrono::milliseconds first_retry{kFirstBackoff};  // after mall_open's own attempt
+    uint64_t progress_base_units = 0, progress_base_calls = 0;
+    uint64_t progress_sent_units = 0, progress_sent_calls = 0;
+};
+
+namespace {
+
+void set_error(mall_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void set_error(mall_error_t *err, const char *fmt, ...) {
+    if (!err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(err->text, sizeof err->text, fmt, ap);
+    va_end(ap);
+}
+
+void clear_error(mall_error_t *err) {
+    if (err) err->text[0] = '\0';
+}
+
+// Decimal text of a number (std::to_string would export a libstdc++ template from libmall.so).
+std::string decimal(long long value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%lld", value);
+    return text;
+}
+
+pid_t current_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+void eventfd_signal(int fd) {
+    uint64_t one = 1;
+    ssize_t n = ::write(fd, &one, sizeof one);
+    (void)n;  // EAGAIN means it is readable already
+}
+
+void eventfd_drain(int fd) {
+    uint64_t value;
+    ssize_t n = ::read(fd, &value, sizeof value);
+    (void)n;  // EAGAIN means it was not readable
+}
+
+cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    // glibc keeps cpu i at bit i % 64 of word i / 64, as the page's mask does.
+    static_assert(sizeof(set.__bits[0]) == sizeof(uint64_t) && CPU_SETSIZE == MALL_MAX_CPUS,
+                  "cpu_set_t and the allocation mask share their layout");
+    std::memcpy(set.__bits, mask, sizeof(uint64_t) * (MALL_MAX_CPUS / 64));
+    return set;
+}
+
+// Signals mall_fd() when the page holds a generation the process has not applied.
+void signal_if_pending(mall_handle *m) {
+    std::lock_guard<std::mutex> lock(m->notify_mu);
+    if (!m->user_fd_signaled && page_generation(m->page) != m->seen_generation.load(std::memory_order_acquire)) {
+        eventfd_signal(m->user_event_fd);
+        m->user_fd_signaled = true;
+    }
+}
+
+// Sends one message on the current connection without blocking; failures are ignored (a hang-up
+// is noticed by the monitor, and malld's ack timeout covers a lost ack).
+void send_nonblocking(mall_handle *m, mall::proto::Type type, nlohmann::json body) {
+    mall::proto::Message msg;
+    msg.type = type;
+    msg.body = std::move(body);
+    std::string packet = mall::proto::encode(msg);
+    std::lock_guard<std::mutex> lock(m->conn_mu);
+    if (m->sock >= 0) mall::send_packet(m->sock, packet, -1, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attaching
+
+struct AttachFailure {
+    int rc;
+    std::string text;
+};
+
+int connect_nonblocking(const std::string &path, int *err) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof addr.sun_path) {
+        *err = path.empty() ? ENOENT : ENAMETOOLONG;
+        return -1;
+    }
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    mall::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+        *err = errno;
+        return -1;
+    }
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+    int rc;
+    do {
+        rc = ::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        *err = errno;
+        return -1;
+    }
+    return fd.release();
+}
+
+int remaining_ms(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    return left > 0 ? static_cast<int>(std::min<int64_t>(left, 60000)) : 0;
+}
+
+bool known_error_code(int64_t code) { return code <= MALL_ERR_INVAL && code >= MALL_ERR_FULL; }
+
+// Replaces the mapping at the handle's fixed page address with the job's page. Called with
+// conn_mu held. If the replacement fails, an anonymous zero page goes back at the same address so
+// that the fast path can always read it.
+bool install_page(mall_handle *m, int page_fd, std::string *why) {
+    void *at = const_cast<mall::SharedPage *>(m->page);
+    void *mapped = ::mmap(at, mall::kSharedPageSize, PROT_READ, MAP_SHARED | MAP_FIXED, page_fd, 0);
+    if (mapped == at) return true;
+    int err = errno;
+    ::mmap(at, mall::kSharedPageSize, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    *why = std::string("cannot map malld's page: ") + std::strerror(err);
+    return false;
+}
+
+// After a (re)attach whose page shows the generation already applied: a malld that re-adopted the
+// job from its state file published nothing new, so ack that generation now (no mall_step() change
+// will). A malld that lost its state counts generations from 1 again: if the same number now holds
+// other cpus, make the next mall_step() apply it.
+void reconcile_after_attach(mall_handle *m) {
+    std::lock_guard<std::mutex> step_lock(m->step_mu);  // no change path runs meanwhile
+    uint64_t seen = m->seen_generation.load(std::memory_order_acquire);
+    if (seen == 0 || seen == kForceApply) return;
+    mall_alloc_t &snapshot = m->scratch;
+    bool consistent;
+    {
+        std::lock_guard<std::mutex> lock(m->conn_mu);
+        consistent = mall::page_read(m->page, &snapshot);
+    }
+    if (!consistent || snapshot.generation != seen) return;  // the next mall_step() applies it
+    bool same;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        same = snapshot.ncpus == m->applied.ncpus &&
+               std::memcmp(snapshot.mask, m->applied.mask, sizeof snapshot.mask) == 0;
+    }
+    if (same) {
+        send_nonblocking(m, mall::proto::Type::Ack, {{"generation", seen}});
+        return;
+    }
+    std::lock_guard<std::mutex> lock(m->notify_mu);
+    m->seen_generation.store(kForceApply, std::memory_order_release);
+}
+
+// One attempt to connect and attach, bounded by kAttachTimeout and interrupted by mall_close().
+// On success installs the connection and the page and returns MALL_SUCCESS.
+int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why);
+
+int attach_once(mall_handle *m, std::string *why) {
+    if (m->self_job.empty()) return attach_with(m, m->attach_body, why);
+    int rc = attach_with(m, nlohmann::json{{"job", m->self_job}}, why);
+    if (rc != MALL_ERR_NOJOB) return rc;
+    // malld forgot the job (restarted without its state): register anew.
+    m->self_job.clear();
+    return attach_with(m, m->attach_body, why);
+}
+
+int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
+    const std::string &path = m->socket_path;
+    auto deadline = Clock::now() + kAttachTimeout;
+    int err = 0;
+    mall::UniqueFd sock(connect_nonblocking(path, &err));
+    if (!sock) {
+        switch (err) {
+            case ENOENT:
+            case ECONNREFUSED:
+                *why = "no malld at " + path + " (" + std::strerror(err) + "); start malld or set MALL_SOCKET";
+                return MALL_ERR_NODAEMON;
+            case EAGAIN:
+                *why = "malld at " + path + " is not accepting connections (busy or stuck)";
+                return MALL_ERR_NODAEMON;
+            case EACCES:
+            case EPERM:
+                *why = "cannot connect to malld at " + path + ": " + std::strerror(err) +
+                       "; check the socket's permissions";
+                return MALL_ERR_NODAEMON;
+            case ENAMETOOLONG:
+                *why = "socket path " + path + " is too long for a Unix socket (107 bytes at most)";
+                return MALL_ERR_NODAEMON;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                *why = std::string("cannot create a socket: ") + std::strerror(err);
+                return MALL_ERR_SYSTEM;
+            default:
+                *why = "cannot connect to malld at " + path + ": " + std::strerror(err);
+                return MALL_ERR_NODAEMON;
+        }
+    }
+
+    mall::proto::Message request;
+    request.type = mall::proto::Type::Attach;
+    request.request_id = m->next_request_id++;
+    if (m->next_request_id == 0) m->next_request_id = 1;
+    request.body = body;
+    if (!mall::send_packet(sock.get(), mall::proto::encode(request), -1, true)) {
+        *why = "cannot send the attach request to malld at " + path + ": " + std::strerror(errno);
+        return MALL_ERR_NODAEMON;
+    }
+
+    std::string data;
+    for (;;) {
+        pollfd fds[2] = {{sock.get(), POLLIN, 0}, {m->stop_event_fd, POLLIN, 0}};
+        int ready = ::poll(fds, 2, remaining_ms(deadline));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready < 0) {
+            *why = std::string("waiting for malld failed: ") + std::strerror(errno);
+            return MALL_ERR_SYSTEM;
+        }
+        if (fds[1].revents) {
+            *why = "the handle was closed while attaching";
+            return MALL_ERR_NODAEMON;
+        }
+        if (ready == 0) {
+            *why = "malld at " + path + " did not answer the attach request within " +
+                   decimal(kAttachTimeout.count()) + " ms (stuck or overloaded?); retrying in the background";
+            return MALL_ERR_NODAEMON;
+        }
+        int passed = -1;
+        ssize_t n = mall::recv_packet(sock.get(), &data, mall::proto::kMaxPacket, &passed, true);
+        mall::UniqueFd page_fd(passed);
+        if (n == 0) {
+            *why = "malld at " + path + " closed the connection without answering the attach request";
+            return MALL_ERR_NODAEMON;
+        }
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            if (errno == EMSGSIZE) {
+                *why = "malld sent a packet larger than the protocol allows";
+                return MALL_ERR_PROTOCOL;
+            }
+            *why = "receiving malld's attach reply failed: " + std::string(std::strerror(errno));
+            return MALL_ERR_NODAEMON;
+        }
+        // A version mismatch gets its own code, before the general decoding.
+        if (data.size() >= 8) {
+            uint32_t magic;
+            uint16_t version;
+            std::memcpy(&magic, data.data(), sizeof magic);
+            std::memcpy(&version, data.data() + 4, sizeof version);
+            if (magic == mall::proto::kMagic && version != mall::proto::kVersion) {
+                *why = "malld at " + path + " speaks protocol version " + decimal(version) +
+                       ", this libmall speaks " + decimal(mall::proto::kVersion) +
+                       "; use libmall and malld from the same release";
+                return MALL_ERR_VERSION;
+            }
+        }
+        std::string decode_error;
+        auto reply = mall::proto::decode(data, &decode_error);
+        if (!reply) {
+            *why = "cannot read malld's attach reply: " + decode_error;
+            return MALL_ERR_PROTOCOL;
+        }
+        if (reply->type != mall::proto::Type::Reply || reply->request_id != request.request_id) continue;
+
+        const nlohmann::json &answer = reply->body;
+        auto ok = answer.find("ok");
+        if (ok == answer.end() || !ok->is_boolean()) {
+            *why = "malld's attach reply has no boolean \"ok\" field";
+            return MALL_ERR_PROTOCOL;
+        }
+        if (!ok->get<bool>()) {
+            auto code = answer.find("code");
+            auto text = answer.find("error");
+            std::string words = (text != answer.end() && text->is_string()) ? text->get<std::string>() : "no reason given";
+            *why = "malld refused to attach: " + words;
+            if (code != answer.end() && code->is_number_integer() && known_error_code(code->get<int64_t>()))
+                return static_cast<int>(code->get<int64_t>());
+            return MALL_ERR_PROTOCOL;
+        }
+
+        std::string job;
+        try {
+            job = mall::proto::get_string(answer, "job");
+        } catch (const mall::proto::ProtocolError &e) {
+            *why = std::string("malld's attach reply is malformed: ") + e.what();
+            return MALL_ERR_PROTOCOL;
+        }
+        if (auto bad = mall::proto::invalid_job_name(job)) {
+            *why = "malld's attach reply names an invalid job: " + *bad;
+            return MALL_ERR_PROTOCOL;
+        }
+        if (!page_fd) {
+            *why = "malld's attach reply carried no page descriptor";
+            return MALL_ERR_PROTOCOL;
+        }
+        struct stat st;
+        if (::fstat(page_fd.get(), &st) != 0) {
+            *why = std::string("cannot inspect malld's page: ") + std::strerror(errno);
+            return MALL_ERR_SYSTEM;
+        }
+        // A shorter file would raise SIGBUS on access: refuse it.
+        if (!S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(mall::kSharedPageSize)) {
+            *why = "malld's page is " + decimal(st.st_size) + " bytes, expected at least " +
+                   decimal(mall::kSharedPageSize);
+            return MALL_ERR_PROTOCOL;
+        }
+        // Check the page before it replaces the current one.
+        void *probe = ::mmap(nullptr, mall::kSharedPageSize, PROT_READ, MAP_SHARED, page_fd.get(), 0);
+        if (probe == MAP_FAILED) {
+            *why = std::string("cannot map malld's page: ") + std::strerror(errno);
+            return MALL_ERR_SYSTEM;
+        }
+        const auto *probe_page = static_cast<const mall::SharedPage *>(probe);
+        uint32_t page_magic = __atomic_load_n(&probe_page->magic, __ATOMIC_RELAXED);
+        uint32_t page_version = __atomic_load_n(&probe_page->version, __ATOMIC_RELAXED);
+        ::munmap(probe, mall::kSharedPageSize);
+        if (page_magic != mall::kPageMagic) {
+            *why = "malld's page does not start with the page magic";
+            return MALL_ERR_PROTOCOL;
+        }
+        if (page_version != mall::kPageVersion) {
+            *why = "malld's page has layout version " + decimal(page_version) + ", this libmall reads " +
+                   decimal(mall::kPageVersion) + "; use libmall and malld from the same release";
+            return MALL_ERR_VERSION;
+        }
+
+        {
+            std::lock_guard<std::mutex> lock(m->conn_mu);
+            if (!install_page(m, page_fd.get(), why)) return MALL_ERR_SYSTEM;
+            if (m->sock >= 0) ::close(m->sock);
+            m->sock = sock.release();
+            if (job != m->job_id) std::snprintf(m->job_id, sizeof m->job_id, "%s", job.c_str());
+            m->progress_base_units = m->work_units.load(std::memory_order_relaxed);
+            m->progress_base_calls = m->progress_calls.load(std::memory_order_relaxed);
+            m->progress_sent_units = 0;
+            m->progress_sent_calls = 0;
+            m->attached.store(true, std::memory_order_release);
+        }
+        if (!m->attach_body.contains("job")) m->self_job = job;
+        reconcile_after_attach(m);
+        signal_if_pending(m);
+        return MALL_SUCCESS;
+    }
+}
+
+void detach(mall_handle *m) {
+    std::lock_guard<std::mutex> lock(m->conn_mu);
+    m->attached.store(false, std::memory_order_release);
+    if (m->sock >= 0) ::close(m->sock);
+    m->sock = -1;
+    // The page stays mapped: its frozen generation keeps mall_step() on the fast path until a
+    // new attachment replaces it.
+}
+
+void send_progress_if_changed(mall_handle *m) {
+    uint64_t units = m->work_units.load(std::memory_order_relaxed) - m->progress_base_units;
+    uint64_t calls = m->progress_calls.load(std::memory_order_relaxed) - m->progress_base_calls;
+    if (units == m->progress_sent_units && calls == m->progress_sent_calls) return;
+    mall::proto::Message msg;
+    msg.type = mall::proto::Type::Progress;
+    msg.body = {{"work_units", units}, {"steps", calls}};
+    std::string packet = mall::proto::encode(msg);
+    std::lock_guard<std::mutex> lock(m->conn_mu);
+    if (m->sock >= 0 && mall::send_packet(m->sock, packet, -1, true)) {
+        m->progress_sent_units = units;
+        m->progress_sent_calls = calls;
+    }
+}
+
+// Returns false when the connection hung up.
+bool read_packets(mall_handle *m, std::string *buffer) {
+    for (;;) {
+        ssize_t n = mall::recv_packet(m->sock, buffer, mall::proto::kMaxPacket, nullptr, true);
+        if (n == 0) return false;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+            if (errno == EMSGSIZE || errno == EINTR) continue;  // an oversized packet is skipped
+            return false;
+        }
+        auto msg = mall::proto::decode(*buffer, nullptr);
+        if (msg && msg->type == mall::proto::Type::Notify) signal_if_pending(m);
+        // Other packets (events, replies to nothing) are not for this handle: ignored.
+    }
+}
+
+bool wait_for_stop(mall_handle *m, milliseconds timeout) {
+    pollfd pfd{m->stop_event_fd, POLLIN, 0};
+    int rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+    return rc > 0;
+}
+
+// Wait before the next attempt after one that ended with rc.
+milliseconds next_backoff(int rc, milliseconds backoff) {
+    if (rc == MALL_ERR_NODAEMON || rc == MALL_ERR_SYSTEM) return std::min(backoff * 2, kMaxBackoff);
+    return kRefusedBackoff;
+}
+
+void monitor_loop(mall_handle *m) {
+    milliseconds backoff = m->first_retry;
+    auto next_progress = Clock::now() + kProgressInterval;
+    std::string buffer;
+    for (;;) {
+        try {
+            if (!m->attached.load(std::memory_order_acquire)) {
+                if (wait_for_stop(m, backoff)) return;
+                std::string why;
+                int rc = attach_once(m, &why);
+                if (rc == MALL_SUCCESS) {
+                    backoff = kFirstBackoff;
+                    next_progress = Clock::now() + kProgressInterval;
+                } else {
+                    backoff = next_backoff(rc, backoff);
+                }
+                continue;
+            }
+            int timeout = remaining_ms(next_progress);
+            pollfd fds[2] = {{m->sock, POLLIN, 0}, {m->stop_event_fd, POLLIN, 0}};
+            int ready = ::poll(fds, 2, timeout);
+            if (ready < 0 && errno != EINTR) {
+                if (wait_for_stop(m, milliseconds(100))) return;
+                continue;
+            }
+            if (ready > 0 && fds[1].revents) return;
+            if (ready > 0 && fds[0].revents) {
+                if (!read_packets(m, &buffer)) {
+                    detach(m);
+                    backoff = kFirstBackoff;
+                    continue;
+                }
+            }
+            if (Clock::now() >= next_progress) {
+                send_progress_if_changed(m);
+                signal_if_pending(m);  // covers a Notify that never came
+                next_progress = Clock::now() + kProgressInterval;
+            }
+        } catch (...) {
+            // Out of memory or similar: never let it end the process; try again a little later.
+            if (wait_for_stop(m, milliseconds(100))) return;
+        }
+    }
+}
+
+void monitor_main(mall_handle *m) noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    try {
+        monitor_loop(m);
+    } catch (...) {
+    }
+}
+
+// Starts the monitor with every signal blocked from its first instruction on.
+bool start_monitor(mall_handle *m) {
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    bool started = true;
+    try {
+        m->monitor = std::thread([m] { monitor_main(m); });  // a local type keeps std::thread's
+        // template instances out of the exported symbols
+    } catch (...) {
+        started = false;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    return started;
+}
+
+void destroy(mall_handle *m) {
+    if (m->monitor.joinable()) {
+        eventfd_signal(m->stop_event_fd);
+        m->monitor.join();
+    }
+    if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
+    if (m->sock >= 0) ::close(m->sock);
+    if (m->user_event_fd >= 0) ::close(m->user_event_fd);
+    if (m->stop_event_fd >= 0) ::close(m->stop_event_fd);
+    delete m;
+}
+
+// Parses $name as an integer in [min, max]; unset or empty gives fallback. False when malformed.
+bool env_int(const char *name, long min, long max, long fallback, long *out) {
+    const char *text = std::getenv(name);
+    if (!text || !*text) {
+        *out = fallback;
+        return true;
+    }
+    errno = 0;
+    char *end = nullptr;
+    long value = std::strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || value < min || value > max) return false;
+    *out = value;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The change path of mall_step()
+
+void repin_bound_threads(mall_handle *m, const mall_alloc_t &alloc) {
+    std::lock_guard<std::mutex> lock(m->threads_mu);
+    if (m->nthreads == 0) return;
+    cpu_set_t set = cpu_set_of(alloc.mask);
+    pid_t pid = ::getpid();
+    int kept = 0;
+    for (int i = 0; i < m->nthreads; ++i) {
+        pid_t tid = m->threads[i];
+        // tgkill(.., 0) checks that the tid is still a thread of this process: a tid of an exited
+        // thread may be reused by another process, which must never be re-pinned.
+        if (::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH) continue;
+        if (::sched_setaffinity(tid, sizeof set, &set) != 0 && errno == ESRCH) continue;
+        m->threads[kept++] = tid;
+    }
+    m->nthreads = kept;
+}
+
+// Marks generation as applied and leaves user_event_fd readable only if a newer one is waiting.
+void finish_change(mall_handle *m, uint64_t generation) {
+    std::lock_guard<std::mutex> lock(m->notify_mu);
+    m->seen_generation.store(generation, std::memory_order_release);
+    bool pending = page_generation(m->page) != generation;
+    if (m->user_fd_signaled && !pending) {
+        eventfd_drain(m->user_event_fd);
+        m->user_fd_signaled = false;
+    } else if (!m->user_fd_signaled && pending) {
+        eventfd_signal(m->user_event_fd);
+        m->user_fd_signaled = true;
+    }
+}
+
+__attribute__((noinline, cold)) int apply_change(mall_handle *m) {
+    std::lock_guard<std::mutex> step_lock(m->step_mu);
+    mall_alloc_t &snapshot = m->scratch;
+    bool consistent;
+    {
+        std::lock_guard<std::mutex> lock(m->conn_mu);
+        consistent = mall::page_read(m->page, &snapshot);
+    }
+    if (!consistent) return MALL_NOUPDT;  // torn or invalid: try again at the next step
+    uint64_t generation = snapshot.generation;
+    if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
+
+    if (snapshot.ncpus <= 0) {
+        // Nothing a process can run on: acknowledge it but keep the last allocation.
+        try {
+            send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
+        } catch (...) {
+        }
+        finish_change(m, generation);
+        return MALL_NOUPDT;
+    }
+
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        m->applied = snapshot;
+    }
+
+    ResizeCallback callbacks[kMaxCallbacks];
+    int ncallbacks;
+    {
+        std::lock_guard<std::mutex> lock(m->callbacks_mu);
+        ncallbacks = m->ncallbacks;
+        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
+    }
+    for (int i = 0; i < ncallbacks; ++i) {
+        try {
+            callbacks[i].fn(&snapshot, callbacks[i].arg);
+        } catch (...) {
+            // A C++ callback that throws must not unwind into the caller's C frames.
+        }
+    }
+
+    repin_bound_threads(m, snapshot);
+    try {
+        send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
+    } catch (...) {
+        // Out of memory: malld's ack timeout covers the missing ack.
+    }
+    finish_change(m, generation);
+    return MALL_SUCCESS;
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------
+// The C API
+
+extern "C" {
+
+MALL_EXPORT int mall_get_api_version(void) { return MALL_API_VERSION; }
+
+MALL_EXPORT const char *mall_strerror(int rc) {
+    switch (rc) {
+        case MALL_SUCCESS: return "success";
+        case MALL_NOUPDT: return "no update: the allocation did not change";
+        case MALL_ERR_INVAL: return "invalid argument";
+        case MALL_ERR_NODAEMON: return "no node manager (malld) answered; the handle is detached";
+        case MALL_ERR_DENIED: return "the node manager refused the request";
+        case MALL_ERR_NOJOB: return "no registration for this process and self-registration is off";
+        case MALL_ERR_PROTOCOL: return "the node manager sent something this library cannot read";
+        case MALL_ERR_NOMEM: return "out of memory";
+        case MALL_ERR_SYSTEM: return "a system call failed";
+        case MALL_ERR_DETACHED: return "the handle is not connected to a node manager";
+        case MALL_ERR_VERSION: return "the node manager speaks an incompatible protocol version";
+        case MALL_ERR_FULL: return "a fixed-size table is full";
+        default: return "unknown mall error";
+    }
+}
+
+MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err) {
+    clear_error(err);
+    if (!out) {
+        set_error(err, "mall_open: out must point at a mall_t * to fill");
+        return MALL_ERR_INVAL;
+    }
+    *out = nullptr;
+    mall_handle *m = nullptr;
+    try {
+        // The attach request, from the environment the launcher set.
+        nlohmann::json attach_body = nlohmann::json::object();
+        const char *job = std::getenv("MALL_JOB_ID");
+        if (job && *job) {
+            if (auto bad = mall::proto::invalid_job_name(job)) {
+                set_error(err, "MALL_JOB_ID is not a valid job name: %s", bad->c_str());
+                return MALL_ERR_INVAL;
+            }
+            attach_body["job"] = job;
+        } else {
+            long min = 1, max = 0;
+            if (!env_int("MALL_MIN", 1, MALL_MAX_CPUS, 1, &min)) {
+                set_error(err, "MALL_MIN must be a whole number from 1 to %d (or unset)", MALL_MAX_CPUS);
+                return MALL_ERR_INVAL;
+            }
+            if (!env_int("MALL_MAX", 0, MALL_MAX_CPUS, 0, &max)) {
+                set_error(err, "MALL_MAX must be a whole number from 0 (whole pool) to %d (or unset)", MALL_MAX_CPUS);
+                return MALL_ERR_INVAL;
+            }
+            if (max != 0 && max < min) {
+                set_error(err, "MALL_MAX (%ld) is below MALL_MIN (%ld)", max, min);
+                return MALL_ERR_INVAL;
+            }
+            attach_body["min"] = min;
+            if (max != 0) attach_body["max"] = max;  // no "max" asks for up to the whole pool
+        }
+
+        m = new (std::nothrow) mall_handle();
+        if (!m) {
+            set_error(err, "mall_open: out of memory");
+            return MALL_ERR_NOMEM;
+        }
+        m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
+        m->attach_body = std::move(attach_body);
+
+        // Until attached, the page is a private zero page (generation 0 = nothing to apply).
+        void *zero = ::mmap(nullptr, mall::kSharedPageSize, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (zero == MAP_FAILED) {
+            int e = errno;
+            set_error(err, "mall_open: cannot map a page: %s", std::strerror(e));
+            delete m;
+            return e == ENOMEM ? MALL_ERR_NOMEM : MALL_ERR_SYSTEM;
+        }
+        m->page = static_cast<const mall::SharedPage *>(zero);
+        m->user_event_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        m->stop_event_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (m->user_event_fd < 0 || m->stop_event_fd < 0) {
+            int e = errno;
+            set_error(err, "mall_open: cannot create an eventfd: %s", std::strerror(e));
+            destroy(m);
+            return e == ENOMEM ? MALL_ERR_NOMEM : MALL_ERR_SYSTEM;
+        }
+
+        std::string why;
+        int rc = attach_once(m, &why);
+        if (rc != MALL_SUCCESS) {
+            set_error(err, "%s", why.c_str());
+            m->first_retry = rc == MALL_ERR_NODAEMON ? kFirstBackoff : next_backoff(rc, kFirstBackoff);
+        }
+        if (!start_monitor(m)) {
+            if (rc == MALL_SUCCESS)
+                set_error(err, "mall_open: cannot start the background thread; changes still apply at "
+                               "mall_step() but a malld restart will not be followed");
+            rc = MALL_ERR_SYSTEM;
+        }
+        *out = m;
+        return rc;
+    } catch (const std::bad_alloc &) {
+        if (m) destroy(m);
+        set_error(err, "mall_open: out of memory");
+        return MALL_ERR_NOMEM;
+    } catch (const std::exception &e) {
+        if (m) destroy(m);
+        set_error(err, "mall_open: %s", e.what());
+        return MALL_ERR_SYSTEM;
+    } catch (...) {
+        if (m) destroy(m);
+        set_error(err, "mall_open: unexpected error");
+        return MALL_ERR_SYSTEM;
+    }
+}
+
+MALL_EXPORT int mall_step(mall_t *m) {
+    if (__builtin_expect(m == nullptr, 0)) return MALL_ERR_INVAL;
+    uint64_t g = page_generation(m->page);
+    if (__builtin_expect(g == m->seen_generation.load(std::memory_order_relaxed), 1)) return MALL_NOUPDT;
+    try {
+        return apply_change(m);
+    } catch (...) {
+        return MALL_NOUPDT;  // e.g. a lock failing: try again at the next step
+    }
+}
+
+MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out) {
+    if (!m || !out) return MALL_ERR_INVAL;
+    try {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        *out = m->applied;
+        return MALL_SUCCESS;
+    } catch (...) {
+        return MALL_ERR_SYSTEM;
+    }
+}
+
+MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg) {
+    if (!m || !fn) return MALL_ERR_INVAL;
+    try {
+        std::lock_guard<std::mutex> lock(m->callbacks_mu);
+        if (m->ncallbacks >= kMaxCallbacks) return MALL_ERR_FULL;
+        m->callbacks[m->ncallbacks++] = ResizeCallback{fn, arg};
+        return MALL_SUCCESS;
+    } catch (...) {
+        return MALL_ERR_SYSTEM;
+    }
+}
+
+MALL_EXPORT int mall_bind_thread(mall_t *m) {
+    if (!m) return MALL_ERR_INVAL;
+    try {
+        pid_t tid = current_tid();
+        std::lock_guard<std::mutex> lock(m->threads_mu);
+        bool known = std::find(m->threads, m->threads + m->nthreads, tid) != m->threads + m->nthreads;
+        if (!known) {
+            if (m->nthreads >= kMaxBoundThreads) return MALL_ERR_FULL;
+            m->threads[m->nthreads++] = tid;
+        }
+        uint64_t mask[MALL_MAX_CPUS / 64];
+        int ncpus;
+        {
+            std::lock_guard<std::mutex> state(m->state_mu);
+            ncpus = m->applied.ncpus;
+            std::memcpy(mask, m->applied.mask, sizeof mask);
+        }
+        if (ncpus > 0) {
+            cpu_set_t set = cpu_set_of(mask);
+            if (::sched_setaffinity(0, sizeof set, &set) != 0) return MALL_ERR_SYSTEM;
+        }
+        return MALL_SUCCESS;
+    } catch (...) {
+        return MALL_ERR_SYSTEM;
+    }
+}
+
+MALL_EXPORT int mall_unbind_thread(mall_t *m) {
+    if (!m) return MALL_ERR_INVAL;
+    try {
+        pid_t tid = current_tid();
+        std::lock_guard<std::mutex> lock(m->threads_mu);
+        pid_t *end = std::remove(m->threads, m->threads + m->nthreads, tid);
+        m->nthreads = static_cast<int>(end - m->threads);
+        return MALL_SUCCESS;
+    } catch (...) {
+        return MALL_ERR_SYSTEM;
+    }
+}
+
+MALL_EXPORT int mall_fd(mall_t *m) {
+    if (!m) return MALL_ERR_INVAL;
+    return m->user_event_fd;
+}
+
+MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units) {
+    if (!m) return MALL_ERR_INVAL;
+    m->work_units.fetch_add(work_units, std::memory_order_relaxed);
+    m->progress_calls.fetch_add(1, std::memory_order_relaxed);
+    return MALL_SUCCESS;
+}
+
+MALL_EXPORT int mall_attached(mall_t *m) {
+    if (!m) return MALL_ERR_INVAL;
+    return m->attached.load(std::memory_order_acquire) ? MALL_SUCCESS : MALL_ERR_DETACHED;
+}
+
+MALL_EXPORT const char *mall_job_id(mall_t *m) {
+    if (!m) return nullptr;
+    return m->attached.load(std::memory_order_acquire) ? m->job_id : "";
+}
+
+MALL_EXPORT void mall_close(mall_t *m) {
+    if (!m) return;
+    try {
+        destroy(m);
+    } catch (...) {
+        // join() failing (a deadlock would need mall_close from a callback): leak rather than crash.
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,186 @@
+// ctl_client.cpp — blocking request/reply client for malld (see ctl_client.hpp).
+// Contract: never throws; a request waits (bounded) for the Reply carrying its request id and skips
+// Event/Notify packets; every failure comes back in words that say what to do about it.
+#include "common/ctl_client.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "mall/mall.h"
+
+namespace mall {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return left.count() > 0 ? left : std::chrono::milliseconds(0);
+}
+
+std::string connect_error_text(const std::string &path, int err) {
+    std::string text = "cannot connect to malld at " + path + ": " + std::strerror(err);
+    switch (err) {
+        case ENOENT:
+        case ECONNREFUSED:
+            return text + "; is malld running? start it or pass --socket";
+        case EACCES:
+        case EPERM:
+            return text + "; check the permissions of the socket and its folder (malld --socket-mode)";
+        case ENAMETOOLONG:
+            return text + "; the path is too long for a Unix socket (107 bytes at most), pass a shorter --socket";
+        case EAGAIN:
+            return text + "; malld is not accepting connections (overloaded or stuck), try again";
+        default:
+            return text + "; check that --socket names malld's socket";
+    }
+}
+
+CtlResult transport_failure(int code, std::string text) {
+    CtlResult r;
+    r.ok = false;
+    r.code = code;
+    r.error = std::move(text);
+    return r;
+}
+
+}  // namespace
+
+std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error) {
+    int fd = unix_connect(socket_path);
+    if (fd < 0) {
+        if (error) *error = connect_error_text(socket_path, errno);
+        return std::nullopt;
+    }
+    return CtlClient(UniqueFd(fd), socket_path);
+}
+
+CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::chrono::milliseconds timeout) {
+    try {
+        const char *what = proto::type_name(type);
+        if (!fd_) return transport_failure(MALL_ERR_NODAEMON, "not connected to malld at " + path_);
+        proto::Message msg;
+        msg.type = type;
+        msg.request_id = next_id_++;
+        if (next_id_ == 0) next_id_ = 1;
+        msg.body = body.is_object() ? body : nlohmann::json::object();
+        std::string packet;
+        try {
+            packet = proto::encode(msg);
+        } catch (const std::length_error &e) {
+            return transport_failure(MALL_ERR_INVAL, std::string("cannot send the ") + what + " request: " + e.what());
+        }
+        if (!send_packet(fd_.get(), packet)) {
+            int err = errno;
+            return transport_failure(MALL_ERR_NODAEMON, std::string("cannot send the ") + what +
+                                                            " request to malld at " + path_ + ": " +
+                                                            std::strerror(err) + "; malld may have stopped");
+        }
+
+        auto deadline = Clock::now() + timeout;
+        std::string data;
+        for (;;) {
+            int ready = wait_readable(fd_.get(), remaining(deadline));
+            if (ready == 0)
+                return transport_failure(MALL_ERR_NODAEMON,
+                                         std::string("malld at ") + path_ + " did not answer the " + what +
+                                             " request within " + std::to_string(timeout.count()) +
+                                             " ms; check that it is running and not stuck (or raise the timeout)");
+            if (ready < 0) {
+                int err = errno;
+                return transport_failure(MALL_ERR_NODAEMON, std::string("waiting for malld's reply failed: ") +
+                                                                std::strerror(err));
+            }
+            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, nullptr, true);
+            if (n == 0)
+                return transport_failure(MALL_ERR_NODAEMON, std::string("malld at ") + path_ +
+                                                                " closed the connection before answering the " +
+                                                                what + " request (it stopped or restarted?)");
+            if (n < 0) {
+                int err = errno;
+                if (err == EAGAIN || err == EWOULDBLOCK) continue;
+                if (err == EMSGSIZE)
+                    return transport_failure(MALL_ERR_PROTOCOL, "malld sent a packet larger than " +
+                                                                    std::to_string(proto::kMaxPacket) + " bytes");
+                return transport_failure(MALL_ERR_NODAEMON, std::string("receiving malld's reply failed: ") +
+                                                                std::strerror(err) +
+                                                                " (malld stopped or restarted?)");
+            }
+            std::string why;
+            auto reply = proto::decode(data, &why);
+            if (!reply) {
+                int code = why.rfind("protocol version", 0) == 0 ? MALL_ERR_VERSION : MALL_ERR_PROTOCOL;
+                return transport_failure(code, "cannot read malld's reply: " + why);
+            }
+            if (reply->type != proto::Type::Reply || reply->request_id != msg.request_id) continue;
+
+            CtlResult result;
+            result.body = std::move(reply->body);
+            auto ok = result.body.find("ok");
+            if (ok == result.body.end() || !ok->is_boolean()) {
+                result.ok = false;
+                result.code = MALL_ERR_PROTOCOL;
+                result.error = "malld's reply has no boolean \"ok\" field";
+                return result;
+            }
+            result.ok = ok->get<bool>();
+            if (!result.ok) {
+                auto code = result.body.find("code");
+                result.code = (code != result.body.end() && code->is_number_integer()) ? code->get<int>()
+                                                                                       : MALL_ERR_PROTOCOL;
+                auto text = result.body.find("error");
+                result.error = (text != result.body.end() && text->is_string())
+                                   ? text->get<std::string>()
+                                   : std::string("malld refused the ") + what + " request without saying why";
+            }
+            return result;
+        }
+    } catch (const std::exception &e) {
+        return transport_failure(MALL_ERR_SYSTEM, std::string("request failed: ") + e.what());
+    } catch (...) {
+        return transport_failure(MALL_ERR_SYSTEM, "request failed with an unknown error");
+    }
+}
+
+std::optional<nlohmann::json> CtlClient::next_event(std::chrono::milliseconds timeout, bool *closed) {
+    if (closed) *closed = false;
+    try {
+        if (!fd_) {
+            if (closed) *closed = true;
+            return std::nullopt;
+        }
+        auto deadline = Clock::now() + timeout;
+        std::string data;
+        for (;;) {
+            int ready = wait_readable(fd_.get(), remaining(deadline));
+            if (ready == 0) return std::nullopt;
+            if (ready < 0) {
+                if (closed) *closed = true;
+                return std::nullopt;
+            }
+            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, nullptr, true);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EMSGSIZE)) continue;
+            if (n <= 0) {
+                if (closed) *closed = true;
+                return std::nullopt;
+            }
+            auto msg = proto::decode(data, nullptr);
+            if (!msg || msg->type != proto::Type::Event) continue;
+            return std::move(msg->body);
+        }
+    } catch (...) {
+        if (closed) *closed = true;
+        return std::nullopt;
+    }
+}
+
+std::string resolve_socket_path(const std::string &option_value) {
+    if (!option_value.empty()) return option_value;
+    const char *env = std::getenv("MALL_SOCKET");
+    if (env && *env) return env;
+    return MALL_DEFAULT_SOCKET;
+}
+
+}  // namespace mall

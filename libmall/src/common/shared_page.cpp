@@ -1,0 +1,112 @@
+// shared_page.cpp — the seqlock over the per-job page (see shared_page.hpp).
+// Contract: page_read returns a consistent, validated snapshot or false (never spins unboundedly);
+// page_write is the single writer's publish. Payload words are copied with relaxed atomic accesses
+// so that a concurrent reader and writer are well-defined (and quiet under ThreadSanitizer).
+#include "common/shared_page.hpp"
+
+#include <sched.h>
+
+#include <cstddef>
+#include <cstring>
+
+namespace mall {
+
+namespace {
+
+// The payload guarded by `seq`: ncpus, reserved, mask and cpus, contiguous and 8-byte aligned.
+constexpr size_t kPayloadBegin = offsetof(SharedPage, ncpus);
+constexpr size_t kPayloadEnd = offsetof(SharedPage, cpus) + MALL_CPULIST_MAX;
+constexpr size_t kPayloadWords = (kPayloadEnd - kPayloadBegin) / sizeof(uint64_t);
+static_assert(kPayloadBegin % sizeof(uint64_t) == 0, "payload must start 8-byte aligned");
+static_assert((kPayloadEnd - kPayloadBegin) % sizeof(uint64_t) == 0, "payload must be whole words");
+static_assert(offsetof(SharedPage, mask) == kPayloadBegin + 8, "ncpus + reserved precede the mask");
+static_assert(offsetof(SharedPage, cpus) == offsetof(SharedPage, mask) + sizeof(uint64_t) * (MALL_MAX_CPUS / 64),
+              "the text follows the mask");
+
+// Attempts before giving up: the writer holds seq odd for well under a microsecond, so this only
+// runs out when the writer was descheduled mid-write; the caller retries at its next step.
+constexpr int kReadAttempts = 2000;
+constexpr int kSpinsBeforeYield = 64;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+struct PayloadCopy {
+    uint64_t words[kPayloadWords];
+};
+
+}  // namespace
+
+bool page_read(const SharedPage *page, mall_alloc_t *out) {
+    if (!page || !out) return false;
+    if (__atomic_load_n(&page->magic, __ATOMIC_RELAXED) != kPageMagic ||
+        __atomic_load_n(&page->version, __ATOMIC_RELAXED) != kPageVersion)
+        return false;
+
+    const auto *src = reinterpret_cast<const uint64_t *>(reinterpret_cast<const char *>(page) + kPayloadBegin);
+    PayloadCopy copy;
+    uint64_t generation = 0;
+    bool consistent = false;
+    for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+        uint64_t before = page->seq.load(std::memory_order_acquire);
+        if (before & 1) {
+            if (attempt >= kSpinsBeforeYield)
+                sched_yield();
+            else
+                cpu_relax();
+            continue;
+        }
+        generation = page->generation.load(std::memory_order_relaxed);
+        for (size_t i = 0; i < kPayloadWords; ++i) copy.words[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (page->seq.load(std::memory_order_relaxed) == before) {
+            consistent = true;
+            break;
+        }
+    }
+    if (!consistent) return false;
+
+    const char *bytes = reinterpret_cast<const char *>(copy.words);
+    int32_t ncpus;
+    std::memcpy(&ncpus, bytes + (offsetof(SharedPage, ncpus) - kPayloadBegin), sizeof ncpus);
+    if (ncpus < 0 || ncpus > MALL_MAX_CPUS) return false;
+    const char *text = bytes + (offsetof(SharedPage, cpus) - kPayloadBegin);
+    if (std::memchr(text, '\0', MALL_CPULIST_MAX) == nullptr) return false;
+
+    out->generation = generation;
+    out->ncpus = ncpus;
+    std::memcpy(out->mask, bytes + (offsetof(SharedPage, mask) - kPayloadBegin), sizeof out->mask);
+    std::memcpy(out->cpus, text, MALL_CPULIST_MAX);
+    return true;
+}
+
+void page_write(SharedPage *page, uint64_t generation, const uint64_t mask[MALL_MAX_CPUS / 64], int ncpus,
+                const char *cpus_text) {
+    // Build the new payload aside, then copy it word by word inside the odd-seq window.
+    PayloadCopy copy;
+    std::memset(&copy, 0, sizeof copy);
+    char *bytes = reinterpret_cast<char *>(copy.words);
+    int32_t n = ncpus;
+    std::memcpy(bytes + (offsetof(SharedPage, ncpus) - kPayloadBegin), &n, sizeof n);
+    if (mask) std::memcpy(bytes + (offsetof(SharedPage, mask) - kPayloadBegin), mask, sizeof(uint64_t) * (MALL_MAX_CPUS / 64));
+    if (cpus_text) {
+        size_t len = strnlen(cpus_text, MALL_CPULIST_MAX - 1);
+        std::memcpy(bytes + (offsetof(SharedPage, cpus) - kPayloadBegin), cpus_text, len);
+    }
+
+    auto *dst = reinterpret_cast<uint64_t *>(reinterpret_cast<char *>(page) + kPayloadBegin);
+    uint64_t seq = page->seq.load(std::memory_order_relaxed);
+    if (seq & 1) --seq;  // a writer that died mid-write must not make this write look stable
+    page->seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    for (size_t i = 0; i < kPayloadWords; ++i) __atomic_store_n(&dst[i], copy.words[i], __ATOMIC_RELAXED);
+    page->generation.store(generation, std::memory_order_release);
+    page->seq.store(seq + 2, std::memory_order_release);
+}
+
+}  // namespace mall

@@ -1,0 +1,298 @@
+// unix_socket.cpp — AF_UNIX SOCK_SEQPACKET helpers (see unix_socket.hpp): close-on-exec everywhere,
+// one packet per call, descriptors passed with SCM_RIGHTS, truncation detected (EMSGSIZE), no
+// SIGPIPE. Never throws; failures come back as return values with errno preserved.
+#include "common/unix_socket.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace mall {
+
+UniqueFd &UniqueFd::operator=(UniqueFd &&o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+}
+
+UniqueFd::~UniqueFd() { reset(); }
+
+int UniqueFd::release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+}
+
+void UniqueFd::reset(int fd) {
+    if (fd_ >= 0 && fd_ != fd) {
+        int saved = errno;
+        ::close(fd_);
+        errno = saved;
+    }
+    fd_ = fd;
+}
+
+namespace {
+
+// Fills a sockaddr_un; false with errno = ENAMETOOLONG when the path does not fit.
+bool make_address(const std::string &path, sockaddr_un *addr, socklen_t *len) {
+    std::memset(addr, 0, sizeof *addr);
+    addr->sun_family = AF_UNIX;
+    if (path.empty()) {
+        errno = ENOENT;
+        return false;
+    }
+    if (path.size() >= sizeof addr->sun_path) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    std::memcpy(addr->sun_path, path.data(), path.size());
+    *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+    return true;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Creates every missing folder above path (mode 0755), like mkdir -p on its dirname.
+bool make_parent_folders(const std::string &path, std::string *why) {
+    size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos || slash == 0) return true;
+    std::string parent = path.substr(0, slash);
+    for (size_t pos = 1; pos <= parent.size(); ++pos) {
+        if (pos != parent.size() && parent[pos] != '/') continue;
+        std::string prefix = parent.substr(0, pos);
+        if (::mkdir(prefix.c_str(), 0755) == 0 || errno == EEXIST) continue;
+        int err = errno;
+        if (why)
+            *why = "cannot create folder " + prefix + " for the socket: " + errno_text(err) +
+                   "; create it or choose another --socket";
+        errno = err;
+        return false;
+    }
+    struct stat st;
+    if (::stat(parent.c_str(), &st) != 0) {
+        int err = errno;
+        if (why) *why = "cannot use folder " + parent + " for the socket: " + errno_text(err);
+        errno = err;
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (why) *why = parent + " is not a folder; choose another --socket";
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int unix_connect(const std::string &path) {
+    sockaddr_un addr;
+    socklen_t len = 0;
+    if (!make_address(path, &addr, &len)) return -1;
+    UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (!fd) return -1;
+    while (::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) != 0) {
+        if (errno != EINTR) return -1;
+    }
+    return fd.release();
+}
+
+int unix_listen(const std::string &path, unsigned mode, std::string *why) {
+    auto fail = [&](int err, std::string text) {
+        if (why) *why = std::move(text);
+        errno = err;
+        return -1;
+    };
+    sockaddr_un addr;
+    socklen_t len = 0;
+    if (!make_address(path, &addr, &len)) {
+        int err = errno;
+        return fail(err, "socket path \"" + path + "\" is " +
+                             (err == ENAMETOOLONG ? "longer than " + std::to_string(sizeof addr.sun_path - 1) +
+                                                        " bytes; choose a shorter --socket"
+                                                  : "empty; pass --socket PATH"));
+    }
+    if (!make_parent_folders(path, why)) return -1;
+
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return fail(EEXIST, path + " exists and is not a socket; remove it or choose another --socket");
+        // A socket file: in use if someone accepts connections on it, stale otherwise.
+        UniqueFd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        if (!probe) {
+            int err = errno;
+            return fail(err, "cannot create a socket: " + errno_text(err));
+        }
+        int rc;
+        do {
+            rc = ::connect(probe.get(), reinterpret_cast<sockaddr *>(&addr), len);
+        } while (rc != 0 && errno == EINTR);
+        if (rc == 0 || errno == EAGAIN)
+            return fail(EADDRINUSE, "another process (a running malld?) is listening on " + path +
+                                        "; stop it or choose another --socket");
+        if (errno != ECONNREFUSED) {
+            int err = errno;
+            return fail(err, "cannot check the existing socket " + path + ": " + errno_text(err) +
+                                 "; remove it if no malld uses it, or choose another --socket");
+        }
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+            int err = errno;
+            return fail(err, "cannot remove the stale socket " + path + ": " + errno_text(err) +
+                                 "; remove it by hand or choose another --socket");
+        }
+    } else if (errno != ENOENT) {
+        int err = errno;
+        return fail(err, "cannot inspect " + path + ": " + errno_text(err) + "; choose another --socket");
+    }
+
+    UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (!fd) {
+        int err = errno;
+        return fail(err, "cannot create a socket: " + errno_text(err));
+    }
+    if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) != 0) {
+        int err = errno;
+        return fail(err, "cannot bind " + path + ": " + errno_text(err) +
+                             (err == EADDRINUSE ? "; another malld started at the same time?"
+                                                : "; check the folder's permissions or choose another --socket"));
+    }
+    if (::chmod(path.c_str(), mode) != 0) {
+        int err = errno;
+        ::unlink(path.c_str());
+        return fail(err, "cannot set mode " + std::to_string(mode) + " on " + path + ": " + errno_text(err));
+    }
+    if (::listen(fd.get(), 128) != 0) {
+        int err = errno;
+        ::unlink(path.c_str());
+        return fail(err, "cannot listen on " + path + ": " + errno_text(err));
+    }
+    return fd.release();
+}
+
+bool peer_credentials(int fd, PeerCred *out) {
+    if (!out) {
+        errno = EINVAL;
+        return false;
+    }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+    out->pid = cred.pid;
+    out->uid = cred.uid;
+    out->gid = cred.gid;
+    return true;
+}
+
+bool send_packet(int fd, const std::string &data, int fd_to_pass, bool nonblocking) {
+    iovec iov{const_cast<char *>(data.data()), data.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (fd_to_pass >= 0) {
+        std::memset(control, 0, sizeof control);
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
+    }
+    int flags = MSG_NOSIGNAL | (nonblocking ? MSG_DONTWAIT : 0);
+    ssize_t n;
+    do {
+        n = ::sendmsg(fd, &msg, flags);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return false;
+    if (static_cast<size_t>(n) != data.size()) {  // cannot happen for SEQPACKET, but never pretend
+        errno = EIO;
+        return false;
+    }
+    return true;
+}
+
+ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd, bool nonblocking) {
+    if (received_fd) *received_fd = -1;
+    if (!data) {
+        errno = EINVAL;
+        return -1;
+    }
+    // Receive into a per-thread buffer, then copy only the packet: resizing *data to max_size
+    // every time would zero-fill 64 KiB per packet.
+    thread_local std::vector<char> buffer;
+    if (buffer.size() < max_size) buffer.resize(max_size);
+    iovec iov{buffer.data(), max_size};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    // Room for a few descriptors so that a peer sending more than one cannot make us leak them.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    int flags = MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0);
+    ssize_t n;
+    do {
+        n = ::recvmsg(fd, &msg, flags);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        data->clear();
+        return -1;
+    }
+
+    // Collect passed descriptors: keep the first if the caller wants one, close everything else.
+    int kept = -1;
+    for (cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int passed;
+            std::memcpy(&passed, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+            if (kept < 0 && received_fd)
+                kept = passed;
+            else
+                ::close(passed);
+        }
+    }
+
+    data->assign(buffer.data(), static_cast<size_t>(n));
+    if (msg.msg_flags & MSG_TRUNC) {
+        if (kept >= 0) ::close(kept);
+        errno = EMSGSIZE;
+        return -1;
+    }
+    if (received_fd) *received_fd = kept;
+    return n;
+}
+
+int wait_readable(int fd, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        pollfd pfd{fd, POLLIN, 0};
+        int rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), INT32_MAX)));
+        if (rc > 0) {
+            if (pfd.revents & POLLNVAL) {
+                errno = EBADF;
+                return -1;
+            }
+            return 1;  // readable, hung up or in error: the next receive says which
+        }
+        if (rc == 0) return 0;
+        if (errno != EINTR) return -1;
+    }
+}
+
+}  // namespace mall

@@ -1,0 +1,248 @@
+// malld_main.cpp — the node manager daemon's command line: parses and validates the options
+// (exit 2 with a clear message on bad ones), loads the topology, picks the cpuset backend, logs
+// what it chose and why, then runs the Server in the foreground. Exit 0 on a clean stop, 1 when
+// start-up fails.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "../common/cpuset.hpp"
+#include "backend.hpp"
+#include "mall/mall.h"
+#include "policy.hpp"
+#include "server.hpp"
+#include "topology.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitStartup = 1;
+constexpr int kExitUsage = 2;
+
+const char *kSynopsis =
+    "malld - the mall node manager: lends a node's idle cpu cores to malleable jobs\n"
+    "\n"
+    "Usage: malld [OPTIONS]\n"
+    "\n"
+    "malld owns the node's malleable cpu pool. Launchers (mallrun, the Slurm plugin) register\n"
+    "jobs with a minimum and maximum number of cpus; a policy divides the pool between them and\n"
+    "malld moves cores between jobs in two phases: it publishes the smaller allocation on the\n"
+    "job's shared page, waits for the job's processes to acknowledge it at their next training\n"
+    "step (at most --ack-timeout-ms), narrows the job's cpuset, and only then gives the cores to\n"
+    "another job. Allocations are enforced with a cgroup cpuset per job (cgroup v1 or v2) or,\n"
+    "where no cpuset controller can be used, with thread affinity. malld runs in the foreground\n"
+    "and logs to stderr. Its state file lets a restarted malld re-adopt running jobs without\n"
+    "changing their cpusets.\n"
+    "\n"
+    "Clients authenticate by SO_PEERCRED: root, malld's own user and every --admin-uid may\n"
+    "register, set, reclaim and release; a job's owner may only attach to, acknowledge and report\n"
+    "progress for its own job; anyone may read the status. Refusals are logged.\n";
+
+const char *kEpilog =
+    "\n"
+    "Signals:\n"
+    "  SIGTERM, SIGINT  stop cleanly: the state file is kept for the next malld, the socket is\n"
+    "                   removed, and cgroups of ended jobs (and the parent, if empty) are removed.\n"
+    "  SIGHUP           ignored.\n"
+    "\n"
+    "Examples:\n"
+    "  malld                                   serve the whole node on /run/mall/malld.sock\n"
+    "  malld --cpus 4-31 --policy equal        lend only cpus 4-31\n"
+    "  malld --socket /tmp/m/s.sock --backend affinity --log-level debug\n"
+    "                                          a private malld for an ordinary user\n"
+    "  malld --topology 'pack:2 core:16 pu:2' --backend affinity --cpus 0-1\n"
+    "                                          model a larger node (tests)\n"
+    "  malld --admin-uid 1000 --allow-self-register\n"
+    "\n"
+    "Exit status:\n"
+    "  0  stopped cleanly (SIGTERM or SIGINT)\n"
+    "  1  start-up failed (socket in use by a live malld, unusable backend, unreadable state file)\n"
+    "  2  bad command line\n";
+
+std::string version_text() {
+    return "malld (mall) " + std::to_string(MALL_API_VERSION_MAJOR) + "." +
+           std::to_string(MALL_API_VERSION_MINOR) + "." + std::to_string(MALL_API_VERSION_PATCH) +
+           "\n";
+}
+
+int usage_error(const std::string &text) {
+    std::cerr << "malld: " << text << "\nTry 'malld --help' for more information.\n";
+    return kExitUsage;
+}
+
+std::string folder_of(const std::string &path) {
+    size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    std::string default_socket = MALL_DEFAULT_SOCKET;
+    if (const char *env = std::getenv("MALL_SOCKET"); env && *env) default_socket = env;
+
+    std::string socket_path, cpus_text, state_dir, backend_text, policy_text, topology_spec;
+    std::string cgroup_parent, log_level_text, socket_mode_text;
+    int64_t ack_timeout_ms = 0;
+    std::vector<unsigned> admin_uids;
+
+    po::options_description options("Options", 100, 40);
+    // clang-format off
+    options.add_options()
+        ("socket", po::value(&socket_path)->default_value(default_socket),
+         "Unix socket to serve (default: $MALL_SOCKET, else " MALL_DEFAULT_SOCKET "); its folder "
+         "is created if missing; a stale socket is replaced, one a live malld serves is not")
+        ("cpus", po::value(&cpus_text),
+         "the malleable pool as a Linux cpu list, e.g. 0-3,8 (default: every cpu of the topology)")
+        ("state-dir", po::value(&state_dir),
+         "folder of malld.state.json (default: the socket's folder)")
+        ("backend", po::value(&backend_text)->default_value("auto"),
+         "how cpus are enforced: auto|cgroup-v1|cgroup-v2|affinity; auto takes cgroup-v1, then "
+         "cgroup-v2, then affinity, and logs why")
+        ("policy", po::value(&policy_text)->default_value("equal"),
+         "how the pool is divided: equal (idle cores lent evenly within min..max) or static "
+         "(each job keeps its guaranteed/min cores); without this option a saved policy is kept")
+        ("ack-timeout-ms", po::value(&ack_timeout_ms)->default_value(2000),
+         "how long a shrinking job may take to acknowledge before malld enforces anyway (> 0)")
+        ("topology", po::value(&topology_spec)->default_value("system"),
+         "\"system\", an hwloc XML file, or an hwloc synthetic description such as "
+         "'pack:2 core:16 pu:2'")
+        ("cgroup-parent", po::value(&cgroup_parent)->default_value("mall"),
+         "name of malld's cgroup folder under the cpuset hierarchy; jobs get <parent>/job_<name>")
+        ("admin-uid", po::value(&admin_uids)->composing(),
+         "a uid that may administer malld besides root and malld's own user (repeatable)")
+        ("allow-self-register", po::bool_switch(),
+         "let a process without a registration register itself (job \"self-<pid>\") on attach")
+        ("log-level", po::value(&log_level_text)->default_value("info"),
+         "error|warn|info|debug")
+        ("socket-mode", po::value(&socket_mode_text)->default_value("0666"),
+         "octal file mode of the socket (authorization is by peer credentials)")
+        ("help,h", "print this help and exit")
+        ("version", "print the version and exit");
+    // clang-format on
+
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        return usage_error(e.what());
+    }
+    if (vm.count("help")) {
+        std::cout << kSynopsis << "\n" << options << kEpilog;
+        return kExitOk;
+    }
+    if (vm.count("version")) {
+        std::cout << version_text();
+        return kExitOk;
+    }
+
+    // --- validation (exit 2: nothing was started) ---
+    auto level = mall::parse_log_level(log_level_text);
+    if (!level)
+        return usage_error("bad --log-level '" + log_level_text + "': use error, warn, info or debug");
+    mall::set_log_level(*level);
+
+    auto backend_kind = mall::parse_backend(backend_text);
+    if (!backend_kind)
+        return usage_error("unknown --backend '" + backend_text +
+                           "': use auto, cgroup-v1, cgroup-v2 or affinity");
+    auto policy = mall::parse_policy(policy_text);
+    if (!policy) {
+        std::string names;
+        for (const auto &n : mall::policy_names()) names += (names.empty() ? "" : ", ") + n;
+        return usage_error("unknown --policy '" + policy_text + "': use one of " + names);
+    }
+    if (ack_timeout_ms <= 0)
+        return usage_error("--ack-timeout-ms must be greater than 0 (got " +
+                           std::to_string(ack_timeout_ms) + ")");
+    if (ack_timeout_ms > 3600 * 1000)
+        return usage_error("--ack-timeout-ms " + std::to_string(ack_timeout_ms) +
+                           " is more than an hour; give milliseconds");
+    unsigned socket_mode = 0;
+    {
+        char *end = nullptr;
+        unsigned long mode = std::strtoul(socket_mode_text.c_str(), &end, 8);
+        if (socket_mode_text.empty() || *end != '\0' || mode > 07777)
+            return usage_error("bad --socket-mode '" + socket_mode_text +
+                               "': give an octal mode such as 0666 or 0660");
+        socket_mode = static_cast<unsigned>(mode);
+    }
+    if (socket_path.empty()) return usage_error("--socket must not be empty");
+    if (cgroup_parent.empty() || cgroup_parent.find('/') != std::string::npos ||
+        cgroup_parent == "." || cgroup_parent == "..")
+        return usage_error("bad --cgroup-parent '" + cgroup_parent +
+                           "': give one folder name such as 'mall' (no '/')");
+
+    std::string error;
+    auto topology = mall::Topology::load(topology_spec, &error);
+    if (!topology) return usage_error("cannot load --topology '" + topology_spec + "': " + error);
+
+    mall::CpuSet pool = topology->all_cpus();
+    if (vm.count("cpus")) {
+        auto parsed = mall::CpuSet::parse(cpus_text, &error);
+        if (!parsed) return usage_error("bad --cpus '" + cpus_text + "': " + error);
+        if (parsed->empty()) return usage_error("--cpus is empty: give at least one cpu");
+        if (!topology->all_cpus().contains(*parsed))
+            return usage_error("--cpus '" + cpus_text + "' names cpus " +
+                               (*parsed - topology->all_cpus()).to_string() +
+                               " that the topology does not have (it has " +
+                               topology->all_cpus().to_string() + ")");
+        pool = *parsed;
+    }
+    if (state_dir.empty()) state_dir = folder_of(socket_path);
+
+    // --- start-up (exit 1 on failure) ---
+    mall::log_line(mall::LogLevel::Info, version_text().substr(0, version_text().size() - 1) +
+                                             " starting as uid " + std::to_string(::geteuid()));
+    mall::log_line(mall::LogLevel::Info, "topology (" + topology_spec + "): " +
+                                             topology->description() + ", cpus " +
+                                             topology->all_cpus().to_string());
+    mall::log_line(mall::LogLevel::Info, "pool: cpus " + pool.to_string() + " (" +
+                                             std::to_string(pool.count()) + " cpus)");
+
+    std::string why;
+    auto backend = mall::make_backend(*backend_kind, cgroup_parent, &why, &error);
+    if (!backend) {
+        mall::log_line(mall::LogLevel::Error, error);
+        return kExitStartup;
+    }
+    mall::log_line(mall::LogLevel::Info, "backend " + std::string(mall::backend_name(backend->kind())) +
+                                             ": " + backend->describe() + " (" + why + ")");
+    mall::log_line(mall::LogLevel::Info,
+                   "policy " + std::string(mall::policy_name(*policy)) + ", ack timeout " +
+                       std::to_string(ack_timeout_ms) + " ms" +
+                       (vm["allow-self-register"].as<bool>() ? ", self-registration allowed" : ""));
+
+    mall::ServerOptions server_options;
+    server_options.socket_path = socket_path;
+    server_options.socket_mode = socket_mode;
+    server_options.state_dir = state_dir;
+    server_options.ack_timeout = std::chrono::milliseconds(ack_timeout_ms);
+    server_options.policy = *policy;
+    server_options.policy_given = !vm["policy"].defaulted();
+    for (unsigned uid : admin_uids) server_options.admin_uids.insert(static_cast<uid_t>(uid));
+    server_options.allow_self_register = vm["allow-self-register"].as<bool>();
+
+    try {
+        mall::Server server(std::move(server_options), *topology, pool, std::move(backend));
+        if (!server.start(&error)) {
+            mall::log_line(mall::LogLevel::Error, "cannot start: " + error);
+            return kExitStartup;
+        }
+        return server.run();
+    } catch (const std::exception &e) {
+        mall::log_line(mall::LogLevel::Error, std::string("fatal: ") + e.what());
+        return kExitStartup;
+    }
+}

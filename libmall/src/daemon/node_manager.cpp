@@ -1,0 +1,589 @@
+// node_manager.cpp — jobs, targets from the policy, and the two-phase transitions of
+// node_manager.hpp. Every request validates fully before it changes anything; every change of
+// targets runs advance(), which moves jobs until none can move further. Invariant kept by
+// construction: cpus are only ever added to a job's cpuset from cpus no other job holds.
+#include "node_manager.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "../common/protocol.hpp"
+
+namespace mall {
+
+namespace {
+
+nlohmann::json make_event(const char *name) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return nlohmann::json{{"event", name}, {"time", seconds}};
+}
+
+std::string quoted_set(const CpuSet &cpus) {
+    return cpus.empty() ? std::string("(none)") : cpus.to_string();
+}
+
+Outcome invalid(std::string text) { return Outcome::failure(MALL_ERR_INVAL, std::move(text)); }
+
+Outcome no_job(const std::string &job) {
+    return Outcome::failure(MALL_ERR_NOJOB, "no job named \"" + job +
+                                                "\" is registered (see `mallctl status`)");
+}
+
+}  // namespace
+
+uint64_t Job::acked_generation() const {
+    if (attachments.empty()) return generation;
+    uint64_t lowest = UINT64_MAX;
+    for (const auto &[id, acked] : attachments) lowest = std::min(lowest, acked);
+    return lowest;
+}
+
+NodeManager::NodeManager(const Topology &topology, CpuSet pool, PolicyKind policy,
+                         std::chrono::milliseconds ack_timeout, Effects &effects)
+    : topology_(topology),
+      pool_(std::move(pool)),
+      policy_(policy),
+      ack_timeout_(ack_timeout),
+      effects_(effects) {}
+
+// ---------------------------------------------------------------------------------------------
+// requests
+
+Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
+    if (auto why = proto::invalid_job_name(spec.id)) return invalid("bad job name: " + *why);
+    if (jobs_.count(spec.id) != 0) {
+        return invalid("job \"" + spec.id +
+                       "\" is already registered; deregister it first or pick another name");
+    }
+    if (spec.min < 1) return invalid("min must be at least 1 (got " + std::to_string(spec.min) + ")");
+    if (spec.min > spec.max) {
+        return invalid("min (" + std::to_string(spec.min) + ") is larger than max (" +
+                       std::to_string(spec.max) + ")");
+    }
+    if (spec.max > pool_.count()) {
+        return invalid("max (" + std::to_string(spec.max) + ") is larger than the pool (" +
+                       std::to_string(pool_.count()) + " cpus: " + quoted_set(pool_) +
+                       "); use a max of at most " + std::to_string(pool_.count()));
+    }
+    if (!(spec.weight > 0) || !std::isfinite(spec.weight)) {
+        return invalid("weight must be a positive number");
+    }
+    if (!pool_.contains(spec.guaranteed)) {
+        return invalid("guaranteed cpus " + (spec.guaranteed - pool_).to_string() +
+                       " are not in malld's pool " + quoted_set(pool_));
+    }
+    if (spec.guaranteed.count() > spec.max) {
+        return invalid("the job is guaranteed " + std::to_string(spec.guaranteed.count()) +
+                       " cpus but its max is " + std::to_string(spec.max) +
+                       "; max must be at least the number of guaranteed cpus");
+    }
+    for (const auto &[id, other] : jobs_) {
+        CpuSet reserved = other.spec.guaranteed;
+        if (other.pinned) reserved |= *other.pinned;
+        if (spec.guaranteed.intersects(reserved)) {
+            return invalid("guaranteed cpus " + (spec.guaranteed & reserved).to_string() +
+                           " are already guaranteed or pinned to job \"" + id + "\"");
+        }
+    }
+    if (spec.pids.empty()) return invalid("a job needs at least one pid");
+    for (pid_t pid : spec.pids) {
+        if (pid <= 0) return invalid("pid " + std::to_string(pid) + " is not a valid process id");
+    }
+
+    Job job;
+    job.spec = spec;
+    job.order = next_order_++;
+    jobs_.emplace(spec.id, std::move(job));
+
+    nlohmann::json ev = make_event("register");
+    ev["job"] = spec.id;
+    ev["uid"] = spec.uid;
+    ev["min"] = spec.min;
+    ev["max"] = spec.max;
+    ev["weight"] = spec.weight;
+    ev["guaranteed"] = spec.guaranteed.to_string();
+    ev["pids"] = spec.pids;
+    effects_.event(ev);
+
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::deregister_job(const std::string &job, TimePoint now) {
+    if (jobs_.count(job) == 0) return no_job(job);
+    jobs_.erase(job);
+    targets_.erase(job);
+    nlohmann::json ev = make_event("end");
+    ev["job"] = job;
+    ev["reason"] = "deregistered";
+    effects_.event(ev);
+    effects_.job_removed(job);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    auto &pids = it->second.spec.pids;
+    auto pos = std::find(pids.begin(), pids.end(), pid);
+    if (pos == pids.end()) {
+        return invalid("pid " + std::to_string(pid) + " is not registered to job \"" + job + "\"");
+    }
+    pids.erase(pos);
+    if (!pids.empty()) return Outcome::success();
+    jobs_.erase(it);
+    targets_.erase(job);
+    nlohmann::json ev = make_event("end");
+    ev["job"] = job;
+    ev["reason"] = "exited";
+    effects_.event(ev);
+    effects_.job_removed(job);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinned,
+                              TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    const Job &self = it->second;
+    if (pinned) {
+        const CpuSet available = available_pool();
+        if (!available.contains(*pinned)) {
+            return invalid("cpus " + (*pinned - available).to_string() +
+                           " are not in the available pool " + quoted_set(available));
+        }
+        const int n = pinned->count();
+        if (n < self.spec.min || n > self.spec.max) {
+            return invalid("job \"" + job + "\" takes " + std::to_string(self.spec.min) + " to " +
+                           std::to_string(self.spec.max) + " cpus, but " +
+                           std::to_string(n) + " were given");
+        }
+        const CpuSet own_guaranteed = self.spec.guaranteed & available;
+        if (!pinned->contains(own_guaranteed)) {
+            return invalid("the pinned set must contain the job's guaranteed cpus " +
+                           own_guaranteed.to_string());
+        }
+        for (const auto &[id, other] : jobs_) {
+            if (id == job) continue;
+            CpuSet reserved = other.spec.guaranteed;
+            if (other.pinned) reserved |= *other.pinned;
+            if (pinned->intersects(reserved)) {
+                return invalid("cpus " + (*pinned & reserved).to_string() +
+                               " are guaranteed or pinned to job \"" + id + "\"");
+            }
+        }
+    }
+    std::map<std::string, std::optional<CpuSet>> pins{{job, pinned}};
+    std::string stuck;
+    if (!reachable(plan(pins), &stuck)) {
+        return invalid("cannot move job \"" + job + "\" to cpus " +
+                       (pinned ? pinned->to_string() : std::string("chosen by the policy")) +
+                       ": job \"" + stuck + "\" would have to give up its only cpus before it "
+                       "gets others (a swap of cpus between jobs at their minimum cannot happen "
+                       "without a moment of overlap); pin in two steps that each leave every job "
+                       "at least one cpu, or raise the pool");
+    }
+    it->second.pinned = pinned;
+    nlohmann::json ev = make_event("pin");
+    ev["job"] = job;
+    ev["cpus"] = pinned ? pinned->to_string() : std::string("auto");
+    effects_.event(ev);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::set_policy(const std::string &name, TimePoint now) {
+    auto kind = parse_policy(name);
+    if (!kind) {
+        std::string valid;
+        for (const auto &n : policy_names()) valid += (valid.empty() ? "" : ", ") + n;
+        return invalid("unknown policy \"" + name + "\"; valid policies: " + valid);
+    }
+    policy_ = *kind;
+    nlohmann::json ev = make_event("policy");
+    ev["policy"] = policy_name(policy_);
+    effects_.event(ev);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::reclaim(const CpuSet &cpus, TimePoint now) {
+    if (cpus.empty()) return invalid("no cpus to reclaim were given");
+    if (!pool_.contains(cpus)) {
+        return invalid("cpus " + (cpus - pool_).to_string() + " are not in malld's pool " +
+                       quoted_set(pool_));
+    }
+    for (const auto &[id, job] : jobs_) {
+        if (cpus.intersects(job.spec.guaranteed)) {
+            return invalid("cpus " + (cpus & job.spec.guaranteed).to_string() +
+                           " are guaranteed to job \"" + id + "\" and cannot be reclaimed");
+        }
+    }
+    int sum_of_mins = 0;
+    for (const auto &[id, job] : jobs_) sum_of_mins += job.spec.min;
+    const int left = (available_pool() - cpus).count();
+    if (left < sum_of_mins) {
+        return invalid("reclaiming " + cpus.to_string() + " would leave " + std::to_string(left) +
+                       " cpus, fewer than the " + std::to_string(sum_of_mins) +
+                       " the registered jobs need at least (the sum of their mins)");
+    }
+    reclaimed_ |= cpus;
+    nlohmann::json ev = make_event("reclaim");
+    ev["cpus"] = cpus.to_string();
+    effects_.event(ev);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::release(const CpuSet &cpus, TimePoint now) {
+    if (cpus.empty()) return invalid("no cpus to release were given");
+    if (!reclaimed_.contains(cpus)) {
+        return invalid("cpus " + (cpus - reclaimed_).to_string() +
+                       " were not reclaimed (reclaimed now: " + quoted_set(reclaimed_) + ")");
+    }
+    reclaimed_ -= cpus;
+    nlohmann::json ev = make_event("release");
+    ev["cpus"] = cpus.to_string();
+    effects_.event(ev);
+    replan(now);
+    return Outcome::success();
+}
+
+// ---------------------------------------------------------------------------------------------
+// processes
+
+Outcome NodeManager::attach(const std::string &job, uint64_t attach_id, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    // The new process reads the page as it is now, so it has seen the current generation.
+    it->second.attachments[attach_id] = it->second.generation;
+    return Outcome::success();
+}
+
+void NodeManager::detach(const std::string &job, uint64_t attach_id, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    Job &j = it->second;
+    if (j.attachments.erase(attach_id) == 0) return;
+    if (j.awaiting_ack && j.acked_generation() >= j.generation) {
+        finish_transition(j, now, false);
+        advance(now);
+    }
+}
+
+void NodeManager::ack(const std::string &job, uint64_t attach_id, uint64_t generation,
+                      TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    Job &j = it->second;
+    auto att = j.attachments.find(attach_id);
+    if (att == j.attachments.end() || generation > j.generation) return;
+    att->second = std::max(att->second, generation);
+    if (j.awaiting_ack && j.acked_generation() >= j.generation) {
+        finish_transition(j, now, false);
+        advance(now);
+    }
+}
+
+void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t steps) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    it->second.work_units = work_units;
+    it->second.steps = steps;
+}
+
+// ---------------------------------------------------------------------------------------------
+// time
+
+void NodeManager::tick(TimePoint now) {
+    for (auto &[id, job] : jobs_) {
+        if (!job.awaiting_ack) continue;
+        if (job.acked_generation() >= job.generation) {
+            finish_transition(job, now, false);
+        } else if (job.ack_deadline <= now) {
+            finish_transition(job, now, true);
+        }
+    }
+    advance(now);
+}
+
+std::optional<TimePoint> NodeManager::next_deadline() const {
+    std::optional<TimePoint> next;
+    for (const auto &[id, job] : jobs_) {
+        if (job.awaiting_ack && (!next || job.ack_deadline < *next)) next = job.ack_deadline;
+        if (job.enforce_retry_at && (!next || *job.enforce_retry_at < *next))
+            next = job.enforce_retry_at;
+    }
+    return next;
+}
+
+// ---------------------------------------------------------------------------------------------
+// queries
+
+const Job *NodeManager::find(const std::string &job) const {
+    auto it = jobs_.find(job);
+    return it == jobs_.end() ? nullptr : &it->second;
+}
+
+bool NodeManager::holds_any(const CpuSet &cpus) const {
+    for (const auto &[id, job] : jobs_) {
+        if (job.cpuset.intersects(cpus) || job.published.intersects(cpus)) return true;
+    }
+    return false;
+}
+
+bool NodeManager::settled(const std::string &job) const {
+    const Job *j = find(job);
+    return j != nullptr && !j->published.empty() && !j->awaiting_ack && j->cpuset == j->published;
+}
+
+CpuSet NodeManager::free_cpus() const {
+    CpuSet free = available_pool();
+    for (const auto &[id, job] : jobs_) {
+        free -= job.cpuset;
+        free -= job.published;
+    }
+    return free;
+}
+
+nlohmann::json NodeManager::status() const {
+    nlohmann::json out;
+    out["pool"] = pool_.to_string();
+    out["available"] = available_pool().to_string();
+    out["reclaimed"] = reclaimed_.to_string();
+    out["free"] = free_cpus().to_string();
+    out["policy"] = policy_name(policy_);
+    out["ack_timeout_ms"] = ack_timeout_.count();
+    std::vector<const Job *> ordered;
+    for (const auto &[id, job] : jobs_) ordered.push_back(&job);
+    std::sort(ordered.begin(), ordered.end(),
+              [](const Job *a, const Job *b) { return a->order < b->order; });
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const Job *job : ordered) {
+        auto target = targets_.find(job->spec.id);
+        const bool at_target = target == targets_.end() || target->second == job->published;
+        const bool settled_now = !job->awaiting_ack && at_target && job->cpuset == job->published;
+        jobs.push_back({
+            {"job", job->spec.id},
+            {"uid", job->spec.uid},
+            {"min", job->spec.min},
+            {"max", job->spec.max},
+            {"weight", job->spec.weight},
+            {"guaranteed", job->spec.guaranteed.to_string()},
+            {"cpus", job->published.to_string()},
+            {"ncpus", job->published.count()},
+            {"cpuset", job->cpuset.to_string()},
+            {"target", target == targets_.end() ? job->published.to_string()
+                                                : target->second.to_string()},
+            {"generation", job->generation},
+            {"acked_generation", job->acked_generation()},
+            {"pinned", job->pinned.has_value()},
+            {"attached", job->attachments.size()},
+            {"state", settled_now ? "settled" : "changing"},
+            {"transitions", job->transitions},
+            {"ack_timeouts", job->ack_timeouts},
+            {"last_ack_latency_us", job->last_ack_latency_us},
+            {"work_units", job->work_units},
+            {"steps", job->steps},
+        });
+    }
+    out["jobs"] = std::move(jobs);
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// restart
+
+Outcome NodeManager::adopt(const Job &job) {
+    const std::string &id = job.spec.id;
+    if (auto why = proto::invalid_job_name(id)) return invalid("bad job name: " + *why);
+    if (jobs_.count(id) != 0) return invalid("job \"" + id + "\" is already registered");
+    const CpuSet held = job.cpuset | job.published;
+    if (!pool_.contains(held)) {
+        return invalid("job \"" + id + "\" holds cpus " + (held - pool_).to_string() +
+                       " outside malld's pool " + quoted_set(pool_));
+    }
+    for (const auto &[other_id, other] : jobs_) {
+        const CpuSet overlap = held & (other.cpuset | other.published);
+        if (!overlap.empty()) {
+            return invalid("job \"" + id + "\" holds cpus " + overlap.to_string() +
+                           " that job \"" + other_id + "\" holds too");
+        }
+    }
+    Job adopted = job;
+    if (adopted.order == 0) adopted.order = next_order_;
+    next_order_ = std::max(next_order_, adopted.order + 1);
+    // Until the next change of plan, an adopted job's target is what it was told: a restart alone
+    // moves nothing.
+    targets_[id] = adopted.published;
+    jobs_.emplace(id, std::move(adopted));
+    return Outcome::success();
+}
+
+// ---------------------------------------------------------------------------------------------
+// private
+
+std::map<std::string, CpuSet> NodeManager::plan(
+    const std::map<std::string, std::optional<CpuSet>> &pins) const {
+    std::vector<PolicyJob> input;
+    input.reserve(jobs_.size());
+    for (const auto &[id, job] : jobs_) {
+        PolicyJob p;
+        p.id = id;
+        p.min = job.spec.min;
+        p.max = job.spec.max;
+        p.weight = job.spec.weight;
+        p.guaranteed = job.spec.guaranteed;
+        p.current = job.published;  // what its processes use now: moves are counted against it
+        auto pin = pins.find(id);
+        p.pinned = pin != pins.end() ? pin->second : job.pinned;
+        p.order = job.order;
+        input.push_back(std::move(p));
+    }
+    return compute_allocation(policy_, topology_, available_pool(), input);
+}
+
+void NodeManager::replan(TimePoint now) {
+    targets_ = plan({});
+    advance(now);
+}
+
+bool NodeManager::reachable(const std::map<std::string, CpuSet> &targets,
+                            std::string *stuck) const {
+    // Replays advance() on sets alone, as if every ack came at once: a job steps to
+    // (held ∩ goal) ∪ (goal's cpus nobody else holds) when that is not empty. Cycles (two
+    // single-cpu jobs swapping) are the case this catches.
+    std::map<std::string, CpuSet> held;
+    for (const auto &[id, job] : jobs_) held[id] = job.published;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (auto &[id, mine] : held) {
+            auto goal = targets.find(id);
+            if (goal == targets.end() || goal->second == mine) continue;
+            CpuSet others;
+            for (const auto &[other_id, theirs] : held)
+                if (other_id != id) others |= theirs;
+            const CpuSet next = (mine & goal->second) | (goal->second - others);
+            if (next.empty() || next == mine) continue;
+            mine = next;
+            progress = true;
+        }
+    }
+    for (const auto &[id, mine] : held) {
+        auto goal = targets.find(id);
+        if (goal != targets.end() && goal->second != mine) {
+            if (stuck) *stuck = id;
+            return false;
+        }
+    }
+    return true;
+}
+
+void NodeManager::enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now) {
+    std::string error;
+    const bool ok = effects_.enforce(job.spec.id, cpus, growing, &error);
+    nlohmann::json ev = make_event("enforce");
+    ev["job"] = job.spec.id;
+    ev["cpus"] = cpus.to_string();
+    ev["growing"] = growing;
+    if (ok) {
+        job.cpuset = cpus;
+        job.enforce_retry_at.reset();
+    } else {
+        // The kernel may still give the job its old cpus: count both as held so no other job is
+        // given them. A failed narrowing is retried every second (advance() sees cpuset wider
+        // than published); a failed widening is only reported: the process still pins its
+        // threads through libmall, and the next change writes the cgroup again.
+        job.cpuset |= cpus;
+        job.enforce_retry_at.reset();
+        if (job.cpuset != cpus) job.enforce_retry_at = now + std::chrono::seconds(1);
+        ev["error"] = error.empty() ? std::string("enforce failed") : error;
+    }
+    effects_.event(ev);
+}
+
+void NodeManager::advance(TimePoint now) {
+    // Each pass either publishes a step toward a target or finishes one; published sets only
+    // grow toward targets after their first step, so this ends. The cap is a safety net.
+    for (int pass = 0; pass < 4 * CpuSet::kMaxCpus; ++pass) {
+        std::vector<Job *> ordered;
+        for (auto &[id, job] : jobs_) ordered.push_back(&job);
+        std::sort(ordered.begin(), ordered.end(),
+                  [](const Job *a, const Job *b) { return a->order < b->order; });
+        bool moved = false;
+        for (Job *job : ordered) {
+            if (job->awaiting_ack) continue;
+            if (job->cpuset != job->published) {  // adopted mid-shrink, or a failed write
+                if (job->enforce_retry_at && now < *job->enforce_retry_at) continue;
+                enforce(*job, job->published, !job->cpuset.contains(job->published), now);
+                moved = true;
+                continue;
+            }
+            auto target = targets_.find(job->spec.id);
+            if (target == targets_.end() || target->second == job->published) continue;
+            const CpuSet &goal = target->second;
+            const CpuSet next = (job->published & goal) | (goal - held_by_others(job->spec.id));
+            // An empty step would leave the job's threads nowhere to run: wait until a cpu of its
+            // goal is free (set_cpus refuses goals that could never be reached this way).
+            if (next.empty() || next == job->published) continue;
+
+            const CpuSet widened = job->cpuset | next;
+            if (widened != job->cpuset) enforce(*job, widened, true, now);
+            ++job->generation;
+            ++job->transitions;
+            job->published = next;
+            effects_.publish(job->spec.id, job->generation, next);
+            nlohmann::json ev = make_event("publish");
+            ev["job"] = job->spec.id;
+            ev["generation"] = job->generation;
+            ev["cpus"] = next.to_string();
+            ev["ncpus"] = next.count();
+            effects_.event(ev);
+            if (job->attachments.empty()) {
+                finish_transition(*job, now, false);  // nobody to wait for
+            } else {
+                job->awaiting_ack = true;
+                job->publish_time = effects_.clock_now(now);
+                job->ack_deadline = now + ack_timeout_;
+            }
+            moved = true;
+        }
+        if (!moved) return;
+    }
+}
+
+void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
+    const bool was_waiting = job.awaiting_ack;
+    job.awaiting_ack = false;
+    if (was_waiting && timed_out) {
+        ++job.ack_timeouts;
+        nlohmann::json ev = make_event("ack_timeout");
+        ev["job"] = job.spec.id;
+        ev["generation"] = job.generation;
+        effects_.event(ev);
+    } else if (was_waiting && !job.attachments.empty()) {
+        job.last_ack_latency_us =
+            std::chrono::duration<double, std::micro>(now - job.publish_time).count();
+        nlohmann::json ev = make_event("ack");
+        ev["job"] = job.spec.id;
+        ev["generation"] = job.generation;
+        ev["latency_us"] = job.last_ack_latency_us;
+        effects_.event(ev);
+    }
+    if (job.cpuset != job.published) enforce(job, job.published, false, now);
+}
+
+CpuSet NodeManager::held_by_others(const std::string &job) const {
+    CpuSet held;
+    for (const auto &[id, other] : jobs_) {
+        if (id == job) continue;
+        held |= other.cpuset;
+        held |= other.published;
+    }
+    return held;
+}
+
+}  // namespace mall

@@ -1,0 +1,467 @@
+// mallrun.cpp — runs a command as a malleable job without Slurm: forks CMD held on a pipe,
+// registers the child's pid with malld (the reply comes once the job holds cpus), then lets it
+// exec with MALL_SOCKET and MALL_JOB_ID set. Forwards signals, deregisters when the child ends,
+// and exits with the child's code (128+signal when it was killed; 127 when CMD cannot run).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/cpuset.hpp"
+#include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "mall/mall.h"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kExitRefused = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;
+constexpr int kExitCannotRun = 127;
+
+const char *const kUsageLine =
+    "usage: mallrun [--socket PATH] --malleable=MIN[:MAX] [--job NAME] [--weight W] [--require]\n"
+    "               [--verbose] -- CMD [ARGS...]\n";
+
+void print_help() {
+    std::cout
+        << "mallrun - run a command as a malleable job under malld\n"
+           "\n"
+        << kUsageLine
+        << "\n"
+           "mallrun starts CMD held back, registers it with malld (the node manager) as a job\n"
+           "that may use between MIN and MAX cores, waits until malld has given it its first\n"
+           "cores, then lets CMD run with MALL_SOCKET and MALL_JOB_ID in its environment, so that\n"
+           "libmall inside CMD attaches to the job and follows the cores malld gives it at each\n"
+           "training step. When CMD ends, mallrun deregisters the job and exits with CMD's status.\n"
+           "\n"
+           "Options:\n"
+           "  --malleable=MIN[:MAX]  the job's core limits: integers >= 1 with MIN <= MAX.\n"
+           "                         Without MAX the job may grow to the whole pool.\n"
+           "  --job NAME             the job's name (1-64 characters from A-Z a-z 0-9 . _ : -);\n"
+           "                         default: <basename of CMD>-<pid of mallrun>\n"
+           "  --weight W             the job's share when cores are scarce (> 0, default 1)\n"
+           "  --socket PATH          malld's socket (default: $MALL_SOCKET, else " MALL_DEFAULT_SOCKET ")\n"
+           "  --require              fail (exit 3) when malld cannot be reached, instead of running\n"
+           "                         CMD without malleability\n"
+           "  -v, --verbose          say what mallrun does (registration, cores, deregistration)\n"
+           "  -h, --help             show this text\n"
+           "  --version              print the version\n"
+           "\n"
+           "The `--` before CMD is required: everything after it belongs to CMD.\n"
+           "Registering needs root or an admin uid of malld (malld --admin-uid).\n"
+           "\n"
+           "Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to mallrun are\n"
+           "passed on to CMD (a Ctrl-C from the terminal reaches CMD directly).\n"
+           "\n"
+           "Exit status:\n"
+           "  CMD's exit status, or 128+N when CMD was killed by signal N\n"
+           "  1    malld refused the registration (its reason is printed)\n"
+           "  2    usage error\n"
+           "  3    malld unreachable and --require given\n"
+           "  127  CMD could not be run\n"
+           "  When malld cannot be reached (and no --require), mallrun warns and runs CMD as an\n"
+           "  ordinary, non-malleable process.\n"
+           "\n"
+           "Examples:\n"
+           "  sudo mallrun --malleable=1:4 -- ./train --epochs 3\n"
+           "  sudo mallrun --malleable=2 --job resnet-a --weight 2 -- python3 train.py\n"
+           "  mallrun --socket /tmp/mall/malld.sock --malleable=1:2 --require -- mall_train_sgd\n";
+}
+
+int usage_error(const std::string &what) {
+    std::cerr << "mallrun: " << what << "\n" << kUsageLine << "see `mallrun --help`\n";
+    return kExitUsage;
+}
+
+// --- --malleable=MIN[:MAX] ------------------------------------------------------------------
+
+// A whole number >= 1 written with digits only (no sign, no spaces), below 1e6.
+std::optional<int> parse_core_count(const std::string &text) {
+    if (text.empty() || text.size() > 6) return std::nullopt;
+    for (char c : text)
+        if (c < '0' || c > '9') return std::nullopt;
+    int value = std::stoi(text);
+    if (value < 1) return std::nullopt;
+    return value;
+}
+
+struct Limits {
+    int min = 1;
+    std::optional<int> max;  // nullopt: the whole pool
+};
+
+std::optional<Limits> parse_malleable(const std::string &text, std::string *error) {
+    const std::string allowed =
+        "--malleable takes MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX "
+        "(e.g. --malleable=1:4, or --malleable=2 to grow up to the whole pool)";
+    Limits limits;
+    auto colon = text.find(':');
+    std::string min_text = colon == std::string::npos ? text : text.substr(0, colon);
+    auto min = parse_core_count(min_text);
+    if (!min) {
+        *error = "bad --malleable value '" + text + "': " + allowed;
+        return std::nullopt;
+    }
+    limits.min = *min;
+    if (colon != std::string::npos) {
+        auto max = parse_core_count(text.substr(colon + 1));
+        if (!max) {
+            *error = "bad --malleable value '" + text + "': " + allowed;
+            return std::nullopt;
+        }
+        if (*max < *min) {
+            *error = "bad --malleable value '" + text + "': MIN (" + std::to_string(*min) +
+                     ") is larger than MAX (" + std::to_string(*max) + "); " + allowed;
+            return std::nullopt;
+        }
+        limits.max = *max;
+    }
+    return limits;
+}
+
+// --- command line splitting ------------------------------------------------------------------
+
+// mallrun's own options come before "--", the command after it. The separator is required so
+// that CMD's own options can never be taken for mallrun's. Returns false with *error when a word
+// that is neither an option nor an option's value stands before "--" (or "--" is missing).
+bool split_command_line(int argc, char **argv, std::vector<std::string> *own,
+                        std::vector<std::string> *command, std::string *error) {
+    static const char *const with_value[] = {"--socket", "--job", "--weight", "--malleable"};
+    int i = 1;
+    bool separator = false;
+    std::string stray;
+    for (; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "--") {
+            separator = true;
+            ++i;
+            break;
+        }
+        if (arg.size() < 2 || arg[0] != '-') {
+            if (stray.empty()) stray = arg;
+            continue;
+        }
+        own->push_back(arg);
+        for (const char *name : with_value) {
+            if (arg == name && i + 1 < argc) {
+                own->push_back(argv[++i]);
+                break;
+            }
+        }
+    }
+    for (; i < argc; ++i) command->push_back(argv[i]);
+    if (!stray.empty()) {
+        *error = separator ? "unexpected argument '" + stray + "' before --; the command goes after --"
+                           : "put the command after -- (got '" + stray +
+                                 "' without it), e.g. mallrun --malleable=1:2 -- " + stray;
+        return false;
+    }
+    return true;
+}
+
+// A valid job name from CMD's basename: invalid characters become '_', at most 64 characters.
+std::string default_job_name(const std::string &cmd) {
+    std::string base = cmd.substr(cmd.find_last_of('/') == std::string::npos ? 0 : cmd.find_last_of('/') + 1);
+    std::string clean;
+    for (char c : base) {
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == ':' || c == '-';
+        clean += ok ? c : '_';
+    }
+    if (clean.empty()) clean = "job";
+    std::string suffix = "-" + std::to_string(getpid());
+    if (clean.size() + suffix.size() > 64) clean.resize(64 - suffix.size());
+    return clean + suffix;
+}
+
+std::string absolute_path(const std::string &path) {
+    if (path.empty() || path[0] == '/') return path;
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return path;
+    return std::string(cwd) + "/" + path;
+}
+
+// --- signals -------------------------------------------------------------------------------
+
+volatile sig_atomic_t g_child = 0;
+const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+void forward_signal(int sig, siginfo_t *info, void *) {
+    // A signal the terminal generated (Ctrl-C, Ctrl-\, hang-up) went to the whole foreground
+    // process group, the child included: passing it on would deliver it twice.
+    if (info && info->si_code == SI_KERNEL) return;
+    pid_t child = g_child;
+    if (child > 0) kill(child, sig);
+}
+
+void install_forwarding() {
+    struct sigaction sa {};
+    sa.sa_sigaction = forward_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+}
+
+sigset_t forwarded_set() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kForwarded) sigaddset(&set, sig);
+    return set;
+}
+
+// --- running the command -------------------------------------------------------------------
+
+[[noreturn]] void exec_command(const std::vector<std::string> &command) {
+    std::vector<char *> args;
+    for (const auto &a : command) args.push_back(const_cast<char *>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    int err = errno;
+    std::string msg = "mallrun: cannot run " + command[0] + ": " + std::strerror(err) + "\n";
+    if (write(STDERR_FILENO, msg.data(), msg.size()) < 0) {
+    }
+    _exit(kExitCannotRun);
+}
+
+int exit_code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return kExitRefused;
+}
+
+int wait_child(pid_t child) {
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) {
+            std::cerr << "mallrun: waiting for " << child << " failed: " << std::strerror(errno) << "\n";
+            return kExitRefused;
+        }
+    }
+    return status;
+}
+
+struct Options {
+    std::string socket;
+    Limits limits;
+    std::string job;
+    double weight = 1.0;
+    bool require = false;
+    bool verbose = false;
+    std::vector<std::string> command;
+};
+
+// Tells malld the job is over; "unknown job" is fine (malld may have seen the exit first).
+void deregister(const Options &o, const std::string &socket_path) {
+    std::string error;
+    auto client = mall::CtlClient::connect(socket_path, &error);
+    if (!client) {
+        std::cerr << "mallrun: warning: could not deregister job " << o.job << ": " << error
+                  << " (malld notices the exit by itself)\n";
+        return;
+    }
+    mall::CtlResult r =
+        client->request(mall::proto::Type::Deregister, json{{"job", o.job}}, std::chrono::seconds(10));
+    if (r.ok) {
+        if (o.verbose) std::cerr << "mallrun: job " << o.job << " deregistered\n";
+        return;
+    }
+    if (r.code == MALL_ERR_NOJOB || r.error.find("unknown job") != std::string::npos) {
+        if (o.verbose) std::cerr << "mallrun: job " << o.job << " was already gone from malld\n";
+        return;
+    }
+    std::cerr << "mallrun: warning: could not deregister job " << o.job << ": " << r.error << "\n";
+}
+
+int run_malleable(const Options &o, mall::CtlClient &client, const std::string &socket_path) {
+    // The pool size, when MAX was left out: "up to the whole pool".
+    int max = 0;
+    if (o.limits.max) {
+        max = *o.limits.max;
+    } else {
+        mall::CtlResult status = client.request(mall::proto::Type::Status, json::object(),
+                                                std::chrono::seconds(10));
+        if (!status.ok) {
+            std::cerr << "mallrun: cannot ask malld for the pool size: " << status.error << "\n";
+            return status.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused;
+        }
+        std::string error;
+        std::string pool = status.body.value("pool", std::string());
+        auto cpus = mall::CpuSet::parse(pool, &error);
+        max = cpus ? cpus->count() : 0;
+        if (cpus && max < o.limits.min) {
+            std::cerr << "mallrun: --malleable=" << o.limits.min << " asks for at least " << o.limits.min
+                      << " cores, but malld's pool has " << max << " (" << pool
+                      << "); use a MIN of at most " << max << "\n";
+            return kExitRefused;
+        }
+        if (max < o.limits.min) max = o.limits.min;  // unreadable pool: let malld judge
+    }
+
+    int gate[2];
+    if (pipe2(gate, O_CLOEXEC) != 0) {
+        std::cerr << "mallrun: pipe failed: " << std::strerror(errno) << "\n";
+        return kExitRefused;
+    }
+    // Signals stay blocked across fork so neither side handles one half set up.
+    sigset_t forwarded = forwarded_set(), previous;
+    sigprocmask(SIG_BLOCK, &forwarded, &previous);
+    pid_t child = fork();
+    if (child < 0) {
+        std::cerr << "mallrun: fork failed: " << std::strerror(errno) << "\n";
+        sigprocmask(SIG_SETMASK, &previous, nullptr);
+        return kExitRefused;
+    }
+    if (child == 0) {
+        sigprocmask(SIG_SETMASK, &previous, nullptr);
+        close(gate[1]);
+        char go = 0;
+        ssize_t n;
+        do {
+            n = read(gate[0], &go, 1);
+        } while (n < 0 && errno == EINTR);
+        if (n != 1) _exit(kExitRefused);  // mallrun gave up (refused, or it died)
+        setenv("MALL_SOCKET", absolute_path(socket_path).c_str(), 1);
+        setenv("MALL_JOB_ID", o.job.c_str(), 1);
+        exec_command(o.command);
+    }
+    g_child = child;
+    close(gate[0]);
+    install_forwarding();
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
+
+    json body = {{"job", o.job},     {"uid", static_cast<int64_t>(getuid())},
+                 {"pids", {child}},  {"min", o.limits.min},
+                 {"max", max},       {"weight", o.weight}};
+    if (o.verbose)
+        std::cerr << "mallrun: registering job " << o.job << " (pid " << child << ", cores "
+                  << o.limits.min << ".." << max << ") with malld at " << socket_path << "\n";
+    mall::CtlResult r = client.request(mall::proto::Type::Register, body, std::chrono::seconds(30));
+    if (!r.ok) {
+        close(gate[1]);  // the held child reads end-of-file and exits without running CMD
+        kill(child, SIGKILL);
+        wait_child(child);
+        if (r.code == MALL_ERR_NODAEMON)
+            std::cerr << "mallrun: malld at " << socket_path << " did not answer the registration: "
+                      << r.error << "\n";
+        else
+            std::cerr << "mallrun: malld refused job " << o.job << ": " << r.error << "\n";
+        // A registration that timed out on our side may still complete on malld's. (Any other
+        // refusal registered nothing, and the name may belong to someone else's job.)
+        if (r.code == MALL_ERR_NODAEMON) deregister(o, socket_path);
+        return r.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused;
+    }
+    if (o.verbose)
+        std::cerr << "mallrun: job " << o.job << " holds cpus " << r.body.value("cpus", std::string("?"))
+                  << " (generation " << r.body.value("generation", json(0)).dump() << "); starting "
+                  << o.command[0] << "\n";
+    char go = 1;
+    ssize_t n;
+    do {
+        n = write(gate[1], &go, 1);
+    } while (n < 0 && errno == EINTR);
+    close(gate[1]);
+
+    int status = wait_child(child);
+    g_child = 0;
+    deregister(o, socket_path);
+    int code = exit_code_of(status);
+    if (o.verbose) std::cerr << "mallrun: " << o.command[0] << " ended with status " << code << "\n";
+    return code;
+}
+
+int run(int argc, char **argv) {
+    std::vector<std::string> own;
+    Options o;
+    std::string split_error;
+    const bool split_ok = split_command_line(argc, argv, &own, &o.command, &split_error);
+
+    po::options_description opts;
+    opts.add_options()("socket", po::value<std::string>(), "")("malleable", po::value<std::string>(), "")(
+        "job", po::value<std::string>(), "")("weight", po::value<double>(), "")(
+        "require", po::bool_switch(), "")("verbose,v", po::bool_switch(), "")(
+        "help,h", po::bool_switch(), "")("version", po::bool_switch(), "");
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(own).options(opts).run(), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        return usage_error(e.what());
+    }
+    if (vm["help"].as<bool>()) {
+        print_help();
+        return 0;
+    }
+    if (vm["version"].as<bool>()) {
+        std::cout << "mallrun (mall) " << MALL_API_VERSION_MAJOR << "." << MALL_API_VERSION_MINOR
+                  << "." << MALL_API_VERSION_PATCH << "\n";
+        return 0;
+    }
+    if (!split_ok) return usage_error(split_error);
+    if (!vm.count("malleable"))
+        return usage_error("--malleable=MIN[:MAX] is required (e.g. --malleable=1:4)");
+    std::string error;
+    auto limits = parse_malleable(vm["malleable"].as<std::string>(), &error);
+    if (!limits) return usage_error(error);
+    o.limits = *limits;
+    if (vm.count("weight")) {
+        o.weight = vm["weight"].as<double>();
+        if (!(o.weight > 0) || o.weight > 1e6)
+            return usage_error("--weight must be a number > 0 and <= 1e6 (e.g. 1 or 2.5)");
+    }
+    if (o.command.empty()) return usage_error("no command given; put it after --, e.g. mallrun --malleable=1:2 -- ./train");
+    o.job = vm.count("job") ? vm["job"].as<std::string>() : default_job_name(o.command[0]);
+    if (auto why = mall::proto::invalid_job_name(o.job)) return usage_error("bad job name '" + o.job + "': " + *why);
+    o.require = vm["require"].as<bool>();
+    o.verbose = vm["verbose"].as<bool>();
+    if (vm.count("socket")) {
+        o.socket = vm["socket"].as<std::string>();
+        if (o.socket.empty()) return usage_error("--socket needs a path, e.g. --socket /run/mall/malld.sock");
+    }
+    const std::string socket_path = mall::resolve_socket_path(o.socket);
+
+    auto client = mall::CtlClient::connect(socket_path, &error);
+    if (!client) {
+        if (o.require) {
+            auto cut = error.find("; is malld running?");
+            if (cut != std::string::npos) error.resize(cut);  // replaced by the fuller hint below
+            std::cerr << "mallrun: " << error << "\n"
+                      << "  is malld running? start it with `malld --socket " << socket_path
+                      << "` or pass --socket / set MALL_SOCKET; without --require, mallrun runs the "
+                         "command without malleability\n";
+            return kExitUnreachable;
+        }
+        std::cerr << "mallrun: warning: " << error << "\n"
+                  << "mallrun: running " << o.command[0] << " without malleability\n";
+        std::cerr.flush();
+        exec_command(o.command);
+    }
+    return run_malleable(o, *client, socket_path);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception &e) {
+        std::cerr << "mallrun: " << e.what() << "\n";
+        return kExitRefused;
+    }
+}

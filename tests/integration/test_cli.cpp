@@ -1,0 +1,307 @@
+// Proves that mallctl, mallrun and malld reject bad command lines with exit 2 and a clear message
+// and change nothing, document their options in --help, and that the documented commands work.
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/malld_fixture.hpp"
+
+MALL_TEST_WATCHDOG(240);
+
+namespace mall::test {
+namespace {
+
+using nlohmann::json;
+
+std::string joined(const std::vector<std::string> &argv) {
+    std::string s;
+    for (const auto &a : argv) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+// Status without the counters that move by themselves while jobs run.
+json stable_status(const std::string &socket) {
+    auto s = status_json(socket);
+    if (!s) return json();
+    for (auto &j : (*s)["jobs"]) {
+        for (const char *key : {"steps", "work_units", "last_ack_latency_us"}) j.erase(key);
+    }
+    return *s;
+}
+
+// Expects exit 2 and a message on stderr that mentions each of `mentions` (case-insensitive).
+void expect_usage_error(const std::vector<std::string> &argv, const std::vector<std::string> &mentions) {
+    auto r = run_command(argv);
+    EXPECT_EQ(r.exit_code, 2) << joined(argv) << "\nstdout: " << r.out << "\nstderr: " << r.err;
+    EXPECT_FALSE(trim(r.err).empty()) << joined(argv) << ": no message on stderr";
+    for (const auto &m : mentions)
+        EXPECT_TRUE(contains_icase(r.err, m)) << joined(argv) << ": the message should mention '" << m
+                                              << "'; stderr: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_CPUSET();
+        malld_ = std::make_unique<PrivateMalld>();
+        std::string error;
+        ASSERT_TRUE(malld_->start(&error)) << error;
+        job_ = std::make_unique<Child>(
+            mallrun_argv(malld_->socket(), "1:2", "cli", test_client_argv({"--step-us", "1000"})));
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "cli", "0-1", 1); }, 20s))
+            << malld_->log();
+    }
+    std::string socket() const { return malld_->socket(); }
+    std::unique_ptr<PrivateMalld> malld_;
+    std::unique_ptr<Child> job_;
+};
+
+TEST_F(Cli, BadMallctlArgumentsFailWithUsageErrorAndChangeNothing) {
+    const json before = stable_status(socket());
+    ASSERT_FALSE(before.is_null());
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli"}), {"--cpus"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "3-1"}), {"3-1"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "0,,1"}), {"0,,1"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "--cpus", "0"}), {"job"});
+    expect_usage_error(mallctl_argv(socket(), {"bogus"}), {"bogus"});
+    expect_usage_error(mallctl_argv(socket(), {}), {"command"});
+    expect_usage_error(mallctl_argv(socket(), {"status", "--frobnicate"}), {"frobnicate"});
+    expect_usage_error(mallctl_argv(socket(), {"reclaim"}), {"cpus"});
+    expect_usage_error(mallctl_argv(socket(), {"reclaim", "x"}), {"x"});
+    expect_usage_error(mallctl_argv(socket(), {"release", "1-"}), {"1-"});
+    expect_usage_error(mallctl_argv(socket(), {"policy"}), {"policy"});
+    expect_usage_error(mallctl_argv(socket(), {"watch", "--count", "0"}), {"count"});
+    EXPECT_EQ(stable_status(socket()), before) << "a refused command changed malld's state";
+}
+
+TEST_F(Cli, MallctlRefusalsByMalldExitOne) {
+    const json before = stable_status(socket());
+    for (const auto &args : std::vector<std::vector<std::string>>{
+             {"set", "nosuchjob", "--cpus", "0"},
+             {"set", "cli", "--cpus", "7"},  // not in the pool
+             {"policy", "bogus"},
+             {"release", "1"},  // never reclaimed
+         }) {
+        auto r = run_command(mallctl_argv(socket(), args));
+        EXPECT_EQ(r.exit_code, 1) << joined(args) << "\nstderr: " << r.err;
+        EXPECT_FALSE(trim(r.err).empty()) << joined(args) << ": malld's words must reach stderr";
+    }
+    EXPECT_EQ(stable_status(socket()), before);
+}
+
+TEST_F(Cli, BadMallrunArgumentsFailWithUsageErrorAndRunNothing) {
+    const json before = stable_status(socket());
+    const std::string marker = malld_->dir() + "/ran";
+    const std::vector<std::string> touch = {"/usr/bin/touch", marker};
+    auto mallrun = [&](std::vector<std::string> args, bool with_command = true) {
+        std::vector<std::string> argv{bin_path("mallrun"), "--socket", socket()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        if (with_command) {
+            argv.push_back("--");
+            argv.insert(argv.end(), touch.begin(), touch.end());
+        }
+        return argv;
+    };
+    expect_usage_error(mallrun({"--malleable=0"}), {"malleable"});
+    expect_usage_error(mallrun({"--malleable=3:1"}), {"malleable"});
+    expect_usage_error(mallrun({"--malleable=x"}), {"malleable"});
+    expect_usage_error(mallrun({"--malleable=1:x"}), {"malleable"});
+    expect_usage_error(mallrun({"--malleable=-1"}), {"malleable"});
+    expect_usage_error(mallrun({}), {"malleable"});
+    expect_usage_error(mallrun({"--malleable=1:2", "--job", "bad name!"}), {"job"});
+    expect_usage_error(mallrun({"--malleable=1:2"}, false), {"--"});  // no command at all
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "a refused mallrun ran its command";
+    EXPECT_EQ(stable_status(socket()), before) << "a refused mallrun registered something";
+}
+
+// The pinned synopsis is `mallrun [options] -- CMD ARGS...`: without the `--` separator the command
+// line is a usage error (exit 2, says to put the command after --), and nothing runs.
+TEST_F(Cli, MallrunRequiresTheDoubleDashSeparator) {
+    const json before = stable_status(socket());
+    const std::string marker = malld_->dir() + "/ran";
+    expect_usage_error({bin_path("mallrun"), "--socket", socket(), "--malleable=1:2", "/usr/bin/touch", marker},
+                       {"--"});
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "mallrun ran a command given without `--`";
+    EXPECT_EQ(stable_status(socket()), before) << "mallrun registered a command given without `--`";
+}
+
+TEST_F(Cli, BadMalldArgumentsFailWithUsageErrorAndTouchNothing) {
+    const json before = stable_status(socket());
+    const std::string other_socket = malld_->dir() + "/other.sock";
+    const std::string parent = malld_->cgroup_parent() + "_bad";
+    auto malld = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv{bin_path("malld"), "--socket", other_socket, "--state-dir", malld_->dir(),
+                                      "--cgroup-parent", parent};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return argv;
+    };
+    expect_usage_error(malld({"--cpus", "99"}), {"99"});
+    expect_usage_error(malld({"--cpus", "3-1"}), {"3-1"});
+    expect_usage_error(malld({"--backend", "bogus"}), {"bogus"});
+    expect_usage_error(malld({"--policy", "bogus"}), {"bogus"});
+    expect_usage_error(malld({"--ack-timeout-ms", "soon"}), {"ack-timeout"});
+    expect_usage_error(malld({"--log-level", "loud"}), {"loud"});
+    expect_usage_error(malld({"--frobnicate"}), {"frobnicate"});
+    EXPECT_FALSE(std::filesystem::exists(other_socket)) << "a refused malld left a socket";
+    EXPECT_FALSE(std::filesystem::exists(std::string(kCpusetRoot) + "/" + parent)) << "a refused malld made a cgroup";
+    // A second malld on the live socket must refuse too, and leave the first one serving.
+    std::filesystem::create_directories(malld_->dir() + "/x");
+    auto second = run_command({bin_path("malld"), "--socket", socket(), "--state-dir", malld_->dir() + "/x",
+                               "--cgroup-parent", parent},
+                              RunOptions{{}, false, 20s});
+    EXPECT_NE(second.exit_code, 0) << second.err;
+    EXPECT_FALSE(second.timed_out) << "a second malld on a live socket kept running";
+    EXPECT_FALSE(trim(second.err).empty());
+    remove_cgroup_tree(std::string(kCpusetRoot) + "/" + parent);
+    EXPECT_EQ(stable_status(socket()), before);
+}
+
+TEST(CliHelp, EachProgramDocumentsItsOptions) {
+    struct Program {
+        std::string name;
+        std::vector<std::string> mentions;
+    };
+    for (const auto &p : std::vector<Program>{
+             {"mallctl", {"--socket", "status", "--json", "set", "--cpus", "policy", "reclaim", "release", "watch",
+                          "--count", "--timeout"}},
+             {"mallrun", {"--socket", "--malleable", "--job", "--weight", "--require"}},
+             {"malld", {"--socket", "--cpus", "--state-dir", "--backend", "--policy", "--ack-timeout-ms",
+                        "--topology", "--cgroup-parent", "--admin-uid", "--allow-self-register", "--log-level",
+                        "--socket-mode"}},
+         }) {
+        auto r = run_command({bin_path(p.name), "--help"});
+        EXPECT_EQ(r.exit_code, 0) << p.name << " --help\n" << r.err;
+        for (const auto &m : p.mentions)
+            EXPECT_NE(r.out.find(m), std::string::npos) << p.name << " --help does not mention " << m << ":\n"
+                                                        << r.out;
+    }
+    auto version = run_command({bin_path("malld"), "--version"});
+    EXPECT_EQ(version.exit_code, 0);
+    EXPECT_FALSE(trim(version.out).empty());
+}
+
+TEST(CliNoDaemon, MallctlWithoutMalldExitsThree) {
+    const std::string missing = "/tmp/mall-test-no-such-dir-" + std::to_string(::getpid()) + "/malld.sock";
+    for (const auto &args : std::vector<std::vector<std::string>>{
+             {"status"}, {"status", "--json"}, {"set", "x", "--cpus", "0"}, {"policy", "static"}}) {
+        auto r = run_command(mallctl_argv(missing, args));
+        EXPECT_EQ(r.exit_code, 3) << joined(args) << "\n" << r.err;
+        EXPECT_TRUE(contains_icase(r.err, missing)) << "the message should name the socket: " << r.err;
+    }
+}
+
+TEST(CliNoDaemon, MallrunRunsNonMalleableWithAWarningWhenMalldIsAbsent) {
+    const std::string missing = "/tmp/mall-test-no-such-dir-" + std::to_string(::getpid()) + "/malld.sock";
+    auto r = run_command({bin_path("mallrun"), "--socket", missing, "--malleable=1:2", "--", "/bin/sh", "-c",
+                          "echo ran; exit 7"});
+    EXPECT_EQ(r.exit_code, 7) << r.err;
+    EXPECT_EQ(trim(r.out), "ran");
+    EXPECT_TRUE(contains_icase(r.err, "warning")) << "stderr: " << r.err;
+
+    auto required = run_command({bin_path("mallrun"), "--socket", missing, "--malleable=1:2", "--require", "--",
+                                 "/bin/sh", "-c", "echo ran; exit 7"});
+    EXPECT_EQ(required.exit_code, 3) << required.err;
+    EXPECT_EQ(required.out.find("ran"), std::string::npos) << "--require must not run the command";
+    EXPECT_FALSE(trim(required.err).empty());
+}
+
+TEST_F(Cli, MallrunPassesExitCodesAndSignals) {
+    auto seven = run_command(mallrun_argv(socket(), "1", "", {"/bin/sh", "-c", "exit 7"}));
+    EXPECT_EQ(seven.exit_code, 7) << seven.err;
+    auto zero = run_command(mallrun_argv(socket(), "1:2", "", {"/bin/true"}));
+    EXPECT_EQ(zero.exit_code, 0) << zero.err;
+    auto killed = run_command(mallrun_argv(socket(), "1:2", "", {"/bin/sh", "-c", "kill -9 $$"}));
+    EXPECT_EQ(killed.exit_code, 128 + 9) << killed.err;
+    // The child sees its job in the environment.
+    auto env = run_command(mallrun_argv(socket(), "1:2", "envjob", {"/bin/sh", "-c", "echo $MALL_JOB_ID $MALL_SOCKET"}));
+    EXPECT_EQ(env.exit_code, 0) << env.err;
+    EXPECT_EQ(trim(env.out), "envjob " + socket());
+    // Every job ended with its command: only the long-running one is left, back on the whole pool.
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s));
+    auto status = status_json(socket());
+    ASSERT_TRUE(status);
+    EXPECT_EQ((*status)["jobs"].size(), 1u) << status->dump(1);
+}
+
+TEST_F(Cli, MallrunForwardsSignalsToItsCommand) {
+    Child run(mallrun_argv(socket(), "1:2", "sig", {"/bin/sh", "-c", "trap 'echo got-term; exit 5' TERM; "
+                                                                        "echo ready; while :; do sleep 0.05; done"}));
+    ASSERT_TRUE(run.wait_for_line_starting("ready", 20s));
+    run.signal(SIGTERM);  // to mallrun only: it must pass it on
+    EXPECT_TRUE(run.wait_for_line_starting("got-term", 20s));
+    EXPECT_EQ(run.wait_exit(20s), 5);
+}
+
+TEST_F(Cli, PolicyChangeShowsInStatus) {
+    auto r = run_command(mallctl_argv(socket(), {"policy", "static"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto json_out = run_command(mallctl_argv(socket(), {"status", "--json"}));
+    ASSERT_EQ(json_out.exit_code, 0) << json_out.err;
+    json status = json::parse(json_out.out, nullptr, false);
+    ASSERT_FALSE(status.is_discarded()) << json_out.out;
+    EXPECT_EQ(status.value("policy", ""), "static");
+    // Static lends nothing: the job keeps only its min (1 cpu).
+    EXPECT_TRUE(wait_until(
+        [&] {
+            auto j = job_status(socket(), "cli");
+            return j && j->value("ncpus", 0) == 1 && j->value("state", "") == "settled";
+        },
+        20s))
+        << status_json(socket()).value_or(json()).dump(1);
+    auto table = run_command(mallctl_argv(socket(), {"status"}));
+    EXPECT_EQ(table.exit_code, 0);
+    EXPECT_NE(table.out.find("static"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find("cli"), std::string::npos) << table.out;
+
+    ASSERT_EQ(run_command(mallctl_argv(socket(), {"policy", "equal"})).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s));
+}
+
+TEST_F(Cli, ReclaimAndReleaseRoundTrip) {
+    auto reclaim = run_command(mallctl_argv(socket(), {"reclaim", "1", "--timeout-ms", "20000"}));
+    ASSERT_EQ(reclaim.exit_code, 0) << reclaim.err;
+    // reclaim returns once no job holds the cpu any more.
+    auto status = status_json(socket());
+    ASSERT_TRUE(status);
+    EXPECT_EQ(status->value("available", ""), "0");
+    EXPECT_EQ(status->value("reclaimed", ""), "1");
+    auto job = find_job(*status, "cli");
+    ASSERT_TRUE(job);
+    EXPECT_EQ(job->value("cpus", ""), "0");
+    EXPECT_EQ(job->value("cpuset", ""), "0");
+    EXPECT_EQ(cgroup_cpus(job->value("cgroup", "")).value_or("(missing)"), "0");
+    // Reclaiming the job's last cpu would break its min: refused, nothing changes.
+    auto too_much = run_command(mallctl_argv(socket(), {"reclaim", "0"}));
+    EXPECT_EQ(too_much.exit_code, 1) << too_much.err;
+    EXPECT_EQ(status_json(socket())->value("available", ""), "0");
+
+    auto release = run_command(mallctl_argv(socket(), {"release", "1"}));
+    ASSERT_EQ(release.exit_code, 0) << release.err;
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s))
+        << status_json(socket()).value_or(json()).dump(1);
+    status = status_json(socket());
+    ASSERT_TRUE(status);
+    EXPECT_EQ(status->value("available", ""), "0-1");
+    EXPECT_EQ(status->value("reclaimed", "?"), "");
+}
+
+TEST_F(Cli, WatchPrintsOneJsonLinePerEvent) {
+    Child watch(mallctl_argv(socket(), {"watch", "--json", "--count", "2", "--timeout-s", "30"}));
+    // Cause events until the watcher (connected at some point) has seen two.
+    EXPECT_TRUE(wait_until(
+        [&] {
+            run_command(mallctl_argv(socket(), {"policy", "equal"}));
+            return watch.all_lines().size() >= 2;
+        },
+        20s, 200ms));
+    EXPECT_EQ(watch.wait_exit(20s), 0);
+    for (const auto &line : watch.all_lines()) {
+        json e = json::parse(line, nullptr, false);
+        ASSERT_TRUE(e.is_object()) << line;
+        EXPECT_TRUE(e.contains("event") && e.contains("time")) << line;
+    }
+}
+
+}  // namespace
+}  // namespace mall::test

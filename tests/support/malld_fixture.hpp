@@ -1,0 +1,262 @@
+// malld_fixture.hpp — helpers for integration tests and benchmarks: a private malld (own socket,
+// state dir and cgroup parent in a temp folder), child processes killed and reaped by their owners,
+// /proc and cgroup readers, a Watch-stream recorder, and a watchdog. Everything a helper creates is
+// removed by its destructor (and, on a watchdog expiry, by an async-signal-safe last-resort sweep).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace mall::test {
+
+using namespace std::chrono_literals;
+using Millis = std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------------------------
+// Where things are.
+std::string bin_path(const std::string &program);  // MALL_BIN_DIR/<program>
+constexpr const char *kCpusetRoot = "/sys/fs/cgroup/cpuset";
+
+// Why the integration tests cannot run here, or nullopt when they can: they need root (cgroup
+// writes, setuid to nobody) and a mounted cgroup-v1 cpuset controller.
+std::optional<std::string> missing_privileges();
+
+// Skips the current test with the stated reason when missing_privileges() says so.
+#define MALL_REQUIRE_ROOT_AND_CPUSET()                                            \
+    do {                                                                          \
+        if (auto mall_skip_reason_ = ::mall::test::missing_privileges())          \
+            GTEST_SKIP() << *mall_skip_reason_;                                   \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Watchdog: a hang fails the program (exit 124 with a message) instead of stalling CI. On expiry it
+// SIGKILLs every registered process group and malld, removes registered cgroup folders and temp
+// dirs, then _exits. Use MALL_TEST_WATCHDOG(seconds) once per test file; benchmarks call
+// arm_watchdog() themselves.
+void arm_watchdog(unsigned seconds);
+
+class WatchdogEnvironment : public ::testing::Environment {
+public:
+    explicit WatchdogEnvironment(unsigned seconds = 240) : seconds_(seconds) {}
+    void SetUp() override { arm_watchdog(seconds_); }
+    void TearDown() override;
+
+private:
+    unsigned seconds_;
+};
+
+#define MALL_TEST_WATCHDOG(seconds)                                                     \
+    static ::testing::Environment *const mall_test_watchdog_env_ [[maybe_unused]] =     \
+        ::testing::AddGlobalTestEnvironment(new ::mall::test::WatchdogEnvironment(seconds))
+
+// ---------------------------------------------------------------------------------------------
+// Small utilities.
+
+// Polls pred every `interval` until it is true or the timeout passes; returns pred's last value.
+bool wait_until(const std::function<bool()> &pred, Millis timeout, Millis interval = 20ms);
+
+std::string read_file(const std::string &path);  // "" when unreadable
+std::string trim(std::string s);
+bool contains_icase(const std::string &haystack, const std::string &needle);
+
+// Cpus_allowed_list of every thread of pid (tid -> list text); empty map if the process is gone.
+std::map<pid_t, std::string> thread_cpus_allowed(pid_t pid);
+// Union of every thread's allowed cpus of the given pids, as sorted cpu numbers.
+std::vector<int> allowed_cpus_union(const std::vector<pid_t> &pids);
+// True when every thread of every pid is allowed exactly `cpus` (and the pids have threads).
+bool threads_all_on(const std::vector<pid_t> &pids, const std::string &cpus);
+// "pid/tid=list ..." for failure messages.
+std::string describe_threads(const std::vector<pid_t> &pids);
+// A cgroup's cpuset.cpus (trimmed), nullopt when the folder or file is missing.
+std::optional<std::string> cgroup_cpus(const std::string &cgroup_dir);
+// Parses Linux list text ("0-3,8") into cpu numbers; nullopt on bad text.
+std::optional<std::vector<int>> parse_cpu_list(const std::string &text);
+
+// Result of a program run to completion.
+struct CommandResult {
+    int exit_code = -1;      // exit status, 128+signal if killed, -1 if it could not be started
+    bool timed_out = false;  // the deadline passed and the program was SIGKILLed
+    pid_t pid = -1;
+    std::string out;
+    std::string err;
+};
+
+struct RunOptions {
+    std::vector<std::pair<std::string, std::string>> env;  // added to a MALL_*-free environment
+    bool as_nobody = false;  // setgid/setuid to nobody in the child (needs root)
+    Millis timeout = 30s;
+};
+
+// Runs argv[0] (a path) with argv, capturing stdout and stderr.
+CommandResult run_command(const std::vector<std::string> &argv, const RunOptions &options = {});
+
+// ---------------------------------------------------------------------------------------------
+// A child process in its own process group. Its stdout is read by a background thread into lines
+// (so the child never blocks on a full pipe); stderr goes to the test's stderr unless captured.
+struct ChildOptions {
+    std::vector<std::pair<std::string, std::string>> env;  // added to a MALL_*-free environment
+    bool as_nobody = false;
+    bool capture_stderr = false;  // when true, stderr lines are merged into the stdout lines
+};
+
+class Child {
+public:
+    Child(std::vector<std::string> argv, ChildOptions options = {});
+    ~Child();  // SIGTERM to the group, SIGKILL after 3 s, reap; joins the reader
+    Child(const Child &) = delete;
+    Child &operator=(const Child &) = delete;
+
+    bool started() const { return pid_ > 0; }
+    pid_t pid() const { return pid_; }
+    const std::vector<std::string> &argv() const { return argv_; }
+
+    // Next unread stdout line, waiting at most `timeout`; nullopt on timeout or end of output.
+    std::optional<std::string> read_line(Millis timeout);
+    // Reads lines until one satisfies pred (returned) or the timeout passes.
+    std::optional<std::string> wait_for_line(const std::function<bool(const std::string &)> &pred,
+                                             Millis timeout);
+    std::optional<std::string> wait_for_line_starting(const std::string &prefix, Millis timeout);
+    // Every line seen so far (read or not).
+    std::vector<std::string> all_lines() const;
+
+    void signal(int sig) const;        // to the child only
+    void signal_group(int sig) const;  // to its whole process group
+    // Waits for exit; returns the exit code (128+signal when killed) or nullopt on timeout.
+    std::optional<int> wait_exit(Millis timeout);
+    bool exited() const { return exit_code_.has_value(); }
+
+private:
+    void reader_loop(int fd);
+    std::vector<std::string> argv_;
+    pid_t pid_ = -1;
+    std::optional<int> exit_code_;
+    std::thread reader_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<std::string> lines_;
+    size_t next_unread_ = 0;
+    bool eof_ = false;
+};
+
+// argv for `mallrun --socket S --malleable=SPEC [--job NAME] [extra...] -- cmd...`.
+std::vector<std::string> mallrun_argv(const std::string &socket, const std::string &malleable,
+                                      const std::string &job, const std::vector<std::string> &cmd,
+                                      const std::vector<std::string> &extra = {});
+// argv for mall_test_client with the given options (e.g. {"--step-us", "100"}).
+std::vector<std::string> test_client_argv(const std::vector<std::string> &options = {});
+// argv for `mallctl --socket S args...`.
+std::vector<std::string> mallctl_argv(const std::string &socket, const std::vector<std::string> &args);
+
+// ---------------------------------------------------------------------------------------------
+// A private malld.
+struct MalldOptions {
+    std::string backend = "cgroup-v1";
+    std::string policy = "equal";
+    int ack_timeout_ms = 2000;
+    std::string cpus = "0-1";  // "" = malld's default (the whole topology)
+    std::string log_level = "debug";
+    std::vector<std::string> extra_args;
+    Millis ready_timeout = 10s;
+};
+
+class PrivateMalld {
+public:
+    explicit PrivateMalld(MalldOptions options = {});
+    ~PrivateMalld();  // stops malld, removes its cgroup folders and the temp dir
+    PrivateMalld(const PrivateMalld &) = delete;
+    PrivateMalld &operator=(const PrivateMalld &) = delete;
+
+    // Starts malld and waits until its socket answers a Status. False with *error (including the
+    // log's tail) if it exited or did not answer before the ready timeout.
+    bool start(std::string *error);
+    // SIGKILLs malld and reaps it (its jobs' processes and cgroups stay, as after a crash).
+    void kill9();
+    // Starts again on the same socket, state dir and cgroup parent.
+    bool restart(std::string *error) { return start(error); }
+    // SIGTERM, then SIGKILL after `deadline`. Returns malld's exit code (128+signal when killed),
+    // nullopt when it was not running.
+    std::optional<int> stop(Millis deadline = 5s);
+    bool running() const { return pid_ > 0; }
+
+    pid_t pid() const { return pid_; }
+    const std::string &dir() const { return dir_; }
+    const std::string &socket() const { return socket_; }
+    const std::string &state_dir() const { return state_dir_; }
+    const std::string &cgroup_parent() const { return cgroup_parent_; }
+    std::string cgroup_dir() const;  // /sys/fs/cgroup/cpuset/<parent>
+    const std::string &log_path() const { return log_path_; }
+    std::string log() const { return read_file(log_path_); }
+    const MalldOptions &options() const { return options_; }
+    std::vector<std::string> argv() const;
+
+private:
+    MalldOptions options_;
+    std::string dir_, socket_, state_dir_, cgroup_parent_, log_path_;
+    pid_t pid_ = -1;
+};
+
+// Removes a cpuset cgroup folder and its sub-folders: moves leftover pids to the cpuset root,
+// rmdirs children first. Returns false if something could not be removed.
+bool remove_cgroup_tree(const std::string &dir);
+
+// ---------------------------------------------------------------------------------------------
+// Talking to malld.
+
+// The Status reply body (what `mallctl status --json` prints), nullopt when malld does not answer.
+std::optional<nlohmann::json> status_json(const std::string &socket);
+// The job's entry in a status object, nullopt when not listed.
+std::optional<nlohmann::json> find_job(const nlohmann::json &status, const std::string &job);
+// Status of one job, nullopt when malld does not answer or does not list it.
+std::optional<nlohmann::json> job_status(const std::string &socket, const std::string &job);
+// True when the job is listed, settled (no transition in flight, every change acked) with the
+// given published and enforced cpus, and (if attached >= 0) that many attached processes.
+bool job_settled_on(const std::string &socket, const std::string &job, const std::string &cpus,
+                    int attached = -1);
+// The job's registered pids from status.
+std::vector<pid_t> job_pids(const nlohmann::json &job);
+
+// Records malld's Watch stream on a background thread.
+class EventRecorder {
+public:
+    EventRecorder() = default;
+    ~EventRecorder();
+    bool start(const std::string &socket, std::string *error);
+    void stop();
+    std::vector<nlohmann::json> events() const;
+    nlohmann::json at(size_t index) const;  // null when out of range
+    size_t size() const;
+    // Waits until some event at index >= from satisfies pred; returns its index.
+    std::optional<size_t> wait_for(const std::function<bool(const nlohmann::json &)> &pred,
+                                   Millis timeout, size_t from = 0);
+
+private:
+    void loop();
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
+    std::thread thread_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<nlohmann::json> events_;
+    bool stop_ = false;
+    bool closed_ = false;
+};
+
+// Predicates over event bodies.
+bool is_event(const nlohmann::json &e, const std::string &kind, const std::string &job = "");
+
+}  // namespace mall::test

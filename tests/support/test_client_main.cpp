@@ -1,0 +1,125 @@
+// test_client_main.cpp — mall_test_client, the small training-process stand-in that integration
+// tests and benchmarks start under malld. Uses the public C API only. Prints "open rc=<rc> job=<id>",
+// then "change step=<n> gen=<g> ncpus=<c> cpus=<list>" for each applied allocation (line-buffered).
+// Exits 0 on SIGTERM/SIGINT or when --duration-s has passed.
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "mall/mall.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+// Sleeps for `us` microseconds; returns early when a stop signal interrupts the sleep.
+void sleep_us(long us) {
+    timespec ts{us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, nullptr);
+}
+
+void worker(mall_t *m, bool spin) {
+    int rc = mall_bind_thread(m);
+    if (rc != MALL_SUCCESS && rc != MALL_ERR_DETACHED)
+        std::fprintf(stderr, "mall_test_client: mall_bind_thread: %s\n", mall_strerror(rc));
+    volatile uint64_t sink = 0;
+    while (!g_stop.load(std::memory_order_relaxed)) {
+        if (spin) {
+            for (int i = 0; i < 10000; ++i) sink = sink + static_cast<uint64_t>(i);
+        } else {
+            sleep_us(10000);
+        }
+    }
+    mall_unbind_thread(m);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    int threads = 2;
+    long step_us = 1000;
+    double duration_s = 60;
+    bool no_step = false, spin = false;
+    std::string socket;
+
+    po::options_description opts("mall_test_client options");
+    opts.add_options()("help,h", "show this text")(
+        "threads", po::value<int>(&threads)->default_value(2), "worker threads, each calls mall_bind_thread")(
+        "step-us", po::value<long>(&step_us)->default_value(1000), "microseconds between mall_step() calls")(
+        "no-step", po::bool_switch(&no_step), "never call mall_step() (a process that never acks)")(
+        "duration-s", po::value<double>(&duration_s)->default_value(60), "exit 0 after this many seconds")(
+        "spin", po::bool_switch(&spin), "workers busy-loop instead of sleeping")(
+        "socket", po::value<std::string>(&socket), "malld's socket (default: $MALL_SOCKET, then the default)");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        std::cerr << "mall_test_client: " << e.what() << "\n" << opts;
+        return 2;
+    }
+    if (vm.count("help")) {
+        std::cout << "mall_test_client: attaches to malld through libmall, starts worker threads and\n"
+                     "calls mall_step() periodically, printing each applied allocation.\n\n"
+                  << opts;
+        return 0;
+    }
+    if (threads < 0 || threads > 1024 || step_us < 1 || !(duration_s > 0)) {
+        std::cerr << "mall_test_client: need 0 <= --threads <= 1024, --step-us >= 1, --duration-s > 0\n";
+        return 2;
+    }
+
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+
+    mall_t *m = nullptr;
+    mall_error_t err{};
+    int rc = mall_open(socket.empty() ? nullptr : socket.c_str(), &m, &err);
+    std::printf("open rc=%d job=%s\n", rc, m ? mall_job_id(m) : "");
+    if (rc != MALL_SUCCESS) std::fprintf(stderr, "mall_test_client: mall_open: %s: %s\n", mall_strerror(rc), err.text);
+    if (!m) return 1;
+
+    std::vector<std::thread> workers;
+    for (int i = 0; i < threads; ++i) workers.emplace_back(worker, m, spin);
+
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(duration_s));
+    static mall_alloc_t alloc;  // large (4 KiB of text): keep it off the stack
+    uint64_t step = 0;
+    while (!g_stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
+        if (no_step) {
+            sleep_us(10000);
+            continue;
+        }
+        ++step;
+        mall_report_progress(m, 1);
+        if (mall_step(m) == MALL_SUCCESS && mall_get_allocation(m, &alloc) == MALL_SUCCESS) {
+            std::printf("change step=%llu gen=%llu ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
+                        static_cast<unsigned long long>(alloc.generation), alloc.ncpus, alloc.cpus);
+        }
+        sleep_us(step_us);
+    }
+    g_stop.store(true);
+    for (auto &t : workers) t.join();
+    mall_close(m);
+    return 0;
+}

@@ -1,0 +1,243 @@
+// test_protocol.cpp — proves the wire format round-trips and that decode() rejects every kind of bad
+// packet with words that say what was wrong; also the typed getters and job-name validation.
+#include <unistd.h>
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "common/protocol.hpp"
+
+namespace proto = mall::proto;
+
+namespace {
+
+class Watchdog : public ::testing::Environment {
+public:
+    void SetUp() override { alarm(60); }
+};
+const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+
+// A packet with a hand-made header, for the cases encode() refuses to produce.
+std::string raw_packet(uint32_t magic, uint16_t version, uint16_t type, uint32_t length, uint32_t id,
+                       const std::string &payload) {
+    std::string packet(proto::kHeaderSize, '\0');
+    std::memcpy(&packet[0], &magic, 4);
+    std::memcpy(&packet[4], &version, 2);
+    std::memcpy(&packet[6], &type, 2);
+    std::memcpy(&packet[8], &length, 4);
+    std::memcpy(&packet[12], &id, 4);
+    return packet + payload;
+}
+
+std::string raw_packet(const std::string &payload, uint16_t type = 6) {
+    return raw_packet(proto::kMagic, proto::kVersion, type, static_cast<uint32_t>(payload.size()), 7, payload);
+}
+
+// Decodes a packet that must be rejected and returns the reason.
+std::string rejection(const std::string &packet) {
+    std::string error;
+    auto msg = proto::decode(packet, &error);
+    EXPECT_FALSE(msg.has_value()) << "accepted a bad packet";
+    EXPECT_FALSE(error.empty()) << "rejection without words";
+    return error;
+}
+
+}  // namespace
+
+TEST(Protocol, RoundTripKeepsTypeIdAndBody) {
+    proto::Message msg;
+    msg.type = proto::Type::Register;
+    msg.request_id = 0xdeadbeef;
+    msg.body = {{"job", "train-1"}, {"uid", 1000}, {"pids", {1, 2, 3}}, {"min", 1}, {"max", 4}, {"weight", 1.5}};
+    std::string packet = proto::encode(msg);
+    ASSERT_EQ(packet.size(), proto::kHeaderSize + msg.body.dump().size());
+
+    std::string error;
+    auto decoded = proto::decode(packet, &error);
+    ASSERT_TRUE(decoded.has_value()) << error;
+    EXPECT_EQ(decoded->type, proto::Type::Register);
+    EXPECT_EQ(decoded->request_id, 0xdeadbeefu);
+    EXPECT_EQ(decoded->body, msg.body);
+}
+
+TEST(Protocol, EveryKnownTypeRoundTrips) {
+    for (uint16_t t = 0; t < 200; ++t) {
+        if (!proto::is_known_type(t)) continue;
+        proto::Message msg;
+        msg.type = static_cast<proto::Type>(t);
+        auto decoded = proto::decode(proto::encode(msg), nullptr);
+        ASSERT_TRUE(decoded.has_value()) << "type " << t;
+        EXPECT_EQ(static_cast<uint16_t>(decoded->type), t);
+        EXPECT_STRNE(proto::type_name(decoded->type), "unknown");
+    }
+    EXPECT_FALSE(proto::is_known_type(0));
+    EXPECT_FALSE(proto::is_known_type(12));
+    EXPECT_FALSE(proto::is_known_type(63));
+    EXPECT_FALSE(proto::is_known_type(67));
+}
+
+TEST(Protocol, EmptyObjectPayloadIsFine) {
+    auto decoded = proto::decode(raw_packet("{}"), nullptr);
+    ASSERT_TRUE(decoded.has_value());
+    EXPECT_TRUE(decoded->body.is_object());
+    EXPECT_TRUE(decoded->body.empty());
+}
+
+TEST(Protocol, EncodeRefusesOversizedPayload) {
+    proto::Message msg;
+    msg.type = proto::Type::Status;
+    msg.body = {{"blob", std::string(proto::kMaxPayload, 'x')}};
+    EXPECT_THROW(proto::encode(msg), std::length_error);
+}
+
+TEST(Protocol, EncodeSurvivesInvalidUtf8) {
+    proto::Message msg;
+    msg.type = proto::Type::Reply;
+    msg.body = {{"error", std::string("bad \xff\xfe name")}};
+    std::string packet;
+    EXPECT_NO_THROW(packet = proto::encode(msg));
+    EXPECT_TRUE(proto::decode(packet, nullptr).has_value());
+}
+
+TEST(Protocol, RejectsTruncatedHeader) {
+    EXPECT_NE(rejection("").find("truncated"), std::string::npos);
+    std::string error = rejection(raw_packet("{}").substr(0, 15));
+    EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    EXPECT_NE(error.find("15 bytes"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsTruncatedPayload) {
+    std::string packet = raw_packet("{\"job\":\"a\"}");
+    std::string error = rejection(packet.substr(0, packet.size() - 3));
+    EXPECT_NE(error.find("truncated payload"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsOversizedLength) {
+    std::string error = rejection(
+        raw_packet(proto::kMagic, proto::kVersion, 6, static_cast<uint32_t>(proto::kMaxPayload + 1), 1, "{}"));
+    EXPECT_NE(error.find("oversized"), std::string::npos) << error;
+    EXPECT_NE(error.find(std::to_string(proto::kMaxPayload)), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsUnknownType) {
+    std::string error = rejection(raw_packet("{}", 42));
+    EXPECT_NE(error.find("unknown message type 42"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsOtherVersion) {
+    std::string error = rejection(raw_packet(proto::kMagic, 2, 6, 2, 1, "{}"));
+    EXPECT_NE(error.find("protocol version 2, this malld speaks 1"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsBadMagic) {
+    std::string error = rejection(raw_packet(0x12345678, proto::kVersion, 6, 2, 1, "{}"));
+    EXPECT_NE(error.find("bad magic"), std::string::npos) << error;
+    EXPECT_NE(error.find("0x12345678"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsTrailingBytes) {
+    std::string packet = raw_packet(proto::kMagic, proto::kVersion, 6, 2, 1, "{}xyz");
+    std::string error = rejection(packet);
+    EXPECT_NE(error.find("trailing bytes"), std::string::npos) << error;
+    EXPECT_NE(error.find("3 bytes"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsInvalidJson) {
+    std::string error = rejection(raw_packet("{\"job\": "));
+    EXPECT_NE(error.find("invalid JSON"), std::string::npos) << error;
+    error = rejection(raw_packet("{job: 1}"));
+    EXPECT_NE(error.find("invalid JSON"), std::string::npos) << error;
+}
+
+TEST(Protocol, RejectsNonObjectJson) {
+    for (const char *payload : {"[1,2]", "\"text\"", "42", "null", "true"}) {
+        std::string error = rejection(raw_packet(payload));
+        EXPECT_NE(error.find("must be a JSON object"), std::string::npos) << payload << ": " << error;
+    }
+}
+
+TEST(Protocol, ReplyBuilders) {
+    auto ok = proto::ok_reply({{"job", "a"}});
+    EXPECT_EQ(ok["ok"], true);
+    EXPECT_EQ(ok["job"], "a");
+    EXPECT_EQ(proto::ok_reply()["ok"], true);
+    auto err = proto::error_reply(-3, "not yours");
+    EXPECT_EQ(err["ok"], false);
+    EXPECT_EQ(err["code"], -3);
+    EXPECT_EQ(err["error"], "not yours");
+}
+
+// Runs f, which must throw ProtocolError, and returns its message.
+template <typename F>
+std::string protocol_error(F f) {
+    try {
+        f();
+    } catch (const proto::ProtocolError &e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "no ProtocolError thrown";
+    return "";
+}
+
+TEST(Protocol, GettersReturnValues) {
+    nlohmann::json body = {{"job", "a"}, {"min", 2}, {"big", 18446744073709551615ull}, {"none", nullptr}};
+    EXPECT_EQ(proto::get_string(body, "job"), "a");
+    EXPECT_EQ(proto::get_optional_string(body, "job"), "a");
+    EXPECT_EQ(proto::get_optional_string(body, "absent"), std::nullopt);
+    EXPECT_EQ(proto::get_optional_string(body, "none"), std::nullopt);
+    EXPECT_EQ(proto::get_int(body, "min", 1, 10), 2);
+    EXPECT_EQ(proto::get_optional_int(body, "min", 1, 10), 2);
+    EXPECT_EQ(proto::get_optional_int(body, "absent", 1, 10), std::nullopt);
+    EXPECT_EQ(proto::get_uint(body, "min"), 2u);
+    EXPECT_EQ(proto::get_uint(body, "big"), 18446744073709551615ull);
+}
+
+TEST(Protocol, GetterErrorsNameTheField) {
+    nlohmann::json body = {{"job", 5}, {"min", "two"}, {"max", 0}, {"neg", -1}, {"frac", 1.5}, {"big", 18446744073709551615ull}};
+    std::string e = protocol_error([&] { proto::get_string(body, "missing_one"); });
+    EXPECT_NE(e.find("\"missing_one\""), std::string::npos) << e;
+    EXPECT_NE(e.find("missing"), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_string(body, "job"); });
+    EXPECT_NE(e.find("\"job\""), std::string::npos) << e;
+    EXPECT_NE(e.find("string"), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_optional_string(body, "job"); });
+    EXPECT_NE(e.find("\"job\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_int(body, "min", 1, 10); });
+    EXPECT_NE(e.find("\"min\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_int(body, "max", 1, 10); });
+    EXPECT_NE(e.find("\"max\""), std::string::npos) << e;
+    EXPECT_NE(e.find("between 1 and 10"), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_int(body, "frac", 0, 10); });
+    EXPECT_NE(e.find("\"frac\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_int(body, "big", 0, 10); });
+    EXPECT_NE(e.find("\"big\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_optional_int(body, "neg", 0, 10); });
+    EXPECT_NE(e.find("\"neg\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_uint(body, "neg"); });
+    EXPECT_NE(e.find("\"neg\""), std::string::npos) << e;
+    EXPECT_NE(e.find("non-negative"), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_uint(body, "min"); });
+    EXPECT_NE(e.find("\"min\""), std::string::npos) << e;
+    e = protocol_error([&] { proto::get_uint(body, "nothing"); });
+    EXPECT_NE(e.find("\"nothing\""), std::string::npos) << e;
+}
+
+TEST(Protocol, JobNameValidation) {
+    EXPECT_EQ(proto::invalid_job_name("a"), std::nullopt);
+    EXPECT_EQ(proto::invalid_job_name("train-1.run_2:x"), std::nullopt);
+    EXPECT_EQ(proto::invalid_job_name(std::string(64, 'j')), std::nullopt);
+
+    auto empty = proto::invalid_job_name("");
+    ASSERT_TRUE(empty.has_value());
+    EXPECT_NE(empty->find("empty"), std::string::npos) << *empty;
+    auto too_long = proto::invalid_job_name(std::string(65, 'j'));
+    ASSERT_TRUE(too_long.has_value());
+    EXPECT_NE(too_long->find("65"), std::string::npos) << *too_long;
+    auto slash = proto::invalid_job_name("a/b");
+    ASSERT_TRUE(slash.has_value());
+    EXPECT_NE(slash->find("'/'"), std::string::npos) << *slash;
+    EXPECT_NE(slash->find("position 2"), std::string::npos) << *slash;
+    for (const char *bad : {"a b", "../x", "x\n", "é", "a;b", "$HOME"})
+        EXPECT_TRUE(proto::invalid_job_name(bad).has_value()) << bad;
+}

@@ -1,0 +1,223 @@
+// Proves malld's state file round-trips every saved field, is replaced atomically, and that
+// corrupt, foreign or newer files are rejected with a clear error while a missing one is a fresh start.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "daemon/state_file.hpp"
+
+namespace fs = std::filesystem;
+using mall::CpuSet;
+
+namespace {
+
+struct Watchdog : ::testing::Environment {
+    void SetUp() override { alarm(60); }  // a hang fails the test instead of stalling CI
+};
+const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+
+class StateFileTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/mall_state_test_XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+    }
+    void TearDown() override {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    std::string path() const { return dir_ + "/malld.state.json"; }
+    void write_raw(const std::string &text) {
+        std::ofstream out(path(), std::ios::trunc);
+        out << text;
+    }
+    std::string read_raw() const {
+        std::ifstream in(path());
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+
+    static mall::SavedState sample() {
+        mall::SavedState s;
+        s.pool = "0-7";
+        s.reclaimed = *CpuSet::parse("6-7");
+        s.policy = "equal";
+        mall::SavedJob a;
+        a.job.spec.id = "train-a";
+        a.job.spec.uid = 1000;
+        a.job.spec.min = 1;
+        a.job.spec.max = 4;
+        a.job.spec.weight = 2.5;
+        a.job.spec.guaranteed = *CpuSet::parse("0");
+        a.job.spec.pids = {1234, 1240};
+        a.job.order = 3;
+        a.job.cpuset = *CpuSet::parse("0-2");
+        a.job.published = *CpuSet::parse("0-1");
+        a.job.generation = 7;
+        a.job.pinned = *CpuSet::parse("0-1");
+        a.job.transitions = 7;
+        a.job.ack_timeouts = 1;
+        a.job.last_ack_latency_us = 41.5;
+        a.job.work_units = 1000;
+        a.job.steps = 10;
+        a.pids = {{1234, 99887766ull}, {1240, 99887800ull}};
+        mall::SavedJob b;
+        b.job.spec.id = "b";
+        b.job.spec.min = 2;
+        b.job.spec.max = 2;
+        b.job.spec.pids = {42};
+        b.job.order = 4;
+        b.job.cpuset = *CpuSet::parse("3-4");
+        b.job.published = *CpuSet::parse("3-4");
+        b.job.generation = 1;
+        b.pids = {{42, 5}};
+        s.jobs = {a, b};
+        return s;
+    }
+
+    std::string dir_;
+};
+
+TEST_F(StateFileTest, MissingFileIsAFreshStart) {
+    std::string error = "stale";
+    auto state = mall::load_state(dir_, &error);
+    EXPECT_FALSE(state.has_value());
+    EXPECT_TRUE(error.empty()) << error;
+}
+
+TEST_F(StateFileTest, RoundTripKeepsEveryField) {
+    const mall::SavedState saved = sample();
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, saved, &error)) << error;
+    auto loaded = mall::load_state(dir_, &error);
+    ASSERT_TRUE(loaded.has_value()) << error;
+    EXPECT_EQ(loaded->pool, "0-7");
+    EXPECT_EQ(loaded->reclaimed.to_string(), "6-7");
+    EXPECT_EQ(loaded->policy, "equal");
+    ASSERT_EQ(loaded->jobs.size(), 2u);
+    const auto &a = loaded->jobs[0];
+    EXPECT_EQ(a.job.spec.id, "train-a");
+    EXPECT_EQ(a.job.spec.uid, 1000u);
+    EXPECT_EQ(a.job.spec.min, 1);
+    EXPECT_EQ(a.job.spec.max, 4);
+    EXPECT_DOUBLE_EQ(a.job.spec.weight, 2.5);
+    EXPECT_EQ(a.job.spec.guaranteed.to_string(), "0");
+    EXPECT_EQ(a.job.spec.pids, (std::vector<pid_t>{1234, 1240}));
+    EXPECT_EQ(a.job.order, 3u);
+    EXPECT_EQ(a.job.cpuset.to_string(), "0-2");
+    EXPECT_EQ(a.job.published.to_string(), "0-1");
+    EXPECT_EQ(a.job.generation, 7u);
+    ASSERT_TRUE(a.job.pinned.has_value());
+    EXPECT_EQ(a.job.pinned->to_string(), "0-1");
+    EXPECT_EQ(a.job.transitions, 7u);
+    EXPECT_EQ(a.job.ack_timeouts, 1u);
+    EXPECT_DOUBLE_EQ(a.job.last_ack_latency_us, 41.5);
+    EXPECT_EQ(a.job.work_units, 1000u);
+    EXPECT_EQ(a.job.steps, 10u);
+    ASSERT_EQ(a.pids.size(), 2u);
+    EXPECT_EQ(a.pids[0].pid, 1234);
+    EXPECT_EQ(a.pids[0].start_time, 99887766ull);
+    const auto &b = loaded->jobs[1];
+    EXPECT_EQ(b.job.spec.id, "b");
+    EXPECT_FALSE(b.job.pinned.has_value());
+    EXPECT_EQ(b.job.cpuset.to_string(), "3-4");
+    // The JSON form is stable: saving what was loaded gives the same document.
+    EXPECT_EQ(mall::state_to_json(*loaded), mall::state_to_json(saved));
+}
+
+TEST_F(StateFileTest, SaveReplacesAtomicallyAndLeavesNoTempFile) {
+    mall::SavedState first = sample();
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, first, &error)) << error;
+    struct stat before{};
+    ASSERT_EQ(::stat(path().c_str(), &before), 0);
+
+    mall::SavedState second = sample();
+    second.policy = "static";
+    second.jobs.pop_back();
+    ASSERT_TRUE(mall::save_state(dir_, second, &error)) << error;
+    struct stat after{};
+    ASSERT_EQ(::stat(path().c_str(), &after), 0);
+    // rename() put a new file in place (a new inode), rather than rewriting the old one in place,
+    // so a reader (or a crash) never sees a half-written file.
+    EXPECT_NE(before.st_ino, after.st_ino);
+    for (const auto &entry : fs::directory_iterator(dir_))
+        EXPECT_EQ(entry.path().filename(), "malld.state.json") << "left behind: " << entry.path();
+
+    auto loaded = mall::load_state(dir_, &error);
+    ASSERT_TRUE(loaded.has_value()) << error;
+    EXPECT_EQ(loaded->policy, "static");
+    EXPECT_EQ(loaded->jobs.size(), 1u);
+}
+
+TEST_F(StateFileTest, SaveIntoMissingFolderFailsWithPath) {
+    std::string error;
+    EXPECT_FALSE(mall::save_state(dir_ + "/no/such/folder", sample(), &error));
+    EXPECT_NE(error.find(dir_ + "/no/such/folder"), std::string::npos) << error;
+    EXPECT_NE(error.find("--state-dir"), std::string::npos) << error;
+}
+
+TEST_F(StateFileTest, CorruptFileIsAnErrorNotAFreshStart) {
+    write_raw("{\"format\": \"mall-malld-state\", \"version\": 1, \"pool\": ");
+    std::string error;
+    auto state = mall::load_state(dir_, &error);
+    EXPECT_FALSE(state.has_value());
+    ASSERT_FALSE(error.empty());
+    EXPECT_NE(error.find("not valid JSON"), std::string::npos) << error;
+    EXPECT_NE(error.find(path()), std::string::npos) << error;
+    EXPECT_NE(error.find("move it away"), std::string::npos) << error;
+}
+
+TEST_F(StateFileTest, ForeignFileIsRejected) {
+    write_raw("{\"hello\": \"world\"}");
+    std::string error;
+    EXPECT_FALSE(mall::load_state(dir_, &error).has_value());
+    EXPECT_NE(error.find("not a malld state file"), std::string::npos) << error;
+
+    write_raw("[1, 2, 3]");
+    EXPECT_FALSE(mall::load_state(dir_, &error).has_value());
+    EXPECT_FALSE(error.empty());
+}
+
+TEST_F(StateFileTest, NewerSchemaIsRejected) {
+    nlohmann::json j = mall::state_to_json(sample());
+    j["version"] = 99;
+    write_raw(j.dump());
+    std::string error;
+    EXPECT_FALSE(mall::load_state(dir_, &error).has_value());
+    EXPECT_NE(error.find("newer malld"), std::string::npos) << error;
+    EXPECT_NE(error.find("99"), std::string::npos) << error;
+}
+
+TEST_F(StateFileTest, BadFieldsNameTheFieldAndChangeNothing) {
+    struct Case {
+        const char *what;
+        std::function<void(nlohmann::json &)> spoil;
+        const char *expect;
+    };
+    const Case cases[] = {
+        {"bad cpu list", [](nlohmann::json &j) { j["jobs"][0]["cpuset"] = "3-1"; }, "cpuset"},
+        {"missing pids", [](nlohmann::json &j) { j["jobs"][0].erase("pids"); }, "pids"},
+        {"min > max", [](nlohmann::json &j) { j["jobs"][1]["min"] = 5; }, "min"},
+        {"bad job name", [](nlohmann::json &j) { j["jobs"][0]["job"] = "a b"; }, "a b"},
+        {"duplicate job", [](nlohmann::json &j) { j["jobs"][1]["job"] = "train-a"; }, "twice"},
+        {"negative pid", [](nlohmann::json &j) { j["jobs"][1]["pids"][0]["pid"] = -3; }, "pid"},
+        {"string generation", [](nlohmann::json &j) { j["jobs"][0]["generation"] = "7"; }, "generation"},
+        {"bad pool", [](nlohmann::json &j) { j["pool"] = "x"; }, "pool"},
+    };
+    for (const auto &c : cases) {
+        nlohmann::json j = mall::state_to_json(sample());
+        c.spoil(j);
+        std::string error;
+        EXPECT_FALSE(mall::state_from_json(j, &error).has_value()) << c.what;
+        EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
+    }
+}
+
+}  // namespace
