@@ -15,6 +15,6 @@ LD_LIBRARY_PATH="$(dirname "$(find "$tmp/prefix" -name 'libmall.so*' | head -n 1
 # Only mall_* symbols may be exported by the shared library.
 lib=$(find "$tmp/prefix" -name 'libmall.so.*' -type f | head -n 1)
 [ -n "$lib" ] || { echo "libmall.so was not installed" >&2; exit 1; }
-bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v '^mall_' | grep -v '^_' || true)
+bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBRWVu]/ {print $3}' | grep -v '^mall_' || true)
 if [ -n "$bad" ]; then echo "libmall exports non-mall symbols:" $bad >&2; exit 1; fi
 echo "find_package(mall): ok"

@@ -3,6 +3,7 @@
 // then "change step=<n> gen=<g> ncpus=<c> cpus=<list>" for each applied allocation (line-buffered).
 // Exits 0 on SIGTERM/SIGINT or when --duration-s has passed.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <atomic>
@@ -46,6 +47,33 @@ void worker(mall_t *m, bool spin) {
     }
     mall_unbind_thread(m);
 }
+
+// Paces the step loop on absolute deadlines so "--step-us 100" means a step every 100 µs, not
+// 100 µs of sleep plus the step plus the timer slack; a late step does not shift later ones.
+class StepPacer {
+public:
+    explicit StepPacer(long period_us) : period_ns_(period_us * 1000) {
+        clock_gettime(CLOCK_MONOTONIC, &next_);
+    }
+    void wait() {
+        next_.tv_nsec += period_ns_;
+        while (next_.tv_nsec >= 1000000000L) {
+            next_.tv_nsec -= 1000000000L;
+            ++next_.tv_sec;
+        }
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next_.tv_sec || (now.tv_sec == next_.tv_sec && now.tv_nsec > next_.tv_nsec)) {
+            next_ = now;  // fell behind (descheduled): restart the grid from now
+            return;
+        }
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next_, nullptr);
+    }
+
+private:
+    long period_ns_;
+    timespec next_{};
+};
 
 }  // namespace
 
@@ -105,6 +133,8 @@ int main(int argc, char **argv) {
                               std::chrono::duration<double>(duration_s));
     static mall_alloc_t alloc;  // large (4 KiB of text): keep it off the stack
     uint64_t step = 0;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // wake at the deadline, not up to 50 µs after it
+    StepPacer pacer(step_us);
     while (!g_stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
         if (no_step) {
             sleep_us(10000);
@@ -116,7 +146,7 @@ int main(int argc, char **argv) {
             std::printf("change step=%llu gen=%llu ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
                         static_cast<unsigned long long>(alloc.generation), alloc.ncpus, alloc.cpus);
         }
-        sleep_us(step_us);
+        pacer.wait();
     }
     g_stop.store(true);
     for (auto &t : workers) t.join();

@@ -1,6 +1,7 @@
 // test_client.cpp — proves libmall's handshake against an in-process fake malld (no real malld):
 // attach, apply, callbacks, re-pinning, acks, mall_fd, progress, reconnection, error mapping,
-// bounded open, and the C++ wrapper's exception barrier.
+// bounded open, the C++ wrapper's exception barrier; plus the seqlock page, the socket helpers and
+// CtlClient underneath.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>

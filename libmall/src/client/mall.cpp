@@ -117,7 +117,7 @@ struct mall_handle {
     // notify_mu makes "user_event_fd is readable" match "the page holds an unapplied generation":
     // the monitor signals and the change path drains under it.
     std::mutex notify_mu;
-    bool user_fd_signaled = false;  // under notify_mu: saves the change path a read() when not
+    bool user_fd_signaled = false;  // under notify_mu: false = surely not readable (saves a read())
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -179,7 +179,8 @@ cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
 // Signals mall_fd() when the page holds a generation the process has not applied.
 void signal_if_pending(mall_handle *m) {
     std::lock_guard<std::mutex> lock(m->notify_mu);
-    if (!m->user_fd_signaled && page_generation(m->page) != m->seen_generation.load(std::memory_order_acquire)) {
+    // Written even when signaled already: the caller may have read the eventfd itself.
+    if (page_generation(m->page) != m->seen_generation.load(std::memory_order_acquire)) {
         eventfd_signal(m->user_event_fd);
         m->user_fd_signaled = true;
     }
@@ -198,11 +199,6 @@ void send_nonblocking(mall_handle *m, mall::proto::Type type, nlohmann::json bod
 
 // ---------------------------------------------------------------------------------------------
 // Attaching
-
-struct AttachFailure {
-    int rc;
-    std::string text;
-};
 
 int connect_nonblocking(const std::string &path, int *err) {
     sockaddr_un addr{};

@@ -1,7 +1,8 @@
-// server.cpp — malld's epoll loop (see server.hpp). Contract: one thread, never blocks on a client
-// (non-blocking sends, bounded outboxes, watchers dropped when full), every request authorized in
-// authorize() from the request table, every refusal logged with the peer's uid and pid, the state
-// file rewritten after every change of jobs/pool/policy, and a process death (pidfd) noticed at once.
+// server.cpp — malld's epoll loop (see server.hpp). Contract: one loop thread that never blocks on
+// a client (non-blocking sends, bounded outboxes, watchers dropped when full) nor on the disk (a
+// helper thread writes the state file after every change of jobs/pool/policy); every request
+// authorized in authorize() from the request table, every refusal logged with the peer's uid and
+// pid; a process death (pidfd) noticed at once.
 #include "server.hpp"
 
 #include <dirent.h>

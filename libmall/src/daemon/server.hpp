@@ -116,6 +116,7 @@ private:
     void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) override;
     void job_removed(const std::string &job) override;
     void event(const nlohmann::json &event) override;
+    TimePoint clock_now(TimePoint) override { return Clock::now(); }
 
     // --- loop ---
     void handle_listen();
