@@ -24,13 +24,6 @@ namespace {
 using namespace mall::test;
 using nlohmann::json;
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-    return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
 // state.range(0): 1 = cgroup-v1 backend (needs root and a cpuset mount), 0 = affinity backend.
 void BM_PublishToAck(benchmark::State &state) {
     const bool cgroup = state.range(0) == 1;

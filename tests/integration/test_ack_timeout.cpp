@@ -13,11 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string status_text(const PrivateMalld &malld) {
-    auto s = status_json(malld.socket());
-    return s ? s->dump(1) : std::string("(malld does not answer)");
-}
-
 TEST(AckTimeout, NonSteppingProcessIsEnforcedAfterTheTimeout) {
     MALL_REQUIRE_ROOT_AND_CPUSET();
     MalldOptions options;

@@ -17,11 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string status_text(const PrivateMalld &malld) {
-    auto s = status_json(malld.socket());
-    return s ? s->dump(1) : std::string("(malld does not answer)");
-}
-
 // What a user can observe of a job, from status and from the kernel.
 struct Observed {
     std::string cpus, cpuset, cgroup, cgroup_cpus;

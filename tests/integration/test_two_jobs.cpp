@@ -26,11 +26,6 @@ std::unique_ptr<Child> start_job(const PrivateMalld &malld, const std::string &j
         mallrun_argv(malld.socket(), "1:2", job, test_client_argv({"--threads", "2", "--step-us", "1000"})));
 }
 
-std::string status_text(const PrivateMalld &malld) {
-    auto s = status_json(malld.socket());
-    return s ? s->dump(1) : std::string("(malld does not answer)");
-}
-
 // Both jobs settled, attached, on one cpu each.
 bool both_settled_on_one_cpu(const PrivateMalld &malld) {
     auto status = status_json(malld.socket());

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -812,6 +813,18 @@ bool remove_cgroup_tree(const std::string &dir) {
 
 // =============================================================================================
 // Talking to malld.
+
+std::string status_text(const PrivateMalld &malld) {
+    auto s = status_json(malld.socket());
+    return s ? s->dump(1) : std::string("(malld does not answer)");
+}
+
+double percentile(std::vector<double> samples, double p) {
+    if (samples.empty()) return 0;
+    std::sort(samples.begin(), samples.end());
+    size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(samples.size())));
+    return samples[std::clamp<size_t>(rank, 1, samples.size()) - 1];
+}
 
 std::optional<nlohmann::json> status_json(const std::string &socket) {
     std::string error;

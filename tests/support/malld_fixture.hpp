@@ -219,6 +219,10 @@ bool remove_cgroup_tree(const std::string &dir);
 
 // The Status reply body (what `mallctl status --json` prints), nullopt when malld does not answer.
 std::optional<nlohmann::json> status_json(const std::string &socket);
+// The status as indented JSON for failure messages, or a note that malld does not answer.
+std::string status_text(const PrivateMalld &malld);
+// The p-quantile (0 < p <= 1, nearest rank) of samples; 0 for none. For benchmarks' counters.
+double percentile(std::vector<double> samples, double p);
 // The job's entry in a status object, nullopt when not listed.
 std::optional<nlohmann::json> find_job(const nlohmann::json &status, const std::string &job);
 // Status of one job, nullopt when malld does not answer or does not list it.

@@ -74,24 +74,6 @@ void expect_all_threads(pid_t pid, const std::string &expected, int min_threads)
         EXPECT_EQ(cpus(allowed).to_string(), expected) << "thread " << tid << " of pid " << pid;
 }
 
-// The cgroup v1 cpuset mount point, or "" when there is none.
-std::string cpuset_v1_mount() {
-    std::ifstream in("/proc/self/mountinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        std::istringstream ls(line);
-        std::vector<std::string> tok;
-        std::string t;
-        while (ls >> t) tok.push_back(t);
-        auto dash = std::find(tok.begin(), tok.end(), "-");
-        if (dash == tok.end() || tok.end() - dash < 4 || tok.size() < 6) continue;
-        if (*(dash + 1) != "cgroup") continue;
-        std::string opts = "," + *(dash + 3) + ",";
-        if (opts.find(",cpuset,") != std::string::npos) return tok[4];
-    }
-    return "";
-}
-
 void *sleep_forever(void *) {
     for (;;) ::pause();
     return nullptr;
@@ -265,7 +247,7 @@ void check_cgroup_backend(BackendKind kind, const std::string &parent,
 }
 
 TEST_F(BackendTest, CgroupV1CreatesShrinksGrowsAndRemoves) {
-    mount_ = cpuset_v1_mount();
+    mount_ = mall::cgroup_v1_cpuset_mount();
     if (mount_.empty()) GTEST_SKIP() << "no cgroup v1 cpuset hierarchy in /proc/self/mountinfo";
     if (::geteuid() != 0) GTEST_SKIP() << "creating cpuset cgroups needs root";
     const std::string parent = "mall_unit_" + std::to_string(::getpid());
@@ -312,14 +294,14 @@ TEST_F(BackendTest, AutoPicksTheBestUsableAndSaysWhy) {
     auto backend = mall::make_backend(BackendKind::Auto, parent, &why, &error);
     ASSERT_NE(backend, nullptr) << error;
     EXPECT_NE(why.find("auto"), std::string::npos) << why;
-    if (!cpuset_v1_mount().empty() && ::geteuid() == 0) {
+    if (!mall::cgroup_v1_cpuset_mount().empty() && ::geteuid() == 0) {
         EXPECT_EQ(backend->kind(), BackendKind::CgroupV1) << why;
     }
     if (backend->kind() == BackendKind::Affinity) {
         EXPECT_NE(why.find("cgroup-v1 not usable"), std::string::npos) << why;
     }
     // Probing must not leave the parent folder behind.
-    std::string mount = cpuset_v1_mount();
+    std::string mount = mall::cgroup_v1_cpuset_mount();
     if (!mount.empty()) {
         EXPECT_FALSE(exists(mount + "/" + parent));
     }

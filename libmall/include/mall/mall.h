@@ -94,7 +94,9 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * trying to attach in the background, so callers may ignore the code.
  * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_NOMEM, MALL_ERR_NODAEMON, MALL_ERR_DENIED,
  * MALL_ERR_NOJOB, MALL_ERR_PROTOCOL, MALL_ERR_VERSION or MALL_ERR_SYSTEM; err (may be NULL)
- * receives words on failure. */
+ * receives words on failure.
+ * A handle belongs to the process that opened it: after fork(), the child must not use the
+ * parent's handle (its background thread does not exist there); it opens its own. */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
 
 /* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,
@@ -104,8 +106,8 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
  * allocation was applied), MALL_ERR_INVAL (NULL handle). */
 MALL_EXPORT int mall_step(mall_t *m);
 
-/* Copies the allocation last applied by mall_step() (generation 0 and ncpus 0 before the first
- * applied change, or when detached).
+/* Copies the allocation last applied by mall_step(): generation 0 and ncpus 0 before the first
+ * applied change; after malld goes away, the last one applied (the cores the process still has).
  * Returns MALL_SUCCESS or MALL_ERR_INVAL. */
 MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out);
 

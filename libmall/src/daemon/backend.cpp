@@ -731,4 +731,10 @@ bool process_alive(pid_t pid) {
     return !(state == "Z" || state == "X" || state == "x");
 }
 
+std::string cgroup_v1_cpuset_mount() {
+    for (const auto &m : read_mountinfo())
+        if (m.fstype == "cgroup" && has_token(m.super_options, "cpuset", ',')) return m.mount_point;
+    return "";
+}
+
 }  // namespace mall

@@ -58,5 +58,7 @@ std::vector<pid_t> descendants_of(pid_t pid);             // children, grandchil
 bool set_thread_affinity(pid_t tid, const CpuSet &cpus);  // sched_setaffinity; false on error
 std::optional<unsigned long long> process_start_time(pid_t pid);  // /proc/PID/stat field 22
 bool process_alive(pid_t pid);                             // exists and is not a zombie
+// Mount point of the cgroup v1 hierarchy holding the cpuset controller, "" when there is none.
+std::string cgroup_v1_cpuset_mount();
 
 }  // namespace mall

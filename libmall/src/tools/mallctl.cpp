@@ -25,16 +25,15 @@
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
 #include "mall/mall.h"
+#include "tools/exit_codes.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitRefused = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnreachable = 3;
+using namespace mall::tools;
+
 
 // ---------------------------------------------------------------------------------------------
 // Help texts. Each command has a synopsis, a description, its options and examples.

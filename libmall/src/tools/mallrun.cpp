@@ -24,16 +24,14 @@
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
 #include "mall/mall.h"
+#include "tools/exit_codes.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
 
 namespace {
 
-constexpr int kExitRefused = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnreachable = 3;
-constexpr int kExitCannotRun = 127;
+using namespace mall::tools;
 
 const char *const kUsageLine =
     "usage: mallrun [--socket PATH] --malleable=MIN[:MAX] [--job NAME] [--weight W] [--require]\n"
@@ -56,7 +54,8 @@ void print_help() {
            "                         Without MAX the job may grow to the whole pool.\n"
            "  --job NAME             the job's name (1-64 characters from A-Z a-z 0-9 . _ : -);\n"
            "                         default: <basename of CMD>-<pid of mallrun>\n"
-           "  --weight W             the job's share when cores are scarce (> 0, default 1)\n"
+           "  --weight W             the job's relative share for weight-aware policies (> 0,\n"
+           "                         default 1; the equal and static policies ignore it)\n"
            "  --socket PATH          malld's socket (default: $MALL_SOCKET, else " MALL_DEFAULT_SOCKET ")\n"
            "  --require              fail (exit 3) when malld cannot be reached, instead of running\n"
            "                         CMD without malleability\n"
