@@ -663,3 +663,29 @@ TEST_F(NodeManagerTest, FailedNarrowingKeepsCpusHeldAndRetries) {
     EXPECT_EQ(job("b").published.to_string(), "1");
     EXPECT_FALSE(nm().next_deadline().has_value());
 }
+
+// Regression (review, case A): a reclaim that the pool can only honour by leaving a job with no
+// cpus used to be accepted and then stall (the job kept the cpu, the reclaim never completed).
+// Guaranteed cpus count toward what the pool must hold.
+TEST_F(NodeManagerTest, ReclaimThatWouldStarveAJobIsRefused) {
+    ok(nm().register_job(spec("x", 1, 2, "0-1"), at(0us)));
+    ok(nm().register_job(spec("y", 1, 1), at(0us)));
+    ok(nm().register_job(spec("z", 1, 1), at(0us)));
+    refused(MALL_ERR_INVAL, [&] { return nm().reclaim(cpus("3"), at(0us)); }, "below its minimum");
+    ok(nm().set_cpus("z", std::nullopt, at(0us)));
+}
+
+// Regression (review, case B): a new job whose guaranteed cpu is held by a single-cpu job while
+// the rest of the pool is full could only be placed through a deadlock; it is refused up front.
+TEST_F(NodeManagerTest, RegistrationThatCannotBePlacedIsRefused) {
+    make("pack:1 core:2 pu:1", "0-1");
+    ok(nm().register_job(spec("a", 1, 1), at(0us)));
+    ok(nm().register_job(spec("b", 1, 1), at(0us)));
+    refused(MALL_ERR_INVAL, [&] { return nm().register_job(spec("c", 1, 1, "0"), at(0us)); },
+            "registering job \"c\"");
+    EXPECT_EQ(nm().find("c"), nullptr);
+    // The order counter was not consumed: a later job still registers normally.
+    ok(nm().deregister_job("b", at(0us)));
+    ok(nm().register_job(spec("c", 1, 1), at(0us)));
+    EXPECT_EQ(job("c").published.count(), 1);
+}

@@ -15,7 +15,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
+#ifndef SCM_MAX_FD
+#define SCM_MAX_FD 253  // the kernel's cap on descriptors in one message
+#endif
 
 namespace mall {
 
@@ -61,6 +72,23 @@ bool make_address(const std::string &path, sockaddr_un *addr, socklen_t *len) {
 }
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+// Closes descriptors a peer pushed on us without being asked, on a detached thread: a close can
+// block (the last reference to a lingering TCP socket waits for its data to drain), and the
+// caller may be malld's event loop or libmall's monitor thread. Falls back to closing here only
+// when no thread can be started.
+void close_unwanted(std::vector<int> fds) {
+    if (fds.empty()) return;
+    int saved = errno;
+    try {
+        std::thread([fds] {
+            for (int fd : fds) ::close(fd);
+        }).detach();
+    } catch (...) {
+        for (int fd : fds) ::close(fd);
+    }
+    errno = saved;
+}
 
 // Creates every missing folder above path (mode 0755), like mkdir -p on its dirname.
 bool make_parent_folders(const std::string &path, std::string *why) {
@@ -194,6 +222,19 @@ bool peer_credentials(int fd, PeerCred *out) {
     return true;
 }
 
+bool refuse_passed_descriptors(int fd) {
+    int off = 0;
+    return ::setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof off) == 0;
+}
+
+int peer_pidfd(int fd) {
+    int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) return -1;
+    if (pidfd >= 0) ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    return pidfd;
+}
+
 bool send_packet(int fd, const std::string &data, int fd_to_pass, bool nonblocking) {
     iovec iov{const_cast<char *>(data.data()), data.size()};
     msghdr msg{};
@@ -237,8 +278,9 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    // Room for a few descriptors so that a peer sending more than one cannot make us leak them.
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+    // Room for as many descriptors as one message can carry: descriptors that do not fit are
+    // dropped by the kernel inside recvmsg, i.e. closed on this thread (see close_unwanted).
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * SCM_MAX_FD)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     int flags = MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0);
@@ -251,8 +293,10 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
         return -1;
     }
 
-    // Collect passed descriptors: keep the first if the caller wants one, close everything else.
+    // Collect passed descriptors: keep the first if the caller wants one, close everything else
+    // off this thread.
     int kept = -1;
+    std::vector<int> unwanted;
     for (cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
         if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
         size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -262,16 +306,18 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
             if (kept < 0 && received_fd)
                 kept = passed;
             else
-                ::close(passed);
+                unwanted.push_back(passed);
         }
     }
 
     data->assign(buffer.data(), static_cast<size_t>(n));
     if (msg.msg_flags & MSG_TRUNC) {
-        if (kept >= 0) ::close(kept);
+        if (kept >= 0) unwanted.push_back(kept);
+        close_unwanted(std::move(unwanted));
         errno = EMSGSIZE;
         return -1;
     }
+    close_unwanted(std::move(unwanted));
     if (received_fd) *received_fd = kept;
     return n;
 }

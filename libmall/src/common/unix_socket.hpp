@@ -41,12 +41,22 @@ int unix_connect(const std::string &path);
 // socket; removes a stale socket nobody listens on. Returns -1 with errno and *why on error.
 int unix_listen(const std::string &path, unsigned mode, std::string *why);
 bool peer_credentials(int fd, PeerCred *out);
+// Asks the kernel to refuse SCM_RIGHTS sent to this socket (SO_PASSRIGHTS = 0, Linux >= 6.16; a
+// listening socket passes it on to the sockets it accepts): a peer's sendmsg with descriptors
+// then fails with EPERM. False with errno (ENOPROTOOPT on older kernels) when unsupported.
+bool refuse_passed_descriptors(int fd);
+// A pidfd for the connected peer process (SO_PEERPIDFD, Linux >= 6.5), close-on-exec; -1 with
+// errno when unsupported. It keeps naming the peer even if its pid is later reused.
+int peer_pidfd(int fd);
 
 // Sends one packet, optionally carrying fd_to_pass (>= 0). Returns false with errno on failure.
 bool send_packet(int fd, const std::string &data, int fd_to_pass = -1, bool nonblocking = false);
 // Receives one packet into *data (resized to its length). *received_fd gets a passed descriptor
 // (close-on-exec) or -1. Returns: >0 bytes, 0 on orderly hang-up, -1 with errno on error.
 // A packet larger than max_size is reported with errno = EMSGSIZE (and *data holds the first bytes).
+// Descriptors the caller did not ask for are closed on a short-lived detached thread, never on the
+// caller's: the last close of a peer-chosen file (a TCP socket with SO_LINGER and unsent data, a
+// FUSE file...) can block for a long time.
 ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd = nullptr,
                     bool nonblocking = false);
 // Waits until fd is readable or the timeout passes. Returns 1 readable, 0 timeout, -1 error.

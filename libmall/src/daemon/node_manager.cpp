@@ -95,6 +95,11 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     job.spec = spec;
     job.order = next_order_++;
     jobs_.emplace(spec.id, std::move(job));
+    if (Outcome check = feasible("registering job \"" + spec.id + "\""); !check.ok) {
+        jobs_.erase(spec.id);
+        --next_order_;
+        return check;
+    }
 
     nlohmann::json ev = make_event("register");
     ev["job"] = spec.id;
@@ -176,17 +181,14 @@ Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinn
             }
         }
     }
-    std::map<std::string, std::optional<CpuSet>> pins{{job, pinned}};
-    std::string stuck;
-    if (!reachable(plan(pins), &stuck)) {
-        return invalid("cannot move job \"" + job + "\" to cpus " +
-                       (pinned ? pinned->to_string() : std::string("chosen by the policy")) +
-                       ": job \"" + stuck + "\" would have to give up its only cpus before it "
-                       "gets others (a swap of cpus between jobs at their minimum cannot happen "
-                       "without a moment of overlap); pin in two steps that each leave every job "
-                       "at least one cpu, or raise the pool");
-    }
+    const std::optional<CpuSet> previous = it->second.pinned;
     it->second.pinned = pinned;
+    if (Outcome check = feasible("moving job \"" + job + "\" to cpus " +
+                                 (pinned ? pinned->to_string() : std::string("chosen by the policy")));
+        !check.ok) {
+        it->second.pinned = previous;
+        return check;
+    }
     nlohmann::json ev = make_event("pin");
     ev["job"] = job;
     ev["cpus"] = pinned ? pinned->to_string() : std::string("auto");
@@ -202,7 +204,12 @@ Outcome NodeManager::set_policy(const std::string &name, TimePoint now) {
         for (const auto &n : policy_names()) valid += (valid.empty() ? "" : ", ") + n;
         return invalid("unknown policy \"" + name + "\"; valid policies: " + valid);
     }
+    const PolicyKind previous = policy_;
     policy_ = *kind;
+    if (Outcome check = feasible(std::string("switching to policy ") + policy_name(*kind)); !check.ok) {
+        policy_ = previous;
+        return check;
+    }
     nlohmann::json ev = make_event("policy");
     ev["policy"] = policy_name(policy_);
     effects_.event(ev);
@@ -230,7 +237,12 @@ Outcome NodeManager::reclaim(const CpuSet &cpus, TimePoint now) {
                        " cpus, fewer than the " + std::to_string(sum_of_mins) +
                        " the registered jobs need at least (the sum of their mins)");
     }
+    const CpuSet previous = reclaimed_;
     reclaimed_ |= cpus;
+    if (Outcome check = feasible("reclaiming cpus " + cpus.to_string()); !check.ok) {
+        reclaimed_ = previous;
+        return check;
+    }
     nlohmann::json ev = make_event("reclaim");
     ev["cpus"] = cpus.to_string();
     effects_.event(ev);
@@ -426,8 +438,7 @@ Outcome NodeManager::adopt(const Job &job) {
 // ---------------------------------------------------------------------------------------------
 // private
 
-std::map<std::string, CpuSet> NodeManager::plan(
-    const std::map<std::string, std::optional<CpuSet>> &pins) const {
+std::map<std::string, CpuSet> NodeManager::plan() const {
     std::vector<PolicyJob> input;
     input.reserve(jobs_.size());
     for (const auto &[id, job] : jobs_) {
@@ -438,8 +449,7 @@ std::map<std::string, CpuSet> NodeManager::plan(
         p.weight = job.spec.weight;
         p.guaranteed = job.spec.guaranteed;
         p.current = job.published;  // what its processes use now: moves are counted against it
-        auto pin = pins.find(id);
-        p.pinned = pin != pins.end() ? pin->second : job.pinned;
+        p.pinned = job.pinned;
         p.order = job.order;
         input.push_back(std::move(p));
     }
@@ -447,8 +457,30 @@ std::map<std::string, CpuSet> NodeManager::plan(
 }
 
 void NodeManager::replan(TimePoint now) {
-    targets_ = plan({});
+    targets_ = plan();
     advance(now);
+}
+
+Outcome NodeManager::feasible(const std::string &change) const {
+    const auto targets = plan();
+    for (const auto &[id, job] : jobs_) {
+        auto target = targets.find(id);
+        const int given = target == targets.end() ? 0 : target->second.count();
+        if (given < job.spec.min) {
+            return invalid(change + " would leave job \"" + id + "\" " + std::to_string(given) +
+                           " cpus, below its minimum of " + std::to_string(job.spec.min) +
+                           " (the available pool " + quoted_set(available_pool()) +
+                           " cannot hold every job's minimum and guaranteed cpus)");
+        }
+    }
+    std::string stuck;
+    if (!reachable(targets, &stuck)) {
+        return invalid(change + " would need job \"" + stuck + "\" to give up its only cpus "
+                       "before it gets others (a swap of cpus between jobs at their minimum cannot "
+                       "happen without a moment of overlap); do it in two steps that each leave "
+                       "every job at least one cpu");
+    }
+    return Outcome::success();
 }
 
 bool NodeManager::reachable(const std::map<std::string, CpuSet> &targets,

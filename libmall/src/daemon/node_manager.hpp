@@ -143,10 +143,14 @@ private:
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     CpuSet held_by_others(const std::string &job) const;
-    std::map<std::string, CpuSet> plan(const std::map<std::string, std::optional<CpuSet>> &pins) const;
+    std::map<std::string, CpuSet> plan() const;  // the policy's targets for the current state
     // Whether every job can reach `targets` through steps that never publish an empty set nor
     // let two jobs hold a cpu at once; names a job that would be stuck otherwise.
     bool reachable(const std::map<std::string, CpuSet> &targets, std::string *stuck) const;
+    // Plans with the current state and checks that every job gets at least its min and can reach
+    // its target; on failure the words start with `change` ("registering job x", ...). Requests
+    // apply their change tentatively, call this, and undo the change when it fails.
+    Outcome feasible(const std::string &change) const;
     void enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now);
 
     const Topology &topology_;

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -92,6 +94,94 @@ void log_warn(const std::string &t) { log_line(LogLevel::Warn, t); }
 void log_info(const std::string &t) { log_line(LogLevel::Info, t); }
 void log_debug(const std::string &t) { log_line(LogLevel::Debug, t); }
 
+// Warnings a client can trigger at will (refused connections, slow readers, descriptor
+// exhaustion) are logged at most once per second per kind, so a flood cannot fill the disk or
+// slow the loop down with log writes; the next line says how many were left out.
+void log_warn_limited(const std::string &kind, const std::string &text) {
+    struct Window {
+        std::chrono::steady_clock::time_point last{};
+        uint64_t suppressed = 0;
+        bool used = false;
+    };
+    static std::mutex mutex;
+    static std::map<std::string, Window> windows;
+    const auto now = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex);
+    Window &w = windows[kind];
+    if (w.used && now - w.last < std::chrono::seconds(1)) {
+        ++w.suppressed;
+        return;
+    }
+    const uint64_t left_out = w.suppressed;
+    w.last = now;
+    w.used = true;
+    w.suppressed = 0;
+    lock.unlock();
+    log_warn(text + (left_out ? " (" + std::to_string(left_out) + " similar warning(s) left out)" : ""));
+}
+
+// Client-supplied text in a log line: at most 128 characters, control characters escaped, so
+// that a client can neither forge log lines (newlines) nor blow up the log with 64 KiB names.
+constexpr size_t kMaxLoggedText = 128;
+std::string log_text(std::string_view text) {
+    std::string out;
+    const size_t shown = std::min(text.size(), kMaxLoggedText);
+    out.reserve(shown + 32);
+    for (size_t i = 0; i < shown; ++i) {
+        const unsigned char ch = static_cast<unsigned char>(text[i]);
+        if (ch == '\n') {
+            out += "\\n";
+        } else if (ch < 0x20 || ch == 0x7f) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\x%02x", ch);
+            out += esc;
+        } else {
+            out += static_cast<char>(ch);
+        }
+    }
+    if (text.size() > shown) out += "...(" + std::to_string(text.size()) + " bytes)";
+    return out;
+}
+
+// CLOCK_BOOTTIME in clock ticks: the clock of /proc/PID/stat's start time (field 22).
+unsigned long long boot_time_ticks() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    const long hz = ::sysconf(_SC_CLK_TCK) > 0 ? ::sysconf(_SC_CLK_TCK) : 100;
+    return static_cast<unsigned long long>(ts.tv_sec) * hz +
+           static_cast<unsigned long long>(ts.tv_nsec) * hz / 1000000000ull;
+}
+
+// The pid a pidfd refers to, from /proc/self/fdinfo ("Pid:" line): -1 once the process has
+// exited and been reaped, nullopt when unreadable.
+std::optional<long> pidfd_pid(int pidfd) {
+    std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("Pid:", 0) != 0) continue;
+        try {
+            return std::stol(line.substr(4));
+        } catch (...) {
+            return std::nullopt;
+        }
+    }
+    return std::nullopt;
+}
+
+// True when /proc/PID/status names uid as the process's real or effective uid.
+bool process_has_uid(pid_t pid, uid_t uid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("Uid:", 0) != 0) continue;
+        std::istringstream fields(line.substr(4));
+        unsigned long real = 0, effective = 0;
+        if (!(fields >> real >> effective)) return false;
+        return real == uid || effective == uid;
+    }
+    return false;
+}
+
 // epoll tags: the kind of source in the top byte, its id below.
 constexpr uint64_t kTagShift = 56;
 constexpr uint64_t kIdMask = (uint64_t{1} << kTagShift) - 1;
@@ -99,7 +189,14 @@ enum : uint64_t { kListenTag = 1, kSignalTag = 2, kConnectionTag = 3, kPidTag = 
 uint64_t make_tag(uint64_t kind, uint64_t id) { return (kind << kTagShift) | (id & kIdMask); }
 
 constexpr size_t kMaxOutbox = 64;          // replies queued for a slow reader before we drop it
+constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes (Status replies can be large)
 constexpr size_t kMaxConnections = 4096;
+// One ordinary user cannot take every connection (or malld's descriptors): admins are exempt.
+constexpr int kMaxConnectionsPerUid = 64;
+// A connection that is not attached, not watching and not waiting for a deferred reply has no
+// reason to stay silent this long: it only holds a descriptor.
+constexpr auto kIdleTimeout = std::chrono::seconds(30);
+constexpr int kRefusalLogsPerSecond = 5;  // per connection
 constexpr int kPacketsPerWakeup = 32;      // fairness between connections
 constexpr auto kDeferredReplySlack = std::chrono::seconds(5);
 constexpr auto kPidPollInterval = std::chrono::seconds(1);  // only without pidfd_open
@@ -285,6 +382,14 @@ bool Server::start(std::string *error) {
     listen_fd_.reset(lfd);
     listening_ = true;
     ::fcntl(lfd, F_SETFL, ::fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    // No client may push descriptors on malld: closing a peer-chosen file can block the loop.
+    // Set on the listener so that it already holds for packets sent before accept().
+    if (!refuse_passed_descriptors(lfd))
+        log_info(std::string("this kernel cannot refuse passed descriptors (SO_PASSRIGHTS: ") +
+                 std::strerror(errno) + "); malld closes any it gets on a helper thread");
+    // A descriptor in reserve: when malld runs out, it frees this one to accept and close the
+    // next connection, instead of leaving it pending (the listener would wake the loop forever).
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
     if (!make_folders(options_.state_dir))
         return fail("cannot create the state folder " + options_.state_dir + ": " +
@@ -389,7 +494,14 @@ void Server::adopt_saved_jobs(const SavedState &saved) {
             log_error("job " + id + ": " + page_error);
         }
         auto current = backend_->current(id, live);
-        if (current && *current != job.cpuset)
+        // malld may have been killed after a widening cgroup write but before the state file
+        // caught up: the job then runs on cpus malld believes free and may lend to another job.
+        if (current && !(*current - job.cpuset).empty())
+            log_warn("job " + id + " can run on cpus '" + (*current - job.cpuset).to_string() +
+                     "' beyond its saved cpuset '" + job.cpuset.to_string() + "' (the kernel enforces '" +
+                     current->to_string() + "'; malld probably stopped between widening it and "
+                     "saving the state)");
+        else if (current && *current != job.cpuset)
             log_warn("job " + id + ": the kernel enforces '" + current->to_string() +
                      "' but the state file says '" + job.cpuset.to_string() +
                      "'; malld will enforce its own set at the job's next change");

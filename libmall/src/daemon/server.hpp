@@ -91,6 +91,14 @@ private:
         std::string job;         // the job this connection attached to ("" when not attached)
         uint64_t attach_id = 0;
         std::deque<Outgoing> outbox;  // replies the socket could not take yet
+        size_t outbox_bytes = 0;      // bytes in outbox (bounded as well as the count)
+        // The peer process itself (SO_PEERPIDFD), so that a pid reused after the peer exited is
+        // never taken for it; empty on kernels without SO_PEERPIDFD.
+        UniqueFd peer_pidfd;
+        unsigned long long accepted_ticks = 0;  // CLOCK_BOOTTIME at accept, in clock ticks
+        TimePoint last_activity{};              // last packet received (idle connections close)
+        TimePoint refusal_log_window{};         // per-connection rate limit for refusal logs
+        int refusals_logged = 0;
     };
     struct JobPage {
         UniqueFd memfd;
@@ -134,6 +142,11 @@ private:
     bool authorize(const Connection &c, const RequestRule &rule, const proto::Message &msg,
                    int *code, std::string *why) const;
     bool is_admin(uid_t uid) const;
+    bool peer_still_connected_process(const Connection &c, std::string *why) const;
+    bool may_log_refusal(Connection &c);
+    bool waiting_for_reply(uint64_t connection) const;
+    void close_idle_connections(TimePoint now);
+    void accept_and_drop_one();
     void reply(Connection &c, uint32_t request_id, const nlohmann::json &body, int pass_fd = -1);
     void reply_error(Connection &c, uint32_t request_id, int code, const std::string &text);
     bool send_message(Connection &c, proto::Type type, uint32_t request_id,
@@ -179,6 +192,9 @@ private:
     uint64_t next_attach_id_ = 1;
     uint64_t next_watch_id_ = 1;
     std::map<uint64_t, Connection> connections_;
+    std::map<uid_t, int> connections_per_uid_;  // open connections of each peer uid
+    UniqueFd spare_fd_;  // /dev/null held in reserve: freed to accept-and-close on EMFILE/ENFILE
+    TimePoint next_idle_check_{};
     std::map<std::string, JobPage> pages_;
     std::map<uint64_t, PidWatch> pid_watches_;
     // Start time of every registered pid (/proc/PID/stat field 22): a pid reused by another
