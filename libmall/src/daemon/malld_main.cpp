@@ -2,6 +2,7 @@
 // (exit 2 with a clear message on bad ones), loads the topology, picks the cpuset backend, logs
 // what it chose and why, then runs the Server in the foreground. Exit 0 on a clean stop, 1 when
 // start-up fails.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,6 +84,21 @@ std::string folder_of(const std::string &path) {
     if (slash == std::string::npos) return ".";
     if (slash == 0) return "/";
     return path.substr(0, slash);
+}
+
+// Every client connection costs malld a descriptor: take all the hard limit allows, so that a
+// connection flood hits malld's own per-user and total caps long before the kernel's limit.
+void raise_open_file_limit() {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    if (limit.rlim_cur < limit.rlim_max) {
+        rlimit raised = limit;
+        raised.rlim_cur = limit.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    }
+    mall::log_line(mall::LogLevel::Info,
+                   "open-file limit: " + (limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
+                                                                          : std::to_string(limit.rlim_cur)));
 }
 
 }  // namespace
@@ -210,6 +226,7 @@ int main(int argc, char **argv) {
                                              topology->all_cpus().to_string());
     mall::log_line(mall::LogLevel::Info, "pool: cpus " + pool.to_string() + " (" +
                                              std::to_string(pool.count()) + " cpus)");
+    raise_open_file_limit();
 
     std::string why;
     auto backend = mall::make_backend(*backend_kind, cgroup_parent, &why, &error);

@@ -598,6 +598,10 @@ int Server::next_timeout_ms() const {
             consider(next_pid_poll_);
             break;
         }
+    std::set<uint64_t> waiting;
+    for (const auto &p : pending_) waiting.insert(p.connection);
+    for (const auto &[id, c] : connections_)
+        if (c.job.empty() && !c.watcher && !waiting.count(id)) consider(c.last_activity + kIdleTimeout);
     if (!next) return -1;
     if (*next <= now) return 0;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(*next - now).count();
@@ -611,6 +615,7 @@ void Server::after_events() {
     if (now >= next_pid_poll_) poll_unwatched_pids();
     sync_pid_watches();
     process_pending_replies(Clock::now());
+    close_idle_connections(Clock::now());
     // Closing a connection detaches it, which may finish a transition, end a deferred request or
     // drop a watcher in turn: repeat until nothing is left to close.
     for (int round = 0; round < 16; ++round) {
@@ -627,29 +632,84 @@ void Server::after_events() {
     save_state_if_changed();
 }
 
+// Connections that are not attached, not watching and not waiting for a deferred reply, and
+// have sent nothing for kIdleTimeout, are closed: they only hold one of malld's descriptors.
+void Server::close_idle_connections(TimePoint now) {
+    std::set<uint64_t> waiting;
+    for (const auto &p : pending_) waiting.insert(p.connection);
+    for (auto &[id, c] : connections_) {
+        if (c.closing || !c.job.empty() || c.watcher || waiting.count(id)) continue;
+        if (now - c.last_activity < kIdleTimeout) continue;
+        log_debug("closing connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) +
+                  " pid " + std::to_string(c.peer.pid) + "): idle for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kIdleTimeout).count()) + " s");
+        c.closing = true;
+    }
+}
+
+// Out of descriptors (EMFILE/ENFILE): the pending connection would keep the listener readable
+// and the loop spinning. Free the spare descriptor, accept that connection and close it at once.
+void Server::accept_and_drop_one() {
+    spare_fd_.reset();
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    PeerCred peer;
+    if (fd >= 0) {
+        peer_credentials(fd, &peer);
+        ::close(fd);
+    }
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    log_warn_limited("emfile", "out of file descriptors (" + std::to_string(connections_.size()) +
+                                   " connections open): refused a connection from uid " +
+                                   std::to_string(peer.uid) + " pid " + std::to_string(peer.pid) +
+                                   "; raise malld's open-file limit (ulimit -n / LimitNOFILE)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // sources
 
 void Server::handle_listen() {
-    for (;;) {
+    for (int accepted = 0; accepted < 256; ++accepted) {  // bounded: other sources get their turn
         int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
+            if ((errno == EMFILE || errno == ENFILE) && spare_fd_) {
+                accept_and_drop_one();
+                continue;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                log_warn(std::string("accept failed: ") + std::strerror(errno));
+                log_warn_limited("accept", std::string("accept failed: ") + std::strerror(errno));
             return;
         }
         UniqueFd owned(fd);
+        // Also set on the listener (inherited); repeated here in case the kernel does not pass it on.
+        refuse_passed_descriptors(fd);
         PeerCred peer;
         if (!peer_credentials(fd, &peer)) {
-            log_warn(std::string("cannot read the credentials of a new client: ") +
-                     std::strerror(errno) + "; closing it");
+            log_warn_limited("credentials", std::string("cannot read the credentials of a new client: ") +
+                                                std::strerror(errno) + "; closing it");
             continue;
         }
         if (connections_.size() >= kMaxConnections) {
-            log_warn("refused a connection from uid " + std::to_string(peer.uid) + " pid " +
-                     std::to_string(peer.pid) + ": " + std::to_string(kMaxConnections) +
-                     " connections are open already");
+            log_warn_limited("connections", "refused a connection from uid " + std::to_string(peer.uid) +
+                                                " pid " + std::to_string(peer.pid) + ": " +
+                                                std::to_string(kMaxConnections) +
+                                                " connections are open already");
+            continue;
+        }
+        if (!is_admin(peer.uid) && connections_per_uid_[peer.uid] >= kMaxConnectionsPerUid) {
+            log_warn_limited("connections-per-uid",
+                             "refused a connection from uid " + std::to_string(peer.uid) + " pid " +
+                                 std::to_string(peer.pid) + ": that user has " +
+                                 std::to_string(kMaxConnectionsPerUid) +
+                                 " connections to malld open already (the limit per non-admin user)");
+            continue;
+        }
+        // The peer process itself, taken now: its pid may be reused before it sends Attach.
+        UniqueFd pidfd(peer_pidfd(fd));
+        const int pidfd_error = pidfd ? 0 : errno;
+        if (!pidfd && pidfd_error == ESRCH) {
+            log_debug("connection from uid " + std::to_string(peer.uid) + " pid " +
+                      std::to_string(peer.pid) + " closed: that process has exited already");
             continue;
         }
         uint64_t id = next_connection_id_++;
@@ -664,6 +724,10 @@ void Server::handle_listen() {
         c.id = id;
         c.fd = std::move(owned);
         c.peer = peer;
+        c.peer_pidfd = std::move(pidfd);
+        c.accepted_ticks = boot_time_ticks();
+        c.last_activity = Clock::now();
+        ++connections_per_uid_[peer.uid];
         log_debug("connection " + std::to_string(id) + " from uid " + std::to_string(peer.uid) +
                   " pid " + std::to_string(peer.pid));
     }
@@ -690,10 +754,11 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
     for (int k = 0; k < kPacketsPerWakeup && !c.closing; ++k) {
         std::string packet;
-        int passed_fd = -1;
-        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, &passed_fd, true);
-        if (passed_fd >= 0) ::close(passed_fd);  // clients have no business passing descriptors
+        // Clients have no business passing descriptors: recv_packet closes any (off this thread,
+        // since a close can block) when we ask for none.
+        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true);
         if (n > 0) {
+            c.last_activity = Clock::now();
             handle_packet(c, packet);
             continue;
         }
@@ -705,8 +770,8 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
         if (errno == EMSGSIZE) {
             std::string text = "packet larger than " + std::to_string(proto::kMaxPacket) +
                                " bytes; closing the connection";
-            log_warn("malformed packet from uid " + std::to_string(c.peer.uid) + " pid " +
-                     std::to_string(c.peer.pid) + ": " + text);
+            log_warn_limited("malformed", "malformed packet from uid " + std::to_string(c.peer.uid) +
+                                              " pid " + std::to_string(c.peer.pid) + ": " + text);
             reply_error(c, raw_request_id(packet), MALL_ERR_PROTOCOL, text);
         }
         c.closing = true;
@@ -733,6 +798,9 @@ void Server::close_connection(Connection &c) {
     if (c.fd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
     log_debug("connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) + " pid " +
               std::to_string(c.peer.pid) + ") closed");
+    if (auto count = connections_per_uid_.find(c.peer.uid);
+        count != connections_per_uid_.end() && --count->second <= 0)
+        connections_per_uid_.erase(count);
     connections_.erase(id);
     // After the erase: detaching may publish or emit events that look at the connections.
     if (!job.empty()) manager_->detach(job, attach_id, Clock::now());
@@ -763,13 +831,15 @@ bool Server::send_message(Connection &c, proto::Type type, uint32_t request_id,
         }
     }
     if (droppable) return false;
-    if (c.outbox.size() >= kMaxOutbox) {
-        log_warn("client uid " + std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) +
-                 " does not read its replies; closing its connection");
+    if (c.outbox.size() >= kMaxOutbox || c.outbox_bytes + data.size() > kMaxOutboxBytes) {
+        log_warn_limited("slow-reader", "client uid " + std::to_string(c.peer.uid) + " pid " +
+                                            std::to_string(c.peer.pid) +
+                                            " does not read its replies; closing its connection");
         c.closing = true;
         return false;
     }
     Outgoing out;
+    c.outbox_bytes += data.size();
     out.data = std::move(data);
     if (pass_fd >= 0) out.fd.reset(::fcntl(pass_fd, F_DUPFD_CLOEXEC, 0));
     c.outbox.push_back(std::move(out));
@@ -791,6 +861,7 @@ void Server::flush_outbox(Connection &c) {
             c.closing = true;
             return;
         }
+        c.outbox_bytes -= std::min(c.outbox_bytes, out.data.size());
         c.outbox.pop_front();
     }
     if (c.want_write && !c.closing) {
@@ -818,8 +889,9 @@ void Server::handle_packet(Connection &c, const std::string &packet) {
     std::optional<proto::Message> msg = proto::decode(packet, &why);
     if (!msg) {
         // A peer that sends garbage loses its connection; everyone else is unaffected.
-        log_warn("malformed packet from uid " + std::to_string(c.peer.uid) + " pid " +
-                 std::to_string(c.peer.pid) + ": " + why + "; closing that connection");
+        log_warn_limited("malformed", "malformed packet from uid " + std::to_string(c.peer.uid) +
+                                          " pid " + std::to_string(c.peer.pid) + ": " + log_text(why) +
+                                          "; closing that connection");
         reply_error(c, raw_request_id(packet), MALL_ERR_PROTOCOL, why);
         c.closing = true;
         return;
@@ -830,23 +902,26 @@ void Server::handle_packet(Connection &c, const std::string &packet) {
     if (!rule) {
         std::string text = std::string("message type ") + proto::type_name(msg->type) +
                            " is not a request a client may send";
-        log_warn("protocol error from uid " + std::to_string(c.peer.uid) + " pid " +
-                 std::to_string(c.peer.pid) + ": " + text + "; closing that connection");
+        log_warn_limited("protocol", "protocol error from uid " + std::to_string(c.peer.uid) + " pid " +
+                                         std::to_string(c.peer.pid) + ": " + text +
+                                         "; closing that connection");
         reply_error(c, msg->request_id, MALL_ERR_PROTOCOL, text);
         c.closing = true;
         return;
     }
     int code = MALL_ERR_DENIED;
     if (!authorize(c, *rule, *msg, &code, &why)) {
-        log_warn(std::string("refused ") + proto::type_name(msg->type) + " from uid " +
-                 std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " + why);
+        if (may_log_refusal(c))
+            log_warn(std::string("refused ") + proto::type_name(msg->type) + " from uid " +
+                     std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " +
+                     log_text(why));
         reply_error(c, msg->request_id, code, why);
         return;
     }
     if (log_enabled(LogLevel::Debug))
         log_debug(std::string("request ") + proto::type_name(msg->type) + " from uid " +
                   std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " +
-                  msg->body.dump());
+                  log_text(msg->body.dump()));
     try {
         (this->*rule->handler)(c, *msg);
     } catch (const proto::ProtocolError &e) {
@@ -860,6 +935,54 @@ void Server::handle_packet(Connection &c, const std::string &packet) {
 
 bool Server::is_admin(uid_t uid) const {
     return uid == 0 || uid == ::geteuid() || options_.admin_uids.count(uid) != 0;
+}
+
+// Refusals are logged (with uid and pid), but at most a few per second per connection: a client
+// looping on a refused request must not flood the log.
+bool Server::may_log_refusal(Connection &c) {
+    const TimePoint now = Clock::now();
+    if (now - c.refusal_log_window >= std::chrono::seconds(1)) {
+        c.refusal_log_window = now;
+        c.refusals_logged = 0;
+    }
+    return ++c.refusals_logged <= kRefusalLogsPerSecond;
+}
+
+// SO_PEERCRED's pid was taken at connect time: by now that process may have exited and its pid
+// been given to another process, which must not be taken for the peer (owner check, self-
+// registration). With SO_PEERPIDFD the pidfd names the peer itself: its pid in fdinfo must still
+// be the credential pid (-1 once it has exited). Without it, the process now holding the pid must
+// have started no later than the connection was accepted and run as the peer's uid.
+bool Server::peer_still_connected_process(const Connection &c, std::string *why) const {
+    const std::string pid = std::to_string(c.peer.pid);
+    if (c.peer_pidfd) {
+        auto now_pid = pidfd_pid(c.peer_pidfd.get());
+        if (!now_pid) {
+            *why = "cannot read the pidfd of process " + pid + " (/proc/self/fdinfo)";
+            return false;
+        }
+        if (*now_pid != c.peer.pid) {
+            *why = "process " + pid + " that opened this connection has exited";
+            return false;
+        }
+        return true;
+    }
+    auto start = process_start_time(c.peer.pid);
+    if (!start || !process_alive(c.peer.pid)) {
+        *why = "process " + pid + " that opened this connection has exited";
+        return false;
+    }
+    if (*start > c.accepted_ticks) {
+        *why = "process " + pid + " started after this connection was opened: the connecting "
+               "process has exited and its pid was reused";
+        return false;
+    }
+    if (!process_has_uid(c.peer.pid, c.peer.uid)) {
+        *why = "process " + pid + " no longer runs as uid " + std::to_string(c.peer.uid) +
+               ": the connecting process has exited and its pid was reused";
+        return false;
+    }
+    return true;
 }
 
 // Authorization lives here and only here: every request passes through this function before its
@@ -887,6 +1010,12 @@ bool Server::authorize(const Connection &c, const RequestRule &rule, const proto
                 *why = "this connection is already attached to job " + c.job;
                 return false;
             }
+            // Both ways to attach act on the peer's pid: it must still be the connecting process.
+            std::string gone;
+            if (!peer_still_connected_process(c, &gone)) {
+                *why = gone + "; reconnect and attach again";
+                return false;
+            }
             auto field = msg.body.find("job");
             if (field == msg.body.end() || field->is_null()) {
                 if (options_.allow_self_register) return true;
@@ -901,6 +1030,12 @@ bool Server::authorize(const Connection &c, const RequestRule &rule, const proto
                 return false;
             }
             const std::string name = field->get<std::string>();
+            // Validated before the name is echoed into the reply or the log.
+            if (auto bad = proto::invalid_job_name(name)) {
+                *code = MALL_ERR_INVAL;
+                *why = "bad job name in field \"job\": " + *bad;
+                return false;
+            }
             const Job *job = manager_->find(name);
             if (!job) {
                 *code = MALL_ERR_NOJOB;
@@ -993,6 +1128,8 @@ void Server::handle_register(Connection &c, const proto::Message &msg) {
 
 void Server::handle_deregister(Connection &c, const proto::Message &msg) {
     const std::string job = proto::get_string(msg.body, "job");
+    // Checked before the name is echoed back (every registered job has a valid name).
+    if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
     auto pid = proto::get_optional_int(msg.body, "pid", 1, INT_MAX);
     Outcome outcome = pid ? manager_->remove_pid(job, static_cast<pid_t>(*pid), Clock::now())
                           : manager_->deregister_job(job, Clock::now());
@@ -1007,6 +1144,13 @@ void Server::handle_deregister(Connection &c, const proto::Message &msg) {
 
 void Server::handle_attach(Connection &c, const proto::Message &msg) {
     const TimePoint now = Clock::now();
+    // Every refusal is logged with the peer's uid and pid (rate-limited per connection).
+    auto refuse = [&](int code, const std::string &text) {
+        if (may_log_refusal(c))
+            log_warn("refused Attach from uid " + std::to_string(c.peer.uid) + " pid " +
+                     std::to_string(c.peer.pid) + ": " + log_text(text));
+        reply_error(c, msg.request_id, code, text);
+    };
     std::string job;
     auto field = msg.body.find("job");
     if (field == msg.body.end() || field->is_null()) {
@@ -1021,7 +1165,7 @@ void Server::handle_attach(Connection &c, const proto::Message &msg) {
         min = std::min<int64_t>(min, max);
         for (const auto &[name, other] : manager_->jobs()) {
             if (in_process_tree(c.peer.pid, other.spec.pids)) {
-                reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                refuse(MALL_ERR_INVAL,
                             "process " + std::to_string(c.peer.pid) + " belongs to job " + name +
                                 "; attach to it with MALL_JOB_ID=" + name);
                 return;
@@ -1029,7 +1173,7 @@ void Server::handle_attach(Connection &c, const proto::Message &msg) {
         }
         auto start = process_start_time(c.peer.pid);
         if (!start) {
-            reply_error(c, msg.request_id, MALL_ERR_SYSTEM,
+            refuse(MALL_ERR_SYSTEM,
                         "cannot read /proc/" + std::to_string(c.peer.pid) + "/stat");
             return;
         }
@@ -1045,7 +1189,7 @@ void Server::handle_attach(Connection &c, const proto::Message &msg) {
         registering_pids_.erase(spec.id);
         if (!outcome.ok) {
             start_times_.erase(c.peer.pid);
-            reply_error(c, msg.request_id, outcome.code, outcome.error);
+            refuse(outcome.code, outcome.error);
             return;
         }
         sync_pid_watches();
@@ -1058,13 +1202,13 @@ void Server::handle_attach(Connection &c, const proto::Message &msg) {
     std::string error;
     JobPage *page = ensure_page(job, &error);
     if (!page) {
-        reply_error(c, msg.request_id, MALL_ERR_SYSTEM, error);
+        refuse(MALL_ERR_SYSTEM, error);
         return;
     }
     const uint64_t attach_id = next_attach_id_++;
     Outcome outcome = manager_->attach(job, attach_id, now);
     if (!outcome.ok) {
-        reply_error(c, msg.request_id, outcome.code, outcome.error);
+        refuse(outcome.code, outcome.error);
         return;
     }
     c.job = job;
@@ -1094,6 +1238,8 @@ void Server::handle_status(Connection &c, const proto::Message &msg) {
 
 void Server::handle_set(Connection &c, const proto::Message &msg) {
     const std::string job = proto::get_string(msg.body, "job");
+    // Checked before the name is echoed back (every registered job has a valid name).
+    if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
     const std::string text = proto::get_string(msg.body, "cpus");
     std::optional<CpuSet> pinned;
     if (text != "auto") {
@@ -1131,7 +1277,7 @@ void Server::handle_reclaim(Connection &c, const proto::Message &msg) {
         reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
     }
-    log_info("reclaiming cpus " + cpus->to_string() + (owner ? " for " + *owner : std::string()));
+    log_info("reclaiming cpus " + cpus->to_string() + (owner ? " for " + log_text(*owner) : std::string()));
     // The reply waits until no job holds them, so the caller may start its own work there.
     PendingReply pending{PendingReply::Kind::Reclaim, c.id, msg.request_id, "", *cpus,
                          Clock::now() + options_.ack_timeout + kDeferredReplySlack};
@@ -1267,8 +1413,9 @@ void Server::event(const nlohmann::json &event) {
     for (auto &[id, c] : connections_) {
         if (!c.watcher || c.closing) continue;
         if (!send_message(c, proto::Type::Event, 0, ev, -1, true) && !c.closing) {
-            log_warn("watcher uid " + std::to_string(c.peer.uid) + " pid " +
-                     std::to_string(c.peer.pid) + " does not keep up with events; dropping it");
+            log_warn_limited("slow-watcher", "watcher uid " + std::to_string(c.peer.uid) + " pid " +
+                                                 std::to_string(c.peer.pid) +
+                                                 " does not keep up with events; dropping it");
             c.closing = true;
         }
     }
