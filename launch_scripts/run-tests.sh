@@ -24,6 +24,10 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "run-tests: note: not root — tests that need root or a cpuset controller will say they skip and why"
 fi
 
+# Test cgroups present before this run (another run's, or an earlier crash's) are not ours to judge.
+test_cgroups() { ls -d /sys/fs/cgroup/cpuset/mall_test_* /sys/fs/cgroup/cpuset/mall_unit_* 2>/dev/null || true; }
+cgroups_before=$(test_cgroups)
+
 echo "== run-tests: ctest"
 status=0
 (cd "$build" && ctest --output-on-failure --timeout 600 "$@") || status=$?
@@ -39,7 +43,7 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
      ctest --output-on-failure --timeout 600 -E find_package) || status=$?
 fi
 
-leftover=$(ls -d /sys/fs/cgroup/cpuset/mall_test_* /sys/fs/cgroup/cpuset/mall_unit_* 2>/dev/null || true)
+leftover=$(comm -13 <(echo "$cgroups_before" | sort) <(test_cgroups | sort) | tr '\n' ' ')
 if [ -n "$leftover" ]; then
   echo "run-tests: FAIL: tests left cgroups behind: $leftover" >&2
   status=1
