@@ -1,10 +1,13 @@
 // Proves that mallctl, mallrun and malld reject bad command lines with exit 2 and a clear message
 // and change nothing, document their options in --help, and that the documented commands work.
+#include <signal.h>
+
 #include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "common/ctl_client.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -284,6 +287,66 @@ TEST_F(Cli, ReclaimAndReleaseRoundTrip) {
     ASSERT_TRUE(status);
     EXPECT_EQ(status->value("available", ""), "0-1");
     EXPECT_EQ(status->value("reclaimed", "?"), "");
+}
+
+// The prolog/epilog pair a Slurm plugin uses: cores reclaimed for an owner leave the running job
+// and stay reserved (visible in status); releasing the owner gives them back and the job regrows.
+TEST_F(Cli, ReclaimForAnOwnerAndReleaseTheOwner) {
+    auto reclaim = run_command(mallctl_argv(socket(), {"reclaim", "1", "--owner", "slurm-42"}));
+    ASSERT_EQ(reclaim.exit_code, 0) << reclaim.err;
+    EXPECT_NE(reclaim.out.find("owner slurm-42"), std::string::npos) << reclaim.out;
+    auto status = status_json(socket());
+    ASSERT_TRUE(status);
+    EXPECT_EQ((*status)["reserved"].value("slurm-42", ""), "1") << status->dump(1);
+    auto job = find_job(*status, "cli");
+    ASSERT_TRUE(job);
+    EXPECT_EQ(job->value("cpuset", ""), "0");
+    EXPECT_EQ(cgroup_cpus(job->value("cgroup", "")).value_or("(missing)"), "0");
+
+    expect_usage_error(mallctl_argv(socket(), {"release", "1", "--owner", "slurm-42"}), {"either"});
+    expect_usage_error(mallctl_argv(socket(), {"release", "--owner", "bad name"}), {"owner"});
+    auto release = run_command(mallctl_argv(socket(), {"release", "--owner", "slurm-42"}));
+    ASSERT_EQ(release.exit_code, 0) << release.err;
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s))
+        << status_json(socket()).value_or(json()).dump(1);
+    status = status_json(socket());
+    ASSERT_TRUE(status);
+    EXPECT_TRUE((*status)["reserved"].empty()) << status->dump(1);
+    EXPECT_EQ(status->value("reclaimed", "?"), "");
+    // An epilog for an owner that reclaimed nothing is not an error.
+    EXPECT_EQ(run_command(mallctl_argv(socket(), {"release", "--owner", "slurm-43"})).exit_code, 0);
+}
+
+// Several tasks of one Slurm job on a node share one malld job: a Register with "join" adds the
+// task's pid; without "join" a second registration under the same name is refused; the job
+// outlives its first task and ends with its last.
+TEST_F(Cli, RegisterWithJoinAddsTasksToOneJob) {
+    Child task1({"/bin/sleep", "120"}), task2({"/bin/sleep", "120"});
+    std::string error;
+    auto ctl = mall::CtlClient::connect(socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    json first{{"job", "slurm-77"}, {"uid", 0}, {"pids", {task1.pid()}}, {"min", 1}, {"max", 1}, {"join", true}};
+    auto r1 = ctl->request(mall::proto::Type::Register, first, 20s);
+    ASSERT_TRUE(r1.ok) << r1.error;
+    json second = first;
+    second["pids"] = {task2.pid()};
+    second.erase("join");
+    auto refused = ctl->request(mall::proto::Type::Register, second, 20s);
+    EXPECT_FALSE(refused.ok);
+    EXPECT_NE(refused.error.find("already registered"), std::string::npos) << refused.error;
+    second["join"] = true;
+    auto r2 = ctl->request(mall::proto::Type::Register, second, 20s);
+    ASSERT_TRUE(r2.ok) << r2.error;
+    auto job = find_job(*status_json(socket()), "slurm-77");
+    ASSERT_TRUE(job);
+    EXPECT_EQ((*job)["pids"], json::array({task1.pid(), task2.pid()}));
+    ::kill(task1.pid(), SIGKILL);
+    EXPECT_TRUE(wait_until([&] {
+        auto j = find_job(*status_json(socket()), "slurm-77");
+        return j && (*j)["pids"] == json::array({task2.pid()});
+    }, 10s));
+    ::kill(task2.pid(), SIGKILL);
+    EXPECT_TRUE(wait_until([&] { return !find_job(*status_json(socket()), "slurm-77"); }, 10s));
 }
 
 TEST_F(Cli, WatchPrintsOneJsonLinePerEvent) {

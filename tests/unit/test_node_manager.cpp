@@ -371,7 +371,7 @@ TEST_F(NodeManagerTest, BadReclaimsChangeNothing) {
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
     refused(MALL_ERR_INVAL, [&] { return nm().reclaim(cpus("3-4"), at(0us)); }, "not in");
     refused(MALL_ERR_INVAL, [&] { return nm().reclaim(cpus("0"), at(0us)); }, "guaranteed");
-    refused(MALL_ERR_INVAL, [&] { return nm().reclaim(cpus("1-3"), at(0us)); }, "sum of");
+    refused(MALL_ERR_INVAL, [&] { return nm().reclaim(cpus("1-3"), at(0us)); }, "below its minimum");
     refused(MALL_ERR_INVAL, [&] { return nm().reclaim(CpuSet(), at(0us)); });
     ok(nm().reclaim(cpus("3"), at(0us)));
 }
@@ -688,4 +688,32 @@ TEST_F(NodeManagerTest, RegistrationThatCannotBePlacedIsRefused) {
     ok(nm().deregister_job("b", at(0us)));
     ok(nm().register_job(spec("c", 1, 1), at(0us)));
     EXPECT_EQ(job("c").published.count(), 1);
+}
+
+// The Slurm model: a prolog reclaims a new job's cpus for its owner; borrowers shrink; when the
+// job registers with them as guaranteed cpus they are its own; further tasks join; the epilog
+// releases the owner, ending the job if its task exits were missed, and the cpus are lent again.
+TEST_F(NodeManagerTest, ReclaimForOwnerThenRegisterJoinAndRelease) {
+    ok(nm().register_job(spec("borrower", 1, 4), at(0us)));
+    ASSERT_EQ(job("borrower").published.to_string(), "0-3");
+    ok(nm().reclaim(cpus("2-3"), at(0us), "slurm-7"));
+    EXPECT_EQ(job("borrower").published.to_string(), "0-1");
+    EXPECT_FALSE(nm().holds_any(cpus("2-3")));
+    EXPECT_EQ(nm().status()["reserved"]["slurm-7"], "2-3");
+    // Someone else may not take reserved cpus as guaranteed ones.
+    refused(MALL_ERR_INVAL, [&] { return nm().register_job(spec("other", 1, 2, "2"), at(0us)); },
+            "reserved for \"slurm-7\"");
+    ok(nm().register_job(spec("slurm-7", 2, 4, "2-3", {200}), at(0us)));
+    EXPECT_EQ(job("slurm-7").published.to_string(), "2-3");
+    refused(MALL_ERR_INVAL, [&] { return nm().add_pids("slurm-7", 1001, {201}, at(0us)); }, "uid");
+    ok(nm().add_pids("slurm-7", 1000, {201}, at(0us)));
+    EXPECT_EQ(job("slurm-7").spec.pids.size(), 2u);
+    CpuSet released;
+    ok(nm().release_owner("slurm-7", at(0us), &released));
+    EXPECT_EQ(released.to_string(), "2-3");
+    EXPECT_EQ(nm().find("slurm-7"), nullptr);
+    EXPECT_EQ(job("borrower").published.to_string(), "0-3");
+    EXPECT_TRUE(nm().status()["reserved"].empty());
+    ok(nm().release_owner("slurm-unknown", at(0us), &released));  // an epilog without a prolog
+    EXPECT_TRUE(released.empty());
 }

@@ -23,7 +23,8 @@ constexpr size_t kMaxPacket = kHeaderSize + kMaxPayload;
 
 enum class Type : uint16_t {
     // requests (client -> malld)
-    Register = 1,    // admin: {job, uid, pids:[int], min, max, guaranteed?:"list", weight?:num}
+    Register = 1,    // admin: {job, uid, pids:[int], min, max, guaranteed?:"list", weight?:num,
+                     //   join?:bool (a further task of a registered job adds its pids)}
                      //   reply (deferred until the job holds cpus): {job, cpus, generation}
     Deregister = 2,  // admin: {job, pid?}   (pid: remove one pid; job ends when none is left)
     Attach = 3,      // any:   {job?:str, min?:int, max?:int} -> reply {job, generation} + page fd
@@ -32,8 +33,10 @@ enum class Type : uint16_t {
     Status = 6,      // any:   {} -> reply: the status object (see NodeManager::status())
     Set = 7,         // admin: {job, cpus:"list"|"auto"} -> reply {job, cpus}
     Policy = 8,      // admin: {name} -> reply {policy}
-    Reclaim = 9,     // admin: {cpus, owner?:str} reply (deferred until no job holds them) {cpus}
-    Release = 10,    // admin: {cpus} -> reply {cpus}
+    Reclaim = 9,     // admin: {cpus, owner?:str} reply (deferred until no job holds them) {cpus};
+                     //   with owner the cpus stay reserved for the job of that name
+    Release = 10,    // admin: {cpus} -> reply {cpus}; or {owner} -> releases the owner's cpus and
+                     //   ends its job if still registered -> reply {owner, cpus}
     Watch = 11,      // any:   {} -> reply {} then Event messages until the client hangs up
     // from malld
     Reply = 64,      // {ok:bool, error?:str, code?:int, ...}

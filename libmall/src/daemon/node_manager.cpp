@@ -86,6 +86,12 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                            " are already guaranteed or pinned to job \"" + id + "\"");
         }
     }
+    for (const auto &[owner, cpus] : reserved_) {
+        if (owner != spec.id && spec.guaranteed.intersects(cpus)) {
+            return invalid("guaranteed cpus " + (spec.guaranteed & cpus).to_string() +
+                           " are reserved for \"" + owner + "\" (reclaimed by its prolog)");
+        }
+    }
     if (spec.pids.empty()) return invalid("a job needs at least one pid");
     for (pid_t pid : spec.pids) {
         if (pid <= 0) return invalid("pid " + std::to_string(pid) + " is not a valid process id");
@@ -217,34 +223,33 @@ Outcome NodeManager::set_policy(const std::string &name, TimePoint now) {
     return Outcome::success();
 }
 
-Outcome NodeManager::reclaim(const CpuSet &cpus, TimePoint now) {
+Outcome NodeManager::reclaim(const CpuSet &cpus, TimePoint now, const std::string &owner) {
     if (cpus.empty()) return invalid("no cpus to reclaim were given");
+    if (!owner.empty()) {
+        if (auto why = proto::invalid_job_name(owner)) return invalid("bad owner name: " + *why);
+    }
     if (!pool_.contains(cpus)) {
         return invalid("cpus " + (cpus - pool_).to_string() + " are not in malld's pool " +
                        quoted_set(pool_));
     }
     for (const auto &[id, job] : jobs_) {
-        if (cpus.intersects(job.spec.guaranteed)) {
+        if (id != owner && cpus.intersects(job.spec.guaranteed)) {
             return invalid("cpus " + (cpus & job.spec.guaranteed).to_string() +
                            " are guaranteed to job \"" + id + "\" and cannot be reclaimed");
         }
     }
-    int sum_of_mins = 0;
-    for (const auto &[id, job] : jobs_) sum_of_mins += job.spec.min;
-    const int left = (available_pool() - cpus).count();
-    if (left < sum_of_mins) {
-        return invalid("reclaiming " + cpus.to_string() + " would leave " + std::to_string(left) +
-                       " cpus, fewer than the " + std::to_string(sum_of_mins) +
-                       " the registered jobs need at least (the sum of their mins)");
-    }
     const CpuSet previous = reclaimed_;
+    const auto previous_reserved = reserved_;
     reclaimed_ |= cpus;
+    if (!owner.empty()) reserved_[owner] |= cpus;
     if (Outcome check = feasible("reclaiming cpus " + cpus.to_string()); !check.ok) {
         reclaimed_ = previous;
+        reserved_ = previous_reserved;
         return check;
     }
     nlohmann::json ev = make_event("reclaim");
     ev["cpus"] = cpus.to_string();
+    if (!owner.empty()) ev["owner"] = owner;
     effects_.event(ev);
     replan(now);
     return Outcome::success();
@@ -257,10 +262,69 @@ Outcome NodeManager::release(const CpuSet &cpus, TimePoint now) {
                        " were not reclaimed (reclaimed now: " + quoted_set(reclaimed_) + ")");
     }
     reclaimed_ -= cpus;
+    for (auto it = reserved_.begin(); it != reserved_.end();) {
+        it->second -= cpus;
+        it = it->second.empty() ? reserved_.erase(it) : std::next(it);
+    }
     nlohmann::json ev = make_event("release");
     ev["cpus"] = cpus.to_string();
     effects_.event(ev);
     replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::release_owner(const std::string &owner, TimePoint now, CpuSet *released) {
+    if (auto why = proto::invalid_job_name(owner)) return invalid("bad owner name: " + *why);
+    CpuSet cpus;
+    if (auto it = reserved_.find(owner); it != reserved_.end()) {
+        cpus = it->second;
+        reserved_.erase(it);
+        reclaimed_ -= cpus;
+    }
+    if (released) *released = cpus;
+    if (jobs_.count(owner) != 0) {
+        // The epilog comes after the job's tasks: a job still registered missed its task exits.
+        jobs_.erase(owner);
+        targets_.erase(owner);
+        nlohmann::json end = make_event("end");
+        end["job"] = owner;
+        end["reason"] = "released";
+        effects_.event(end);
+        effects_.job_removed(owner);
+    }
+    nlohmann::json ev = make_event("release");
+    ev["cpus"] = cpus.to_string();
+    ev["owner"] = owner;
+    effects_.event(ev);
+    replan(now);
+    return Outcome::success();
+}
+
+Outcome NodeManager::add_pids(const std::string &job, uid_t uid, const std::vector<pid_t> &pids,
+                              TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    if (it->second.spec.uid != uid) {
+        return invalid("job \"" + job + "\" belongs to uid " + std::to_string(it->second.spec.uid) +
+                       ", not " + std::to_string(uid) + "; a task can only join its own job");
+    }
+    if (pids.empty()) return invalid("a job needs at least one pid");
+    for (pid_t pid : pids) {
+        if (pid <= 0) return invalid("pid " + std::to_string(pid) + " is not a valid process id");
+        for (const auto &[id, other] : jobs_) {
+            const auto &known = other.spec.pids;
+            if (id != job && std::find(known.begin(), known.end(), pid) != known.end())
+                return invalid("pid " + std::to_string(pid) + " already belongs to job \"" + id + "\"");
+        }
+    }
+    auto &known = it->second.spec.pids;
+    for (pid_t pid : pids)
+        if (std::find(known.begin(), known.end(), pid) == known.end()) known.push_back(pid);
+    nlohmann::json ev = make_event("join");
+    ev["job"] = job;
+    ev["pids"] = pids;
+    effects_.event(ev);
+    advance(now);
     return Outcome::success();
 }
 
@@ -340,6 +404,14 @@ const Job *NodeManager::find(const std::string &job) const {
     return it == jobs_.end() ? nullptr : &it->second;
 }
 
+CpuSet NodeManager::available_pool() const {
+    CpuSet available = pool_ - reclaimed_;
+    for (const auto &[owner, cpus] : reserved_) {
+        if (auto job = jobs_.find(owner); job != jobs_.end()) available |= cpus & job->second.spec.guaranteed;
+    }
+    return available;
+}
+
 bool NodeManager::holds_any(const CpuSet &cpus) const {
     for (const auto &[id, job] : jobs_) {
         if (job.cpuset.intersects(cpus) || job.published.intersects(cpus)) return true;
@@ -366,6 +438,8 @@ nlohmann::json NodeManager::status() const {
     out["pool"] = pool_.to_string();
     out["available"] = available_pool().to_string();
     out["reclaimed"] = reclaimed_.to_string();
+    out["reserved"] = nlohmann::json::object();
+    for (const auto &[owner, cpus] : reserved_) out["reserved"][owner] = cpus.to_string();
     out["free"] = free_cpus().to_string();
     out["policy"] = policy_name(policy_);
     out["ack_timeout_ms"] = ack_timeout_.count();

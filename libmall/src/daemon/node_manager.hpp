@@ -109,8 +109,17 @@ public:
     Outcome remove_pid(const std::string &job, pid_t pid, TimePoint now);  // job ends with its last pid
     Outcome set_cpus(const std::string &job, std::optional<CpuSet> pinned, TimePoint now);  // nullopt = auto
     Outcome set_policy(const std::string &name, TimePoint now);
-    Outcome reclaim(const CpuSet &cpus, TimePoint now);
+    // Takes cpus out of the lending pool (a Slurm job prolog: Slurm gave them to a job). With an
+    // owner ("slurm-<jobid>") they stay reserved for that owner: when a job of that name registers
+    // with them as guaranteed cpus, they come back into the pool as its own.
+    Outcome reclaim(const CpuSet &cpus, TimePoint now, const std::string &owner = "");
     Outcome release(const CpuSet &cpus, TimePoint now);
+    // Releases everything reserved for owner and ends the job of that name if it is still
+    // registered (a job epilog). Unknown owners are fine (returns the empty set released).
+    Outcome release_owner(const std::string &owner, TimePoint now, CpuSet *released);
+    // A further task of a registered job joins it (same uid): its pids are added.
+    Outcome add_pids(const std::string &job, uid_t uid, const std::vector<pid_t> &pids,
+                     TimePoint now);
 
     // --- processes of a job ---
     Outcome attach(const std::string &job, uint64_t attach_id, TimePoint now);
@@ -128,15 +137,21 @@ public:
     bool holds_any(const CpuSet &cpus) const;    // some job's cpuset or published set meets cpus
     bool settled(const std::string &job) const;  // job holds >= 1 cpu and no transition in flight
     const CpuSet &pool() const { return pool_; }            // configured pool
-    CpuSet available_pool() const { return pool_ - reclaimed_; }
+    // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved
+    // cpus of registered owners that are their guaranteed cpus.
+    CpuSet available_pool() const;
     const CpuSet &reclaimed() const { return reclaimed_; }
+    const std::map<std::string, CpuSet> &reserved() const { return reserved_; }
     PolicyKind policy() const { return policy_; }
     CpuSet free_cpus() const;                    // available pool not held by any job
     nlohmann::json status() const;               // the object `mallctl status --json` prints
 
     // --- restart: re-adopt a job exactly as it was (no effects are issued) ---
     Outcome adopt(const Job &job);
-    void set_reclaimed(const CpuSet &cpus) { reclaimed_ = cpus; }
+    void set_reclaimed(const CpuSet &cpus, std::map<std::string, CpuSet> reserved = {}) {
+        reclaimed_ = cpus;
+        reserved_ = std::move(reserved);
+    }
 
 private:
     void replan(TimePoint now);   // recompute targets with the policy, then advance
@@ -155,7 +170,8 @@ private:
 
     const Topology &topology_;
     CpuSet pool_;
-    CpuSet reclaimed_;
+    CpuSet reclaimed_;                          // every reclaimed cpu, reserved or not
+    std::map<std::string, CpuSet> reserved_;    // owner -> reclaimed cpus reserved for it
     PolicyKind policy_;
     std::chrono::milliseconds ack_timeout_;
     Effects &effects_;

@@ -446,7 +446,10 @@ void Server::adopt_saved_jobs(const SavedState &saved) {
     if (saved.pool != pool_.to_string())
         log_warn("the state file was written for pool '" + saved.pool + "', malld now has '" +
                  pool_.to_string() + "': jobs holding cpus outside the new pool are dropped");
-    manager_->set_reclaimed(saved.reclaimed & pool_);
+    std::map<std::string, CpuSet> reserved;
+    for (const auto &[owner, cpus] : saved.reserved)
+        if (!(cpus & pool_).empty()) reserved[owner] = cpus & pool_;
+    manager_->set_reclaimed(saved.reclaimed & pool_, std::move(reserved));
     bool dropped_any = saved.pool != pool_.to_string();
     for (const SavedJob &sj : saved.jobs) {
         const std::string &id = sj.job.spec.id;
@@ -1090,6 +1093,11 @@ void Server::handle_register(Connection &c, const proto::Message &msg) {
         if (!w->is_number()) throw proto::ProtocolError("field \"weight\" must be a number");
         spec.weight = w->get<double>();
     }
+    // "join": a further task of a job already registered on this node (several Slurm tasks of one
+    // job share its allocation) adds its pids instead of being refused as a duplicate.
+    auto join = body.find("join");
+    if (join != body.end() && !join->is_boolean()) throw proto::ProtocolError("field \"join\" must be true or false");
+    const bool joining = join != body.end() && join->get<bool>() && manager_->find(spec.id) != nullptr;
     std::map<pid_t, unsigned long long> starts;
     for (pid_t pid : spec.pids) {
         auto start = process_start_time(pid);
@@ -1110,7 +1118,8 @@ void Server::handle_register(Connection &c, const proto::Message &msg) {
     }
     for (auto &[pid, start] : starts) start_times_[pid] = start;
     registering_pids_[spec.id] = spec.pids;
-    Outcome outcome = manager_->register_job(spec, Clock::now());
+    Outcome outcome = joining ? manager_->add_pids(spec.id, spec.uid, spec.pids, Clock::now())
+                              : manager_->register_job(spec, Clock::now());
     registering_pids_.erase(spec.id);
     if (!outcome.ok) {
         for (auto &[pid, start] : starts) start_times_.erase(pid);
@@ -1272,7 +1281,7 @@ void Server::handle_reclaim(Connection &c, const proto::Message &msg) {
     auto cpus = CpuSet::parse(proto::get_string(msg.body, "cpus"), &why);
     if (!cpus) throw proto::ProtocolError("field \"cpus\": " + why);
     auto owner = proto::get_optional_string(msg.body, "owner");
-    Outcome outcome = manager_->reclaim(*cpus, Clock::now());
+    Outcome outcome = manager_->reclaim(*cpus, Clock::now(), owner.value_or(""));
     if (!outcome.ok) {
         reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
@@ -1285,6 +1294,16 @@ void Server::handle_reclaim(Connection &c, const proto::Message &msg) {
 }
 
 void Server::handle_release(Connection &c, const proto::Message &msg) {
+    if (auto owner = proto::get_optional_string(msg.body, "owner")) {  // a job epilog
+        CpuSet released;
+        Outcome outcome = manager_->release_owner(*owner, Clock::now(), &released);
+        if (!outcome.ok) {
+            reply_error(c, msg.request_id, outcome.code, outcome.error);
+            return;
+        }
+        reply(c, msg.request_id, proto::ok_reply({{"owner", *owner}, {"cpus", released.to_string()}}));
+        return;
+    }
     std::string why;
     auto cpus = CpuSet::parse(proto::get_string(msg.body, "cpus"), &why);
     if (!cpus) throw proto::ProtocolError("field \"cpus\": " + why);
@@ -1532,6 +1551,7 @@ void Server::save_state_if_changed(bool force) {
     // change at every report and are not worth a disk write on their own): this runs after
     // every batch of events, so it must cost next to nothing when nothing changed.
     std::string print = manager_->reclaimed().to_string();
+    for (const auto &[owner, cpus] : manager_->reserved()) print += ';' + owner + '=' + cpus.to_string();
     print += '|';
     print += policy_name(manager_->policy());
     for (const auto &[name, job] : manager_->jobs()) {
@@ -1550,6 +1570,7 @@ void Server::save_state_if_changed(bool force) {
     SavedState state;
     state.pool = pool_.to_string();
     state.reclaimed = manager_->reclaimed();
+    state.reserved = manager_->reserved();
     state.policy = policy_name(manager_->policy());
     for (const auto &[name, job] : manager_->jobs()) {
         SavedJob saved;

@@ -159,11 +159,14 @@ bool write_all(int fd, const std::string &data) {
 nlohmann::json state_to_json(const SavedState &state) {
     nlohmann::json jobs = nlohmann::json::array();
     for (const auto &job : state.jobs) jobs.push_back(job_to_json(job));
+    nlohmann::json reserved = nlohmann::json::object();
+    for (const auto &[owner, cpus] : state.reserved) reserved[owner] = cpus.to_string();
     return {
         {"format", kFormatName},
         {"version", kSchemaVersion},
         {"pool", state.pool},
         {"reclaimed", state.reclaimed.to_string()},
+        {"reserved", reserved},
         {"policy", state.policy},
         {"jobs", jobs},
     };
@@ -190,6 +193,16 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
         state.pool = r.text("pool");
         if (!CpuSet::parse(state.pool)) r.bad("pool", "is not a cpu list");
         state.reclaimed = r.cpus("reclaimed");
+        // "reserved" came with the Slurm prolog support; older files have none.
+        if (auto res = j.find("reserved"); res != j.end()) {
+            if (!res->is_object()) r.bad("reserved", "must be an object of owner: cpu list");
+            for (const auto &[owner, text] : res->items()) {
+                auto cpus = text.is_string() ? CpuSet::parse(text.get<std::string>()) : std::nullopt;
+                if (!cpus || !state.reclaimed.contains(*cpus))
+                    r.bad("reserved", "holds a bad or unreclaimed cpu list for \"" + owner + "\"");
+                state.reserved[owner] = *cpus;
+            }
+        }
         state.policy = r.text("policy");
         const auto &jobs = r.field("jobs");
         if (!jobs.is_array()) r.bad("jobs", "must be an array");

@@ -4,6 +4,7 @@
 // published cpus, generation, pin. Unreadable or foreign files are reported, never half-applied.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct SavedJob {
 struct SavedState {
     std::string pool;
     CpuSet reclaimed;
+    std::map<std::string, CpuSet> reserved;  // owner -> reclaimed cpus reserved for it
     std::string policy;
     std::vector<SavedJob> jobs;
 };

@@ -88,7 +88,7 @@ const Command kCommands[] = {
      "Examples:\n"
      "  sudo mallctl policy static\n"
      "  sudo mallctl policy equal\n"},
-    {"reclaim", "reclaim LIST [--timeout-ms N]",
+    {"reclaim", "reclaim LIST [--owner JOB] [--timeout-ms N]",
      "take cores out of the pool; returns once no job holds them",
      "Takes the cores in LIST out of the malleable pool: jobs that hold them are shrunk (two-phase)\n"
      "and the command returns once no job holds any of them, so something else (a new Slurm job,\n"
@@ -96,21 +96,28 @@ const Command kCommands[] = {
      "cores. Give them back with `mallctl release`.\n"
      "\n"
      "Options:\n"
+     "  --owner JOB      keep the cores reserved for the job named JOB (e.g. slurm-1234): when\n"
+     "                   it registers with them as guaranteed cores they become its own, and\n"
+     "                   `mallctl release --owner JOB` gives them back (the prolog/epilog pair)\n"
      "  --timeout-ms N   how long to wait for malld's confirmation (default 30000)\n"
      "\n"
      "Needs root or an admin uid of malld.\n"
      "\n"
      "Examples:\n"
      "  sudo mallctl reclaim 6-7\n"
+     "  sudo mallctl reclaim 2-3 --owner slurm-1234\n"
      "  sudo mallctl reclaim 0,2 --timeout-ms 5000\n"},
-    {"release", "release LIST", "give reclaimed cores back to the pool",
+    {"release", "release LIST | release --owner JOB", "give reclaimed cores back to the pool",
      "Puts the cores in LIST back into the malleable pool (after `mallctl reclaim`); the policy\n"
-     "lends them out again at once.\n"
+     "lends them out again at once. With --owner JOB instead of a list: releases every core\n"
+     "reserved for JOB and ends JOB's registration if it is still there (what a Slurm epilog does;\n"
+     "an owner with nothing reserved is fine).\n"
      "\n"
      "Needs root or an admin uid of malld.\n"
      "\n"
      "Examples:\n"
-     "  sudo mallctl release 6-7\n"},
+     "  sudo mallctl release 6-7\n"
+     "  sudo mallctl release --owner slurm-1234\n"},
     {"watch", "watch [--json] [--count N] [--timeout-s S]",
      "print one line per event: registrations, moves, acks, ends",
      "Follows malld's events as they happen, one line each:\n"
@@ -512,7 +519,7 @@ int cmd_policy(const Globals &g, const std::vector<std::string> &args) {
 int cmd_reclaim_or_release(const Globals &g, const std::vector<std::string> &args, bool reclaim) {
     const std::string name = reclaim ? "reclaim" : "release";
     po::options_description opts;
-    opts.add_options()("cpus", po::value<std::string>(), "");
+    opts.add_options()("cpus", po::value<std::string>(), "")("owner", po::value<std::string>(), "");
     if (reclaim) opts.add_options()("timeout-ms", po::value<long>()->default_value(30000), "");
     po::positional_options_description pos;
     pos.add("cpus", 1);
@@ -522,9 +529,23 @@ int cmd_reclaim_or_release(const Globals &g, const std::vector<std::string> &arg
     } catch (const po::error &e) {
         return usage_error(name, e.what());
     }
-    if (!vm.count("cpus")) return usage_error(name, "name the cpus, e.g. mallctl " + name + " 2-3");
-    auto cpus = parse_cpus_or_complain(name, vm["cpus"].as<std::string>(), "mallctl " + name + " 2-3");
-    if (!cpus) return kExitUsage;
+    std::optional<std::string> owner;
+    if (vm.count("owner")) {
+        owner = vm["owner"].as<std::string>();
+        if (auto why = mall::proto::invalid_job_name(*owner))
+            return usage_error(name, "bad --owner \"" + *owner + "\": " + *why);
+    }
+    json request = json::object();
+    if (owner) request["owner"] = *owner;
+    std::optional<mall::CpuSet> cpus;
+    if (!reclaim && owner && vm.count("cpus"))
+        return usage_error(name, "give either a cpu list or --owner, not both");
+    if (reclaim || !owner) {
+        if (!vm.count("cpus")) return usage_error(name, "name the cpus, e.g. mallctl " + name + " 2-3");
+        cpus = parse_cpus_or_complain(name, vm["cpus"].as<std::string>(), "mallctl " + name + " 2-3");
+        if (!cpus) return kExitUsage;
+        request["cpus"] = cpus->to_string();
+    }
     long timeout_ms = 10000;
     if (reclaim) {
         timeout_ms = vm["timeout-ms"].as<long>();
@@ -535,11 +556,11 @@ int cmd_reclaim_or_release(const Globals &g, const std::vector<std::string> &arg
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
     auto body = s.request(reclaim ? mall::proto::Type::Reclaim : mall::proto::Type::Release,
-                          json{{"cpus", cpus->to_string()}}, &rc, std::chrono::milliseconds(timeout_ms));
+                          request, &rc, std::chrono::milliseconds(timeout_ms));
     if (!body) return rc;
     std::cout << (reclaim ? "reclaimed cpus " : "released cpus ")
-              << text_or_dash(body->contains("cpus") ? field_string(*body, "cpus") : cpus->to_string())
-              << "\n";
+              << text_or_dash(body->contains("cpus") ? field_string(*body, "cpus") : request.value("cpus", ""))
+              << (owner ? " (owner " + *owner + ")" : std::string()) << "\n";
     return kExitOk;
 }
 
