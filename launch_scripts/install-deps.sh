@@ -11,6 +11,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev
   procps util-linux psmisc
+  # Slurm integration (slurm_plugin/, launch_scripts/local-cluster.sh, tests/system/): the daemons,
+  # the clients, spank.h/libslurm, munge for auth/munge.
+  slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
+  # MPI under Slurm: Open MPI brings PMIx, which `srun --mpi=pmix` (MpiDefault=pmix) needs.
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

@@ -707,6 +707,11 @@ TEST_F(NodeManagerTest, ReclaimForOwnerThenRegisterJoinAndRelease) {
     EXPECT_EQ(job("slurm-7").published.to_string(), "2-3");
     refused(MALL_ERR_INVAL, [&] { return nm().add_pids("slurm-7", 1001, {201}, at(0us)); }, "uid");
     ok(nm().add_pids("slurm-7", 1000, {201}, at(0us)));
+    // A later step of the same Slurm job reclaims its own cpus again: accepted, and only other
+    // jobs count as holders (so the deferred reply comes at once).
+    ok(nm().reclaim(cpus("2-3"), at(0us), "slurm-7"));
+    EXPECT_FALSE(nm().holds_any(cpus("2-3"), "slurm-7"));
+    EXPECT_TRUE(nm().holds_any(cpus("2-3")));
     EXPECT_EQ(job("slurm-7").spec.pids.size(), 2u);
     CpuSet released;
     ok(nm().release_owner("slurm-7", at(0us), &released));

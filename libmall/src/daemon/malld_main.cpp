@@ -62,6 +62,7 @@ const char *kEpilog =
     "  malld --topology 'pack:2 core:16 pu:2' --backend affinity --cpus 0-1\n"
     "                                          model a larger node (tests)\n"
     "  malld --admin-uid 1000 --allow-self-register\n"
+    "  malld --slurm --cgroup-parent mall     on a Slurm node: reconcile with slurmctld\n"
     "\n"
     "Exit status:\n"
     "  0  stopped cleanly (SIGTERM or SIGINT)\n"
@@ -139,6 +140,14 @@ int main(int argc, char **argv) {
          "a uid that may administer malld besides root and malld's own user (repeatable)")
         ("allow-self-register", po::bool_switch(),
          "let a process without a registration register itself (job \"self-<pid>\") on attach")
+        ("slurm", po::bool_switch(),
+         "check \"slurm-<jobid>\" registrations and reservations against Slurm (libslurm, "
+         "$SLURM_CONF): jobs Slurm does not run, or runs for another uid, are ended and their "
+         "cpus released; run at each registration and every --slurm-interval-s")
+        ("slurm-node", po::value<std::string>(),
+         "this node's name in Slurm (default: the short host name)")
+        ("slurm-interval-s", po::value<int>()->default_value(10),
+         "seconds between reconciliations with Slurm (1-3600)")
         ("log-level", po::value(&log_level_text)->default_value("info"),
          "error|warn|info|debug")
         ("socket-mode", po::value(&socket_mode_text)->default_value("0666"),
@@ -251,8 +260,35 @@ int main(int argc, char **argv) {
     for (unsigned uid : admin_uids) server_options.admin_uids.insert(static_cast<uid_t>(uid));
     server_options.allow_self_register = vm["allow-self-register"].as<bool>();
 
+    std::unique_ptr<mall::SlurmQuery> slurm_query;
+    const int slurm_interval = vm["slurm-interval-s"].as<int>();
+    if (slurm_interval < 1 || slurm_interval > 3600) {
+        std::cerr << "malld: --slurm-interval-s must be between 1 and 3600 (got " << slurm_interval << ")\n";
+        return kExitUsage;
+    }
+    if (vm["slurm"].as<bool>()) {
+        std::string node;
+        if (vm.count("slurm-node")) {
+            node = vm["slurm-node"].as<std::string>();
+        } else {
+            char host[256] = {};
+            ::gethostname(host, sizeof host - 1);
+            node = host;
+            node = node.substr(0, node.find('.'));
+        }
+        std::string slurm_why;
+        slurm_query = mall::make_libslurm_query(node, &slurm_why);
+        if (!slurm_query) {
+            std::cerr << "malld: --slurm: " << slurm_why << "\n";
+            return kExitUsage;
+        }
+        mall::log_line(mall::LogLevel::Info, "checking Slurm jobs every " + std::to_string(slurm_interval) +
+                                                 " s (" + slurm_why + ")");
+    }
+
     try {
         mall::Server server(std::move(server_options), *topology, pool, std::move(backend));
+        if (slurm_query) server.enable_slurm_checks(std::move(slurm_query), std::chrono::seconds(slurm_interval));
         if (!server.start(&error)) {
             mall::log_line(mall::LogLevel::Error, "cannot start: " + error);
             return kExitStartup;

@@ -412,8 +412,9 @@ CpuSet NodeManager::available_pool() const {
     return available;
 }
 
-bool NodeManager::holds_any(const CpuSet &cpus) const {
+bool NodeManager::holds_any(const CpuSet &cpus, const std::string &except) const {
     for (const auto &[id, job] : jobs_) {
+        if (id == except) continue;
         if (job.cpuset.intersects(cpus) || job.published.intersects(cpus)) return true;
     }
     return false;

@@ -134,7 +134,8 @@ public:
     // --- queries ---
     const Job *find(const std::string &job) const;
     const std::map<std::string, Job> &jobs() const { return jobs_; }
-    bool holds_any(const CpuSet &cpus) const;    // some job's cpuset or published set meets cpus
+    // Some job's cpuset or published set meets cpus (the job named `except` does not count).
+    bool holds_any(const CpuSet &cpus, const std::string &except = "") const;
     bool settled(const std::string &job) const;  // job holds >= 1 cpu and no transition in flight
     const CpuSet &pool() const { return pool_; }            // configured pool
     // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved

@@ -185,7 +185,7 @@ bool process_has_uid(pid_t pid, uid_t uid) {
 // epoll tags: the kind of source in the top byte, its id below.
 constexpr uint64_t kTagShift = 56;
 constexpr uint64_t kIdMask = (uint64_t{1} << kTagShift) - 1;
-enum : uint64_t { kListenTag = 1, kSignalTag = 2, kConnectionTag = 3, kPidTag = 4 };
+enum : uint64_t { kListenTag = 1, kSignalTag = 2, kConnectionTag = 3, kPidTag = 4, kSlurmTag = 5 };
 uint64_t make_tag(uint64_t kind, uint64_t id) { return (kind << kTagShift) | (id & kIdMask); }
 
 constexpr size_t kMaxOutbox = 64;          // replies queued for a slow reader before we drop it
@@ -428,6 +428,12 @@ bool Server::start(std::string *error) {
     ev.data.u64 = make_tag(kSignalTag, 0);
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, signal_fd_.get(), &ev) != 0)
         return fail(std::string("epoll_ctl failed: ") + std::strerror(errno));
+    if (slurm_) {
+        ev.data.u64 = make_tag(kSlurmTag, 0);
+        if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, slurm_->fd(), &ev) != 0)
+            return fail(std::string("epoll_ctl failed: ") + std::strerror(errno));
+        check_slurm_jobs(Clock::now());  // re-adopted registrations are checked at once
+    }
 
     sync_pid_watches();
     save_state_if_changed(true);
@@ -560,6 +566,7 @@ int Server::run() {
                 case kSignalTag: handle_signal(); break;
                 case kConnectionTag: handle_connection(id, events[i].events); break;
                 case kPidTag: handle_pid_exit(id); break;
+                case kSlurmTag: handle_slurm_results(); break;
                 default: break;
             }
         }
@@ -605,6 +612,7 @@ int Server::next_timeout_ms() const {
     for (const auto &p : pending_) waiting.insert(p.connection);
     for (const auto &[id, c] : connections_)
         if (c.job.empty() && !c.watcher && !waiting.count(id)) consider(c.last_activity + kIdleTimeout);
+    if (slurm_) consider(next_slurm_check_);
     if (!next) return -1;
     if (*next <= now) return 0;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(*next - now).count();
@@ -616,6 +624,7 @@ void Server::after_events() {
     const TimePoint now = Clock::now();
     manager_->tick(now);
     if (now >= next_pid_poll_) poll_unwatched_pids();
+    if (slurm_ && now >= next_slurm_check_) check_slurm_jobs(now);
     sync_pid_watches();
     process_pending_replies(Clock::now());
     close_idle_connections(Clock::now());
@@ -1126,6 +1135,7 @@ void Server::handle_register(Connection &c, const proto::Message &msg) {
         reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
     }
+    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check({*slurm_id});
     std::string error;
     if (!backend_->add_pids(spec.id, spec.pids, &error)) log_warn("job " + spec.id + ": " + error);
     sync_pid_watches();
@@ -1288,7 +1298,8 @@ void Server::handle_reclaim(Connection &c, const proto::Message &msg) {
     }
     log_info("reclaiming cpus " + cpus->to_string() + (owner ? " for " + log_text(*owner) : std::string()));
     // The reply waits until no job holds them, so the caller may start its own work there.
-    PendingReply pending{PendingReply::Kind::Reclaim, c.id, msg.request_id, "", *cpus,
+    // The owner's own job may hold its reserved cpus (a later step of the same Slurm job).
+    PendingReply pending{PendingReply::Kind::Reclaim, c.id, msg.request_id, owner.value_or(""), *cpus,
                          Clock::now() + options_.ack_timeout + kDeferredReplySlack};
     pending_.push_back(std::move(pending));
 }
@@ -1347,12 +1358,12 @@ void Server::process_pending_replies(TimePoint now) {
                 still.push_back(std::move(p));
             }
         } else {
-            if (!manager_->holds_any(p.cpus)) {
+            if (!manager_->holds_any(p.cpus, p.job)) {
                 reply(c, p.request_id, proto::ok_reply({{"cpus", p.cpus.to_string()}}));
             } else if (now >= p.deadline) {
                 std::string holders;
                 for (const auto &[name, job] : manager_->jobs())
-                    if ((job.cpuset | job.published).intersects(p.cpus))
+                    if (name != p.job && (job.cpuset | job.published).intersects(p.cpus))
                         holders += (holders.empty() ? "" : ", ") + name;
                 reply_error(c, p.request_id, MALL_ERR_SYSTEM,
                             "cpus " + p.cpus.to_string() + " are still held by job(s) " + holders +
@@ -1544,6 +1555,59 @@ void Server::poll_unwatched_pids() {
             gone.push_back(id);
     }
     for (uint64_t id : gone) handle_pid_exit(id);
+}
+
+void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval) {
+    slurm_ = std::make_unique<SlurmChecker>(std::move(query));
+    slurm_interval_ = interval;
+}
+
+void Server::check_slurm_jobs(TimePoint now) {
+    next_slurm_check_ = now + slurm_interval_;
+    std::set<uint32_t> ids;
+    for (const auto &[name, job] : manager_->jobs())
+        if (auto id = slurm_job_id_of(name)) ids.insert(*id);
+    for (const auto &[owner, cpus] : manager_->reserved())
+        if (auto id = slurm_job_id_of(owner)) ids.insert(*id);
+    if (!ids.empty()) slurm_->check(ids);
+}
+
+// Slurm is the authority on its jobs: a registration or reservation for a job Slurm does not
+// run (it ended and the epilog was missed, malld was down meanwhile, or a client invented it),
+// or a registration under another uid than the job's, is ended and its cpus go back to the pool.
+void Server::handle_slurm_results() {
+    for (const SlurmJobState &state : slurm_->take_results()) {
+        const std::string name = "slurm-" + std::to_string(state.job_id);
+        const Job *job = manager_->find(name);
+        switch (state.kind) {
+            case SlurmJobState::Kind::Unreachable:
+                log_warn_limited("slurm", "cannot ask Slurm about job " + std::to_string(state.job_id) +
+                                              ": " + state.detail +
+                                              "; keeping it as it is (is slurmctld up? is SLURM_CONF set?)");
+                break;
+            case SlurmJobState::Kind::NotRunning: {
+                if (!job && manager_->reserved().count(name) == 0) break;
+                log_info("Slurm reports job " + std::to_string(state.job_id) + " " + state.detail +
+                         ": ending " + name + " and releasing its cpus");
+                CpuSet released;
+                manager_->release_owner(name, Clock::now(), &released);
+                break;
+            }
+            case SlurmJobState::Kind::Running:
+                if (job && job->spec.uid != state.uid) {
+                    log_error("job " + name + " was registered for uid " + std::to_string(job->spec.uid) +
+                              " but Slurm runs it for uid " + std::to_string(state.uid) +
+                              ": ending the registration");
+                    manager_->deregister_job(name, Clock::now());
+                } else if (job && state.cpus_on_node && !state.cpus_on_node->contains(job->spec.guaranteed)) {
+                    log_warn("job " + name + " claims guaranteed cpus " + job->spec.guaranteed.to_string() +
+                             " but Slurm allocated it " + state.cpus_on_node->to_string() +
+                             " on this node (Slurm's cpu ids; with several threads per core they differ "
+                             "from Linux cpu numbers)");
+                }
+                break;
+        }
+    }
 }
 
 void Server::save_state_if_changed(bool force) {

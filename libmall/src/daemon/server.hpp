@@ -25,6 +25,7 @@
 #include "../common/unix_socket.hpp"
 #include "backend.hpp"
 #include "node_manager.hpp"
+#include "slurm_jobs.hpp"
 #include "policy.hpp"
 #include "state_file.hpp"
 #include "topology.hpp"
@@ -62,6 +63,10 @@ public:
     // Listens on the socket (refusing one a live malld serves), prepares the backend, loads the
     // state file and re-adopts the jobs whose processes still run. False with *error on failure.
     bool start(std::string *error);
+    // Before start(): check "slurm-<jobid>" registrations and reservations against Slurm, right
+    // after each registration and every `interval`; jobs Slurm no longer runs (or that are not
+    // the registering uid's) are ended and their cpus released.
+    void enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval);
     // Serves until SIGTERM or SIGINT, then stops cleanly (state kept, socket removed).
     // Returns the process exit code (0).
     int run();
@@ -113,7 +118,7 @@ private:
         enum class Kind { Register, Reclaim } kind;
         uint64_t connection = 0;
         uint32_t request_id = 0;
-        std::string job;
+        std::string job;  // Register: the job; Reclaim: the owner ("" when none)
         CpuSet cpus;
         TimePoint deadline;
     };
@@ -204,6 +209,11 @@ private:
     std::map<std::string, std::vector<pid_t>> registering_pids_;
     std::vector<PendingReply> pending_;
     TimePoint next_pid_poll_{};
+    std::unique_ptr<SlurmChecker> slurm_;      // null unless enable_slurm_checks()
+    std::chrono::seconds slurm_interval_{10};
+    TimePoint next_slurm_check_{};
+    void check_slurm_jobs(TimePoint now);      // posts every slurm-* job and owner
+    void handle_slurm_results();
     std::string last_saved_;
     std::unique_ptr<StateWriter> state_writer_;
 };

@@ -1,0 +1,192 @@
+// slurm_jobs.cpp — SlurmChecker's thread and queue, and the libslurm query (built only with
+// MALL_WITH_SLURM). The thread never touches malld's state: it only turns job ids into verdicts.
+#include "slurm_jobs.hpp"
+
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#ifdef MALL_WITH_SLURM
+extern "C" {
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+#include <slurm/slurm_version.h>
+}
+#endif
+
+namespace mall {
+
+std::optional<uint32_t> slurm_job_id_of(const std::string &job_name) {
+    constexpr std::string_view prefix = "slurm-";
+    if (job_name.size() <= prefix.size() || job_name.compare(0, prefix.size(), prefix) != 0)
+        return std::nullopt;
+    uint64_t id = 0;
+    for (size_t i = prefix.size(); i < job_name.size(); ++i) {
+        const char c = job_name[i];
+        if (c < '0' || c > '9') return std::nullopt;
+        id = id * 10 + static_cast<uint64_t>(c - '0');
+        if (id > 0xFFFFFFFFull) return std::nullopt;
+    }
+    if (id == 0) return std::nullopt;
+    return static_cast<uint32_t>(id);
+}
+
+SlurmChecker::SlurmChecker(std::unique_ptr<SlurmQuery> query)
+    : query_(std::move(query)), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    // The thread must not take malld's signals (they arrive through the loop's signalfd); the
+    // caller has them blocked already, and a new thread inherits that mask.
+    thread_ = std::thread([this] { loop(); });
+}
+
+SlurmChecker::~SlurmChecker() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+void SlurmChecker::check(const std::set<uint32_t> &job_ids) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (uint32_t id : job_ids)
+            if (queued_.insert(id).second) pending_.push_back(id);
+    }
+    wake_.notify_one();
+}
+
+std::vector<SlurmJobState> SlurmChecker::take_results() {
+    uint64_t count = 0;
+    while (::read(event_fd_.get(), &count, sizeof count) > 0) {
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(results_, {});
+}
+
+void SlurmChecker::loop() {
+    for (;;) {
+        uint32_t id = 0;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+            if (stop_) return;
+            id = pending_.front();
+            pending_.pop_front();
+            queued_.erase(id);
+        }
+        SlurmJobState state;
+        try {
+            state = query_->query(id);
+        } catch (const std::exception &e) {
+            state.kind = SlurmJobState::Kind::Unreachable;
+            state.detail = e.what();
+        }
+        state.job_id = id;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            results_.push_back(std::move(state));
+        }
+        const uint64_t one = 1;
+        ssize_t ignored = ::write(event_fd_.get(), &one, sizeof one);
+        (void)ignored;
+    }
+}
+
+#ifdef MALL_WITH_SLURM
+
+namespace {
+
+// libslurm 22.05 keeps its own state names private; these are the base states of enum job_states.
+const char *base_state_name(uint32_t state) {
+    switch (state & JOB_STATE_BASE) {
+        case JOB_PENDING: return "PENDING";
+        case JOB_RUNNING: return "RUNNING";
+        case JOB_SUSPENDED: return "SUSPENDED";
+        case JOB_COMPLETE: return "COMPLETED";
+        case JOB_CANCELLED: return "CANCELLED";
+        case JOB_FAILED: return "FAILED";
+        case JOB_TIMEOUT: return "TIMEOUT";
+        case JOB_NODE_FAIL: return "NODE_FAIL";
+        case JOB_PREEMPTED: return "PREEMPTED";
+        case JOB_BOOT_FAIL: return "BOOT_FAIL";
+        case JOB_DEADLINE: return "DEADLINE";
+        case JOB_OOM: return "OUT_OF_MEMORY";
+        default: return "UNKNOWN";
+    }
+}
+
+class LibSlurmQuery final : public SlurmQuery {
+public:
+    explicit LibSlurmQuery(std::string node) : node_(std::move(node)) { slurm_init(nullptr); }
+    ~LibSlurmQuery() override { slurm_fini(); }
+
+    SlurmJobState query(uint32_t job_id) override {
+        SlurmJobState out;
+        job_info_msg_t *info = nullptr;
+        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+            const int err = slurm_get_errno();
+            if (err == ESLURM_INVALID_JOB_ID) {
+                out.kind = SlurmJobState::Kind::NotRunning;
+                out.detail = "unknown to slurmctld";
+            } else {
+                out.kind = SlurmJobState::Kind::Unreachable;
+                out.detail = slurm_strerror(err);
+            }
+            return out;
+        }
+        if (info == nullptr || info->record_count == 0) {
+            out.kind = SlurmJobState::Kind::NotRunning;
+            out.detail = "unknown to slurmctld";
+        } else {
+            const slurm_job_info_t &job = info->job_array[0];
+            const uint32_t base = job.job_state & JOB_STATE_BASE;
+            out.detail = base_state_name(job.job_state);
+            out.uid = job.user_id;
+            if (base == JOB_RUNNING) {
+                out.kind = SlurmJobState::Kind::Running;
+                char cpus[4096] = {};
+                if (job.job_resrcs != nullptr &&
+                    slurm_job_cpus_allocated_str_on_node(cpus, sizeof cpus, job.job_resrcs,
+                                                         node_.c_str()) == 0) {
+                    if (auto set = CpuSet::parse(cpus)) out.cpus_on_node = *set;
+                }
+            } else {
+                out.kind = SlurmJobState::Kind::NotRunning;
+            }
+        }
+        slurm_free_job_info_msg(info);
+        return out;
+    }
+
+private:
+    std::string node_;
+};
+
+}  // namespace
+
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why) {
+    if (why) {
+        *why = "libslurm " + std::to_string(SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER)) + "." +
+               std::to_string(SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER)) + ", node " + node_name;
+    }
+    return std::make_unique<LibSlurmQuery>(node_name);
+}
+
+#else
+
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &, std::string *why) {
+    if (why) {
+        *why = "this malld was built without libslurm (install libslurm-dev and reconfigure with "
+               "-DMALL_WITH_SLURM=ON)";
+    }
+    return nullptr;
+}
+
+#endif
+
+}  // namespace mall

@@ -1,0 +1,79 @@
+// slurm_jobs.hpp — what malld asks Slurm about the jobs it serves ("slurm-<jobid>" registrations
+// and reservations): does the job exist, is it running, whose is it, which cpus did Slurm give it
+// on this node. Queries are RPCs to slurmctld that may take seconds when it is slow or down, so
+// they run on SlurmChecker's own thread; the event loop posts job ids and collects verdicts
+// through an eventfd. Without libslurm (MALL_WITH_SLURM off) make_libslurm_query says why.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/cpuset.hpp"
+#include "../common/unix_socket.hpp"
+
+namespace mall {
+
+// "slurm-123" -> 123; anything else -> nullopt.
+std::optional<uint32_t> slurm_job_id_of(const std::string &job_name);
+
+struct SlurmJobState {
+    enum class Kind {
+        Running,     // Slurm runs it (uid and cpus_on_node are set)
+        NotRunning,  // finished, cancelled, pending again, or unknown to slurmctld
+        Unreachable  // slurmctld did not answer: decide nothing
+    };
+    uint32_t job_id = 0;
+    Kind kind = Kind::Unreachable;
+    uid_t uid = 0;
+    std::optional<CpuSet> cpus_on_node;  // Slurm's cpu ids on this node (= Linux cpus with 1 thread/core)
+    std::string detail;                  // Slurm's state name or the error, for the log
+};
+
+class SlurmQuery {
+public:
+    virtual ~SlurmQuery() = default;
+    virtual SlurmJobState query(uint32_t job_id) = 0;  // may block (an RPC)
+};
+
+// libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.
+// Returns nullptr with *why when malld was built without libslurm.
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why);
+
+// Runs queries on its own thread. The loop calls check() with job ids, waits for fd() to become
+// readable, and takes the verdicts with take_results(). Duplicate pending ids are merged.
+class SlurmChecker {
+public:
+    explicit SlurmChecker(std::unique_ptr<SlurmQuery> query);
+    ~SlurmChecker();  // stops the thread (a query in flight is waited for)
+    SlurmChecker(const SlurmChecker &) = delete;
+    SlurmChecker &operator=(const SlurmChecker &) = delete;
+
+    void check(const std::set<uint32_t> &job_ids);
+    int fd() const { return event_fd_.get(); }
+    std::vector<SlurmJobState> take_results();
+
+private:
+    void loop();
+
+    std::unique_ptr<SlurmQuery> query_;
+    UniqueFd event_fd_;
+    std::mutex mu_;
+    std::condition_variable wake_;
+    std::deque<uint32_t> pending_;
+    std::set<uint32_t> queued_;
+    std::vector<SlurmJobState> results_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+}  // namespace mall

@@ -1,0 +1,545 @@
+// mall_spank.cpp — the Slurm SPANK plugin "mall": the `--malleable[=MIN[:MAX]]` option, and the
+// malld requests around a job's life (Reclaim before its tasks run, Register/Deregister per task,
+// Release at the end). Contract: never fails a job because malld is away (unless the admin chose
+// on_daemon_down=fail, and then only the task), never drains a node, never lets an exception out.
+//
+// What Slurm 22.05 lets a SPANK plugin do, and how this file copes (checked on this machine kind):
+// - Changing the job request: not possible. spank.h (22.05) has no call that edits the job's
+//   options (-c/--cpus-per-task) in local/allocator context (spank_job_control_setenv only reaches
+//   the prolog/epilog environment), and an environment variable set from the option callback comes
+//   too late: measured on this machine, setting SRUN_/SLURM_/SBATCH_/SALLOC_CPUS_PER_TASK there
+//   leaves srun, sbatch and salloc jobs at 1 cpu per task (the clients read those variables before
+//   the command line).
+//   sbatch/srun also cannot see -c through SPANK, so the check happens on the node: if Slurm gave
+//   the job fewer cores than MIN per local task, the job runs non-malleable and its stderr says to
+//   pass -c MIN. Users must pass `-c MIN` themselves (a cli_filter plugin could add it; SPANK cannot).
+// - Failing: errors returned by an `optional` plugin's callbacks are ignored by slurmstepd, and a
+//   `required` one that fails drains the node. on_daemon_down=fail therefore ends the task itself
+//   (in task_init, before exec, with exit code 1 and a line on its stderr): the step fails, the
+//   node stays up.
+// - Job ids: task_init sees S_JOB_ID 0 (a 22.05 bug), so it reads SLURM_JOB_ID from the task env.
+// - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; they are mapped to Linux
+//   cpus through hwloc's logical core order (identity when ThreadsPerCore=1 and the topology agrees).
+// - The job prolog (a separate process under slurmd) gets no core list in 22.05 (S_JOB_ALLOC_CORES
+//   is a slurmstepd item and the prolog environment has no cpu list), so the Reclaim happens in
+//   slurm_spank_init_post_opt of each step on the node, as root, before that step's tasks start.
+//   The prolog still tries the item first, in case a later Slurm provides it there.
+extern "C" {
+#pragma GCC visibility push(default)
+#include <slurm/spank.h>
+#pragma GCC visibility pop
+}
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cpuset.hpp"
+#include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "malleable_option.hpp"
+#include "plugstack_args.hpp"
+
+#define MALL_SPANK_EXPORT __attribute__((visibility("default")))
+
+// The plugin symbols Slurm's loader looks up. SPANK_PLUGIN() inside C++ gives them internal
+// linkage ("Plugin name/type/version symbol missing"), hence explicit extern "C" + extern const.
+extern "C" {
+MALL_SPANK_EXPORT extern const char plugin_name[] = "mall";
+MALL_SPANK_EXPORT extern const char plugin_type[] = "spank";
+MALL_SPANK_EXPORT extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
+MALL_SPANK_EXPORT extern const unsigned int spank_plugin_version = 1;
+}
+
+namespace {
+
+using mall::CpuSet;
+using mall::slurm::MalleableLimits;
+using mall::slurm::MalleableRequest;
+using mall::slurm::OnDaemonDown;
+using mall::slurm::PlugstackConfig;
+
+constexpr const char *kOptionEnv = "SLURM_SPANK__SLURM_SPANK_OPTION_mall_malleable";
+constexpr std::chrono::milliseconds kRequestMargin{3000};  // on top of malld's ack timeout
+
+// Per-process state: each Slurm process (sbatch, srun, slurmstepd, the prolog) loads its own copy.
+struct PluginState {
+    bool configured = false;         // plugstack arguments looked at (once per process)
+    bool enabled = false;            // plugstack arguments parsed fine
+    PlugstackConfig config;
+    bool option_given = false;       // --malleable seen (callback, getopt or env)
+    bool option_bare = false;        // given without a value
+    std::string option_text;         // the value as the user wrote it
+    bool reclaimed = false;          // this process already sent the Reclaim for its job
+};
+PluginState g_state;
+
+std::string format_text(const char *fmt, va_list ap) {
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    return buf;
+}
+
+// slurm_error reaches the user (srun's stderr, the batch job's output) as well as the logs.
+__attribute__((format(printf, 1, 2))) void tell_user(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string text = format_text(fmt, ap);
+    va_end(ap);
+    slurm_error("mall: %s", text.c_str());
+}
+
+__attribute__((format(printf, 1, 2))) void log_info(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string text = format_text(fmt, ap);
+    va_end(ap);
+    slurm_info("mall: %s", text.c_str());
+}
+
+__attribute__((format(printf, 1, 2))) void log_debug(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string text = format_text(fmt, ap);
+    va_end(ap);
+    slurm_debug("mall: %s", text.c_str());
+}
+
+std::chrono::milliseconds request_timeout() {
+    return std::chrono::milliseconds(g_state.config.ack_timeout_ms) + kRequestMargin;
+}
+
+// The node's topology, loaded once per process, including cpus outside our own cpuset (slurmstepd
+// may already sit in a restricted one).
+hwloc_topology_t node_topology() {
+    static hwloc_topology_t topology = [] {
+        hwloc_topology_t t = nullptr;
+        if (hwloc_topology_init(&t) != 0) return static_cast<hwloc_topology_t>(nullptr);
+        hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+        if (hwloc_topology_load(t) != 0) {
+            hwloc_topology_destroy(t);
+            return static_cast<hwloc_topology_t>(nullptr);
+        }
+        return t;
+    }();
+    return topology;
+}
+
+unsigned node_cpu_count() {
+    if (hwloc_topology_t t = node_topology()) {
+        int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+        if (n > 0) return static_cast<unsigned>(n);
+    }
+    long n = sysconf(_SC_NPROCESSORS_CONF);
+    return n > 0 ? static_cast<unsigned>(n) : 0;
+}
+
+// Slurm numbers cores 0..N-1 socket by socket; hwloc's logical core order is the same walk. Core i
+// becomes the Linux cpus (PUs) of hwloc's core i. When the counts disagree (slurm.conf describes
+// a different node), the ids are used as Linux cpus unchanged, with a note in the log.
+CpuSet slurm_cores_to_cpus(const CpuSet &cores) {
+    hwloc_topology_t t = node_topology();
+    int ncores = t ? hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) : 0;
+    if (ncores <= 0 || cores.last() >= ncores) {
+        log_info("Slurm core ids %s do not fit this node's %d hwloc cores; using them as Linux cpu ids",
+                 cores.to_string().c_str(), ncores);
+        return cores;
+    }
+    CpuSet cpus;
+    for (int id : cores.to_vector()) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, static_cast<unsigned>(id));
+        if (core && core->cpuset) cpus |= CpuSet::from_hwloc(core->cpuset);
+    }
+    return cpus;
+}
+
+// The job's cores on this node as Linux cpus, from S_JOB_ALLOC_CORES (slurmstepd only).
+std::optional<CpuSet> job_cpus_on_node(spank_t sp) {
+    char *cores_text = nullptr;
+    if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores_text) != ESPANK_SUCCESS || !cores_text) return std::nullopt;
+    std::string error;
+    auto cores = CpuSet::parse(cores_text, &error);
+    if (!cores || cores->empty()) {
+        log_info("cannot read Slurm's core list \"%s\": %s", cores_text, error.c_str());
+        return std::nullopt;
+    }
+    return slurm_cores_to_cpus(*cores);
+}
+
+std::optional<uint32_t> job_id(spank_t sp) {
+    uint32_t id = 0;
+    if (spank_get_item(sp, S_JOB_ID, &id) == ESPANK_SUCCESS && id != 0) return id;
+    char buf[32];
+    if (spank_getenv(sp, "SLURM_JOB_ID", buf, sizeof buf) == ESPANK_SUCCESS) {
+        char *end = nullptr;
+        unsigned long v = strtoul(buf, &end, 10);
+        if (end != buf && *end == '\0' && v != 0) return static_cast<uint32_t>(v);
+    }
+    return std::nullopt;
+}
+
+std::string malld_job_name(uint32_t id) { return "slurm-" + std::to_string(id); }
+
+MalleableLimits limits_here(bool on_node) {
+    MalleableLimits limits;
+    limits.admin_min = g_state.config.min_cpus;
+    limits.admin_max = g_state.config.max_cpus;
+    // The node is known only where the task runs; sbatch/srun check the admin bounds only.
+    if (on_node) limits.node_cpus = node_cpu_count();
+    return limits;
+}
+
+int malleable_option_cb(int val, const char *optarg, int remote);
+
+char kOptName[] = "malleable";
+char kOptArgInfo[] = "MIN[:MAX]";
+char kOptUsage[] =
+    "let mall grow and shrink this job's cores between MIN and MAX while it runs (MIN is guaranteed "
+    "by Slurm, like -c MIN; MAX defaults to the node's cores)";
+struct spank_option g_malleable_option = {kOptName, kOptArgInfo, kOptUsage, 2, 0, malleable_option_cb};
+
+// A bare `--malleable` reaches the job environment as the text "(null)" (sbatch formats the missing
+// argument with printf), and an srun inside the job reads it back from there: same as no value.
+bool is_bare_value(const char *value, bool remote) {
+    return value == nullptr || strcmp(value, "(null)") == 0 || (remote && value[0] == '\0');
+}
+
+int malleable_option_cb(int, const char *optarg, int remote) {
+    try {
+        g_state.option_given = true;
+        g_state.option_bare = is_bare_value(optarg, remote);
+        g_state.option_text = g_state.option_bare ? "" : optarg;
+        if (g_state.option_bare) optarg = nullptr;
+        if (remote) return 0;  // checked against the node in task_post_fork, where failing is safe
+        std::string error;
+        if (!mall::slurm::parse_malleable(optarg, limits_here(false), &error)) {
+            slurm_error("%s", error.c_str());
+            return -1;  // Slurm adds "Invalid --malleable argument" and the command exits
+        }
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+std::string option_display() {
+    return g_state.option_bare ? std::string("--malleable") : "--malleable=" + g_state.option_text;
+}
+
+// Reads the option where the callback did not run (job prolog/epilog, task_init): getopt, then
+// the environment variable Slurm sets for the job.
+void load_option(spank_t sp) {
+    if (g_state.option_given) return;
+    char *value = nullptr;
+    if (spank_option_getopt(sp, &g_malleable_option, &value) == ESPANK_SUCCESS) {
+        g_state.option_given = true;
+        g_state.option_bare = is_bare_value(value, true);
+        g_state.option_text = g_state.option_bare ? "" : value;
+        return;
+    }
+    char buf[256];
+    if (spank_getenv(sp, kOptionEnv, buf, sizeof buf) == ESPANK_SUCCESS) {
+        g_state.option_given = true;
+        g_state.option_bare = is_bare_value(buf, true);
+        g_state.option_text = g_state.option_bare ? "" : buf;
+    } else if (const char *env = getenv(kOptionEnv)) {
+        g_state.option_given = true;
+        g_state.option_bare = is_bare_value(env, true);
+        g_state.option_text = g_state.option_bare ? "" : env;
+    }
+}
+
+// One request to malld, bounded in time. nullopt + *unreachable when malld cannot be reached.
+std::optional<mall::CtlResult> ask_malld(mall::proto::Type type, const nlohmann::json &body, bool *unreachable,
+                                         std::string *error) {
+    *unreachable = false;
+    auto client = mall::CtlClient::connect(g_state.config.socket, error);
+    if (!client) {
+        *unreachable = true;
+        return std::nullopt;
+    }
+    mall::CtlResult result = client->request(type, body, request_timeout());
+    if (!result.ok && result.code == MALL_ERR_NODAEMON) {
+        *unreachable = true;
+        *error = result.error;
+        return std::nullopt;
+    }
+    return result;
+}
+
+// Takes the job's cores on this node back from borrowers; returns when malld says no other job
+// holds them (or the request timed out). Never fails the job. Every step of a job on the node
+// comes here (the prolog cannot, see the top of the file); a step after the first finds the cores
+// already reserved for its job in malld's status and skips the Reclaim, so it neither waits nor
+// disturbs the job's own registration.
+void reclaim_for_job(uint32_t id, const CpuSet &cpus, const char *where) {
+    if (g_state.reclaimed) return;
+    g_state.reclaimed = true;
+    const std::string owner = malld_job_name(id);
+    std::string error;
+    auto client = mall::CtlClient::connect(g_state.config.socket, &error);
+    if (!client) {
+        log_info("job %u: cores %s not reclaimed: %s", id, cpus.to_string().c_str(), error.c_str());
+        return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    mall::CtlResult status = client->request(mall::proto::Type::Status, nlohmann::json::object(), request_timeout());
+    if (status.ok && status.body.contains("reserved") && status.body["reserved"].is_object()) {
+        const auto &reserved = status.body["reserved"];
+        auto it = reserved.find(owner);
+        if (it != reserved.end() && it->is_string())
+            if (auto held = CpuSet::parse(it->get<std::string>()); held && held->contains(cpus)) {
+                log_debug("job %u: cores %s already reserved for %s", id, cpus.to_string().c_str(), owner.c_str());
+                return;
+            }
+    }
+    nlohmann::json body = {{"cpus", cpus.to_string()}, {"owner", owner}};
+    mall::CtlResult result = client->request(mall::proto::Type::Reclaim, body, request_timeout());
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!result.ok)
+        log_info("job %u: cores %s not reclaimed: %s", id, cpus.to_string().c_str(), result.error.c_str());
+    else
+        log_debug("job %u: reclaimed cores %s in %s in %.1f ms", id, cpus.to_string().c_str(), where, ms);
+}
+
+// Slurm calls slurm_spank_init in srun/sbatch/salloc and slurmstepd, but not in the job
+// prolog/epilog process (22.05 goes straight to job_prolog/job_epilog), so every callback makes
+// sure the arguments were read.
+bool enabled(int ac, char **av) {
+    if (g_state.configured) return g_state.enabled;
+    g_state.configured = true;
+    std::string error;
+    auto config = mall::slurm::parse_plugstack_args(ac, av, &error);
+    if (!config) {
+        // Logged in every context; jobs keep running (the plugin is loaded `optional`).
+        slurm_error("mall: %s; the mall plugin is disabled, --malleable jobs run non-malleable", error.c_str());
+        g_state.enabled = false;
+        return false;
+    }
+    g_state.config = *config;
+    g_state.enabled = true;
+    return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+MALL_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char **av) {
+    try {
+        enabled(ac, av);
+        spank_context_t context = spank_context();
+        // Registered in every context (also when disabled, so scripts with --malleable still run):
+        // sbatch/salloc only know options registered here, slurmstepd needs it to see the value.
+        if (context == S_CTX_LOCAL || context == S_CTX_ALLOCATOR || context == S_CTX_REMOTE ||
+            context == S_CTX_JOB_SCRIPT) {
+            spank_err_t rc = spank_option_register(sp, &g_malleable_option);
+            if (rc != ESPANK_SUCCESS)
+                slurm_error("mall: cannot register --malleable: %s", spank_strerror(rc));
+        }
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// Remote (slurmstepd, root, before this step's tasks exist): take the job's cores back from
+// borrowers. Done for every job, malleable or not: Slurm gave it these cores.
+MALL_SPANK_EXPORT int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av) || spank_context() != S_CTX_REMOTE) return 0;
+        auto id = job_id(sp);
+        auto cpus = job_cpus_on_node(sp);
+        if (id && cpus) reclaim_for_job(*id, *cpus, "step init");
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+MALL_SPANK_EXPORT int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av)) return 0;
+        auto id = job_id(sp);
+        auto cpus = job_cpus_on_node(sp);  // not provided to the prolog by Slurm 22.05
+        if (id && cpus)
+            reclaim_for_job(*id, *cpus, "job prolog");
+        else
+            log_debug("job prolog: no core list here; the reclaim happens at step start");
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// Remote, root, in slurmstepd right after the task's fork (it has not exec'd yet).
+MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av)) return 0;
+        load_option(sp);
+        if (!g_state.option_given) return 0;
+
+        auto id = job_id(sp);
+        uid_t uid = 0;
+        pid_t pid = -1;
+        uint32_t local_tasks = 1;
+        if (!id || spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+            spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS || pid <= 0) {
+            tell_user("cannot read the job id, uid or task pid from Slurm; this job runs non-malleable");
+            return 0;
+        }
+        if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS || local_tasks == 0)
+            local_tasks = 1;
+        auto guaranteed = job_cpus_on_node(sp);
+        if (!guaranteed) {
+            tell_user("Slurm did not say which cores job %u has on this node; this job runs non-malleable", *id);
+            return 0;
+        }
+
+        MalleableLimits limits = limits_here(true);
+        std::string error;
+        auto request = mall::slurm::parse_malleable(g_state.option_bare ? nullptr : g_state.option_text.c_str(),
+                                                    limits, &error);
+        if (!request) {
+            tell_user("%s; this job runs non-malleable", error.c_str());
+            return 0;
+        }
+        // MIN and MAX are per task, like -c. All tasks of the job on this node form one malld job
+        // ("slurm-<jobid>", every task joins it): its floor is the cores Slurm gave the job here,
+        // its ceiling MAX per local task, capped by the node and the admin's max_cpus.
+        unsigned granted = static_cast<unsigned>(guaranteed->count());
+        unsigned want_min = request->min * local_tasks;
+        if (granted < want_min) {
+            tell_user("%s asks for %u core(s) per task but Slurm gave job %u only %u core(s) for %u "
+                      "task(s) on this node; pass -c %u as well (Slurm 22.05 does not let a plugin set "
+                      "cpus-per-task); this job runs non-malleable",
+                      option_display().c_str(), request->min, *id, granted,
+                      local_tasks, request->min);
+            return 0;
+        }
+        unsigned node_max = mall::slurm::resolve_max(*request, limits);
+        unsigned want_max = request->max == 0 ? node_max : std::min(request->max * local_tasks, node_max);
+        if (limits.node_cpus != 0) want_max = std::min(want_max, limits.node_cpus);
+        unsigned min = granted;  // the job keeps what Slurm gave it; mall only lends above that
+        unsigned max = std::max(want_max, min);
+
+        nlohmann::json body = {{"job", malld_job_name(*id)},
+                               {"uid", static_cast<int64_t>(uid)},
+                               {"pids", nlohmann::json::array({static_cast<int64_t>(pid)})},
+                               {"min", min},
+                               {"max", max},
+                               {"guaranteed", guaranteed->to_string()},
+                               {"join", true}};
+        bool unreachable = false;
+        auto result = ask_malld(mall::proto::Type::Register, body, &unreachable, &error);
+        if (unreachable) {
+            if (g_state.config.on_daemon_down == OnDaemonDown::Fail) {
+                // The task itself stops in task_init (it prints why to its own stderr there: a message
+                // sent from here right before a kill does not reach srun). Log it for the admin.
+                log_info("job %u task pid %d: malld not reachable at %s (%s); on_daemon_down=fail", *id, pid,
+                         g_state.config.socket.c_str(), error.c_str());
+                return 0;
+            }
+            tell_user("malld not reachable at %s; this job runs non-malleable", g_state.config.socket.c_str());
+            return 0;
+        }
+        if (!result->ok) {
+            tell_user("malld refused to register task %d of job %u: %s; this job runs non-malleable", pid, *id,
+                      result->error.c_str());
+            return 0;
+        }
+        log_info("job %u task pid %d registered: min %u max %u guaranteed %s, cpus %s", *id, pid, min, max,
+                 guaranteed->to_string().c_str(), result->body.value("cpus", std::string()).c_str());
+        return 0;
+    } catch (const std::exception &e) {
+        slurm_error("mall: task_post_fork: %s; this job runs non-malleable", e.what());
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// Remote, as the user, in the task just before exec: tell libmall where malld is and which job
+// it belongs to, so mall_open() in the task attaches by itself.
+MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av)) return 0;
+        load_option(sp);
+        if (!g_state.option_given) return 0;
+        auto id = job_id(sp);  // S_JOB_ID is 0 here in 22.05: job_id() falls back to SLURM_JOB_ID
+        if (!id) return 0;
+        if (g_state.config.on_daemon_down == OnDaemonDown::Fail) {
+            // Errors of an `optional` plugin are ignored by slurmstepd, and a `required` one that fails
+            // drains the node: so the task ends itself, before exec, saying why on its own stderr.
+            std::string error;
+            if (!mall::CtlClient::connect(g_state.config.socket, &error)) {
+                dprintf(STDERR_FILENO,
+                        "mall: malld not reachable at %s (%s); on_daemon_down=fail: this --malleable task does "
+                        "not run\n",
+                        g_state.config.socket.c_str(), error.c_str());
+                _exit(1);
+            }
+        }
+        spank_setenv(sp, "MALL_SOCKET", g_state.config.socket.c_str(), 1);
+        spank_setenv(sp, "MALL_JOB_ID", malld_job_name(*id).c_str(), 1);
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// Remote, root: the task is gone; remove its pid (malld ends the job when no pid is left).
+MALL_SPANK_EXPORT int slurm_spank_task_exit(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av)) return 0;
+        load_option(sp);
+        if (!g_state.option_given) return 0;
+        auto id = job_id(sp);
+        pid_t pid = -1;
+        if (!id || spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS || pid <= 0) return 0;
+        nlohmann::json body = {{"job", malld_job_name(*id)}, {"pid", static_cast<int64_t>(pid)}};
+        bool unreachable = false;
+        std::string error;
+        auto result = ask_malld(mall::proto::Type::Deregister, body, &unreachable, &error);
+        if (!unreachable && !result->ok)  // e.g. never registered, or malld already dropped it
+            log_debug("job %u: deregister pid %d: %s", *id, pid, result->error.c_str());
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// slurmd's epilog process, root: the job's reserved cores (and the job, if still registered) go
+// back to the pool. Sent for every job, like the reclaim.
+MALL_SPANK_EXPORT int slurm_spank_job_epilog(spank_t sp, int ac, char **av) {
+    try {
+        if (!enabled(ac, av)) return 0;
+        auto id = job_id(sp);
+        if (!id) return 0;
+        nlohmann::json body = {{"owner", malld_job_name(*id)}};
+        bool unreachable = false;
+        std::string error;
+        auto result = ask_malld(mall::proto::Type::Release, body, &unreachable, &error);
+        if (unreachable)
+            log_info("job %u epilog: malld not reachable at %s (%s); nothing released", *id,
+                     g_state.config.socket.c_str(), error.c_str());
+        else if (!result->ok)
+            log_info("job %u epilog: malld refused the release: %s", *id, result->error.c_str());
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+}  // extern "C"
