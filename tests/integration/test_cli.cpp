@@ -43,21 +43,9 @@ void expect_usage_error(const std::vector<std::string> &argv, const std::vector<
                                               << "'; stderr: " << r.err;
 }
 
-class Cli : public ::testing::Test {
+class Cli : public MalldWithJobTest {
 protected:
-    void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_CPUSET();
-        malld_ = std::make_unique<PrivateMalld>();
-        std::string error;
-        ASSERT_TRUE(malld_->start(&error)) << error;
-        job_ = std::make_unique<Child>(
-            mallrun_argv(malld_->socket(), "1:2", "cli", test_client_argv({"--step-us", "1000"})));
-        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "cli", "0-1", 1); }, 20s))
-            << malld_->log();
-    }
-    std::string socket() const { return malld_->socket(); }
-    std::unique_ptr<PrivateMalld> malld_;
-    std::unique_ptr<Child> job_;
+    std::string job_name() const override { return "cli"; }
 };
 
 TEST_F(Cli, BadMallctlArgumentsFailWithUsageErrorAndChangeNothing) {

@@ -85,17 +85,7 @@ bool mallctl_status_works(const PrivateMalld &malld) {
     return r.exit_code == 0 && !r.timed_out;
 }
 
-class Hardening : public ::testing::Test {
-protected:
-    void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_CPUSET();
-        malld_ = std::make_unique<PrivateMalld>();
-        std::string error;
-        ASSERT_TRUE(malld_->start(&error)) << error;
-    }
-    void TearDown() override { malld_.reset(); }
-    std::unique_ptr<PrivateMalld> malld_;
-};
+class Hardening : public MalldWithJobTest {};
 
 // recv_packet itself: a descriptor the caller did not ask for is closed off the caller's thread,
 // so a lingering TCP socket does not hold the caller (malld's loop, libmall's monitor thread).

@@ -44,17 +44,12 @@ bool says_refused(const std::string &text) {
            contains_icase(text, "not allowed") || contains_icase(text, "refused");
 }
 
-class Security : public ::testing::Test {
+class Security : public MalldWithJobTest {
 protected:
+    std::string job_name() const override { return "rootjob"; }
     void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_CPUSET();
-        malld_ = std::make_unique<PrivateMalld>();
-        std::string error;
-        ASSERT_TRUE(malld_->start(&error)) << error;
-        job_ = std::make_unique<Child>(
-            mallrun_argv(malld_->socket(), "1:2", "rootjob", test_client_argv({"--step-us", "1000"})));
-        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "rootjob", "0-1", 1); }, 20s))
-            << malld_->log();
+        MalldWithJobTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
         before_ = *status_json(malld_->socket());
     }
 
@@ -88,8 +83,6 @@ protected:
             << ")";
     }
 
-    std::unique_ptr<PrivateMalld> malld_;
-    std::unique_ptr<Child> job_;
     json before_;
 };
 

@@ -263,4 +263,31 @@ private:
 // Predicates over event bodies.
 bool is_event(const nlohmann::json &e, const std::string &kind, const std::string &job = "");
 
+// A private malld (skips without root or a cpuset controller) and, when job_name() is not empty,
+// one stepping test client started through mallrun --malleable=1:2 and settled on the whole
+// 2-cpu pool. Tests that need a running malld with or without a job derive from it.
+class MalldWithJobTest : public ::testing::Test {
+protected:
+    virtual std::string job_name() const { return ""; }
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_CPUSET();
+        malld_ = std::make_unique<PrivateMalld>();
+        std::string error;
+        ASSERT_TRUE(malld_->start(&error)) << error;
+        if (job_name().empty()) return;
+        job_ = std::make_unique<Child>(mallrun_argv(malld_->socket(), "1:2", job_name(),
+                                                    test_client_argv({"--step-us", "1000"})));
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), job_name(), "0-1", 1); },
+                               std::chrono::seconds(20)))
+            << malld_->log();
+    }
+    void TearDown() override {
+        job_.reset();
+        malld_.reset();
+    }
+    std::string socket() const { return malld_->socket(); }
+    std::unique_ptr<PrivateMalld> malld_;
+    std::unique_ptr<Child> job_;
+};
+
 }  // namespace mall::test
