@@ -10,7 +10,7 @@ packages=(
   libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev
-  procps util-linux psmisc
+  procps util-linux psmisc jq
   # Slurm integration (slurm_plugin/, launch_scripts/local-cluster.sh, tests/system/): the daemons,
   # the clients, spank.h/libslurm, munge for auth/munge.
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev

@@ -32,40 +32,10 @@ for tool in slurmctld slurmd sbatch srun scontrol; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
 done
 
-# A private cluster: its own folder, cgroup parent and ports, so it can run beside a developer's
-# cluster (launch_scripts/local-cluster.sh up) without touching it.
-work=$(mktemp -d /tmp/mall-systest.XXXXXX)
-chmod 0755 "$work"
-export MALL_CLUSTER_DIR=$work/cluster
-export MALL_BUILD_DIR=$build
-export MALL_CLUSTER_CGROUP=mall_cluster_systest$$
-export MALL_CLUSTER_TIMEOUT_S=30
+# A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"
+private_cluster_init mall-systest 6817
 cluster_down_done=0
-
-port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-port=6817
-while port_taken $port || port_taken $(( port + 1 )); do
-  port=$(( port + 10 ))
-  [ $port -lt 7500 ] || { echo "FAIL: no free port pair for slurmctld/slurmd in 6817..7500"; exit 1; }
-done
-export MALL_CLUSTER_PORT=$port
-
-# cgroup folders a cluster makes: malld's parent and Slurm's slurm_<node> (the latter only with the
-# cgroup plugins; compared before/after, so another cluster's folders are not counted).
-cgroups_now() {
-  find /sys/fs/cgroup /sys/fs/cgroup/* -mindepth 1 -maxdepth 1 -type d \
-       \( -name "$MALL_CLUSTER_CGROUP" -o -name 'mall_cluster' -o -name 'slurm_*' \) 2>/dev/null | sort -u
-}
-state_of() { local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; stat=${stat##*) }; echo "${stat%% *}"; }
-live() { local st; st=$(state_of "$1"); [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]; }
-run_processes() { # live processes started by this run's cluster (they carry MALL_CLUSTER_DAEMON=<dir>)
-  local p
-  for p in /proc/[0-9]*; do
-    grep -qzxF "MALL_CLUSTER_DAEMON=$MALL_CLUSTER_DIR" "$p/environ" 2>/dev/null || continue
-    live "${p#/proc/}" && echo "${p#/proc/}($(cat "$p/comm" 2>/dev/null))"
-  done
-}
-cgroups_before=$(cgroups_now)
 
 cleanup() {
   trap - EXIT INT TERM

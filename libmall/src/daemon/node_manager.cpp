@@ -123,13 +123,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
 
 Outcome NodeManager::deregister_job(const std::string &job, TimePoint now) {
     if (jobs_.count(job) == 0) return no_job(job);
-    jobs_.erase(job);
-    targets_.erase(job);
-    nlohmann::json ev = make_event("end");
-    ev["job"] = job;
-    ev["reason"] = "deregistered";
-    effects_.event(ev);
-    effects_.job_removed(job);
+    end_job(job, "deregistered");
     replan(now);
     return Outcome::success();
 }
@@ -144,13 +138,7 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
     }
     pids.erase(pos);
     if (!pids.empty()) return Outcome::success();
-    jobs_.erase(it);
-    targets_.erase(job);
-    nlohmann::json ev = make_event("end");
-    ev["job"] = job;
-    ev["reason"] = "exited";
-    effects_.event(ev);
-    effects_.job_removed(job);
+    end_job(job, "exited");
     replan(now);
     return Outcome::success();
 }
@@ -282,16 +270,8 @@ Outcome NodeManager::release_owner(const std::string &owner, TimePoint now, CpuS
         reclaimed_ -= cpus;
     }
     if (released) *released = cpus;
-    if (jobs_.count(owner) != 0) {
-        // The epilog comes after the job's tasks: a job still registered missed its task exits.
-        jobs_.erase(owner);
-        targets_.erase(owner);
-        nlohmann::json end = make_event("end");
-        end["job"] = owner;
-        end["reason"] = "released";
-        effects_.event(end);
-        effects_.job_removed(owner);
-    }
+    // The epilog comes after the job's tasks: a job still registered missed its task exits.
+    if (jobs_.count(owner) != 0) end_job(owner, "released");
     nlohmann::json ev = make_event("release");
     ev["cpus"] = cpus.to_string();
     ev["owner"] = owner;
@@ -529,6 +509,16 @@ std::map<std::string, CpuSet> NodeManager::plan() const {
         input.push_back(std::move(p));
     }
     return compute_allocation(policy_, topology_, available_pool(), input);
+}
+
+void NodeManager::end_job(const std::string &job, const char *reason) {
+    jobs_.erase(job);
+    targets_.erase(job);
+    nlohmann::json ev = make_event("end");
+    ev["job"] = job;
+    ev["reason"] = reason;
+    effects_.event(ev);
+    effects_.job_removed(job);
 }
 
 void NodeManager::replan(TimePoint now) {

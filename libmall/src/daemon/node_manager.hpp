@@ -156,6 +156,9 @@ public:
 
 private:
     void replan(TimePoint now);   // recompute targets with the policy, then advance
+    // Removes a job, reports its end ("deregistered", "exited", "released") and its removal;
+    // the caller replans.
+    void end_job(const std::string &job, const char *reason);
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     CpuSet held_by_others(const std::string &job) const;

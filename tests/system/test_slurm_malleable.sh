@@ -1,0 +1,463 @@
+#!/usr/bin/env bash
+# test_slurm_malleable.sh — proves that cores move between Slurm jobs on the real local cluster
+# (launch_scripts/local-cluster.sh: slurmctld, slurmd, the mall SPANK plugin, `malld --slurm`):
+# a lone --malleable job grows to the whole node, shrinks to its own core before a second job's tasks
+# run (malleable or not), never shares a core with it, grows back when it ends; scancel returns
+# cores; a job killed before it ever acks, or while malld waits for its ack, does not wedge malld;
+# bad --malleable values are refused; with malld stopped a --malleable job still runs and the node
+# stays up; an srun --mpi=pmix step runs inside a malleable allocation. Label `system`.
+# Usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, jq)
+# Prints one PASS/FAIL/SKIP line per check; exits non-zero when any check fails. Always brings its
+# private cluster down (trap); a watchdog ends the run after MALL_SYSTEST_TIMEOUT_S (default 420).
+# MALL_SYSTEST_LOG_DIR=DIR keeps the cluster's logs, the jobs' outputs and malld's events there.
+# The node has 2 cores (cpus 0 and 1); each job asks -c 1: the first job keeps the core Slurm gave it
+# and the next one gets the other. Every wait polls with a deadline; a fixed sleep is only a sampling interval.
+set -uo pipefail
+
+# Watchdog: the whole run goes under timeout(1); its SIGTERM reaches the trap below, which brings the
+# cluster down, so a hang fails the test instead of stalling CI (ctest's TIMEOUT is the outer one).
+timeout_s=${MALL_SYSTEST_TIMEOUT_S:-420}
+if [ -z "${MALL_SYSTEST_UNDER_WATCHDOG:-}" ]; then
+  MALL_SYSTEST_UNDER_WATCHDOG=1 exec timeout --kill-after=60 "$timeout_s" "$0" "$@"
+fi
+
+build=$(cd "${1:?usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR}" && pwd)
+src=$(cd "${2:?usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR}" && pwd)
+cluster=$src/launch_scripts/local-cluster.sh
+mallctl=$build/bin/mallctl
+client=$build/bin/mall_test_client
+wait_default_s=30   # a deadline for each wait; every one here normally ends in well under a second
+
+failures=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
+note() { echo "      $*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
+  exit 77   # ctest: SKIP_RETURN_CODE
+fi
+for tool in slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq; do
+  command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
+done
+for f in "$mallctl" "$client" "$build/bin/malld" "$build/lib/mall_spank.so"; do
+  [ -e "$f" ] || { echo "FAIL: $f is not built: run ninja -C $build (the plugin needs libslurm-dev)"; exit 1; }
+done
+if [ "$(nproc --all)" -ne 2 ]; then   # not a skip: only "not root" skips, so CI never passes silently
+  echo "FAIL: this test is written for the project's 2-cpu node (cpus 0 and 1); this one has $(nproc --all) cpus"
+  exit 1
+fi
+
+# A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"
+private_cluster_init mall-systest-slurm 6827
+cluster_down_done=0
+watch_pid=''
+
+cleanup() {
+  trap - EXIT INT TERM
+  if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null; wait "$watch_pid" 2>/dev/null; fi
+  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "FAIL: interrupted"; exit 1' INT
+trap 'echo "FAIL: watchdog: the test ran longer than ${timeout_s}s (or was terminated)"; exit 1' TERM
+
+# ---- helpers --------------------------------------------------------------------------------------
+wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds; false at the deadline
+  local limit=$1; shift
+  local deadline=$(( $(date +%s%N) + limit * 1000000000 ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s%N)" -lt $deadline ] || return 1
+    sleep 0.05
+  done
+}
+status_json() { timeout 10 "$mallctl" status --json 2>/dev/null; }
+job_field() { # job_field JOB FIELD: a field of malld's job JOB ("" when malld does not list it)
+  status_json | jq -r --arg j "$1" --arg f "$2" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null
+}
+job_pids() { status_json | jq -r --arg j "$1" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
+job_listed() { [ -n "$(job_field "$1" job)" ]; }
+reserved_for() { status_json | jq -r --arg j "$1" '.reserved[$j] // ""' 2>/dev/null; }
+job_settled_on() { # job_settled_on JOB CPUS: published and enforced on exactly CPUS, nothing pending
+  local s; s=$(status_json) || return 1
+  [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"' <<<"$s")" = "$2 $2 settled" ]
+}
+job_settled_on_one() { # job_settled_on_one JOB: holds exactly one cpu, settled
+  local s; s=$(status_json) || return 1
+  [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.ncpus) \(.state) \(.cpus == .cpuset)"' <<<"$s")" = "1 settled true" ]
+}
+job_gone_and_released() { ! job_listed "$1" && [ -z "$(reserved_for "$1")" ]; }
+expand_cpus() { # expand_cpus "0-1,3": one cpu number per line
+  local part a b
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then a=${part%-*}; b=${part#*-}; seq "$a" "$b"; else echo "$part"; fi
+  done
+}
+threads_cpus() { # threads_cpus PID...: the union of Cpus_allowed_list over every thread, one cpu a line
+  local pid f list
+  for pid in "$@"; do
+    for f in /proc/"$pid"/task/*/status; do
+      list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)
+      [ -n "$list" ] && expand_cpus "$list"
+    done
+  done | sort -un
+}
+threads_lists() { # threads_lists PID: "tid:list" of each thread, for messages
+  local f
+  for f in /proc/"$1"/task/*/status; do
+    printf '%s:%s ' "$(basename "$(dirname "$f")")" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)"
+  done
+}
+all_threads_on() { # all_threads_on PID MIN_THREADS LIST: every thread (at least MIN_THREADS) allows exactly LIST
+  local pid=$1 min=$2 want=$3 f n=0 list
+  for f in /proc/"$pid"/task/*/status; do
+    list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null) || return 1
+    [ "$list" = "$want" ] || return 1
+    n=$(( n + 1 ))
+  done
+  [ "$n" -ge "$min" ]
+}
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+job_final() {
+  case $(job_state "$1") in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;;
+  esac
+  return 1
+}
+job_running() { [ "$(job_state "$1")" = RUNNING ]; }
+submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
+  local name=$1; shift
+  local id
+  id=$(sbatch --parsable --job-name="$name" --output="$work/$name.out" "$@" 2>"$work/$name.sbatch.err") || return 1
+  echo "${id%%;*}"
+}
+events_of() { # events_of FILTER: matching events from the running watch, one JSON line each
+  jq -c "select($1)" "$work/watch.jsonl" 2>/dev/null
+}
+has_event() { [ -n "$(events_of "$1")" ]; }
+first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
+# "a < b" for decimal seconds since the epoch
+earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
+never_share() { # never_share PIDS_A PIDS_B N: N samples; fails at the first one where the threads of the
+  # two pid lists allow a common cpu (or a list is empty); prints what it saw
+  local a=$1 b=$2 n=$3 i ca cb common
+  for (( i = 1; i <= n; i++ )); do
+    # shellcheck disable=SC2086  # word lists of pids
+    ca=$(threads_cpus $a | tr '\n' ',')
+    # shellcheck disable=SC2086
+    cb=$(threads_cpus $b | tr '\n' ',')
+    common=$(comm -12 <(tr ',' '\n' <<<"$ca" | sed '/^$/d' | sort) <(tr ',' '\n' <<<"$cb" | sed '/^$/d' | sort) | tr '\n' ',')
+    if [ -z "$ca" ] || [ -z "$cb" ] || [ -n "$common" ]; then
+      echo "sample $i: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
+      return 1
+    fi
+    sleep 0.05   # sampling interval, not a wait
+  done
+  echo "$n samples: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
+}
+dump_job() { # dump_job NAME ID: what helps to understand a failure
+  note "--- job $2 ($1): state $(job_state "$2"); output:"; sed 's/^/        /' "$work/$1.out" 2>/dev/null | tail -n 15
+  note "--- malld status: $(status_json | jq -c '{reserved, jobs: [.jobs[] | {job, cpus, cpuset, state, pids}]}' 2>/dev/null)"
+}
+
+# ---- up -------------------------------------------------------------------------------------------
+if ! "$cluster" up >"$work/up.log" 2>&1; then
+  fail "local-cluster.sh up: $(cat "$work/up.log")"
+  for f in "$MALL_CLUSTER_DIR"/log/*; do echo "--- $f"; tail -n 20 "$f"; done
+  exit 1
+fi
+eval "$("$cluster" env)"
+pass "local-cluster.sh up (port $port, cgroup parent $MALL_CLUSTER_CGROUP, plugin loaded: $(grep -c mall_spank "$MALL_CLUSTER_DIR/etc/plugstack.conf"))"
+
+# One event recorder for the whole run; synced: a `policy` event proves it is subscribed.
+"$mallctl" watch --json --timeout-s "$timeout_s" >"$work/watch.jsonl" 2>"$work/watch.err" &
+watch_pid=$!
+watch_ready() { "$mallctl" policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
+if ! wait_for 10 watch_ready; then
+  fail "mallctl watch recorded no event within 10s ($(cat "$work/watch.err"))"
+  exit 1
+fi
+
+client_cmd() { # the malleable stand-in for a training process: 2 worker threads, a step every 2 ms
+  echo "exec $client --threads 2 --step-us 2000 --duration-s 300"
+}
+
+# ---- 1. a lone --malleable=1:2 job grows to both cores --------------------------------------------
+j1=$(submit first --malleable=1:2 -c 1 --wrap "$(client_cmd)") || { fail "(1) sbatch refused the first job: $(cat "$work/first.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1; then
+  j1_pids=$(job_pids "slurm-$j1" | tr '\n' ' ')
+  pass "(1) job $j1 (--malleable=1:2 -c 1) holds cpus 0-1 in mallctl status (pids $j1_pids)"
+else
+  fail "(1) job $j1 did not reach cpus 0-1 within ${wait_default_s}s"; dump_job first "$j1"; exit 1
+fi
+j1_pid=${j1_pids%% *}
+# The core Slurm gave job 1 (reserved for it in malld): it keeps that one; the next job gets the other.
+own=$(reserved_for "slurm-$j1")
+case $own in
+  0) other=1 ;;
+  1) other=0 ;;
+  *) fail "(1) malld reserves '$own' for job $j1, not one of cpus 0 and 1"; dump_job first "$j1"; exit 1 ;;
+esac
+# 3 threads: the main one and the 2 workers (each bound with mall_bind_thread)
+if wait_for 10 all_threads_on "$j1_pid" 3 0-1; then
+  pass "(1) every thread of job $j1's task allows cpus 0-1 ($(threads_lists "$j1_pid"))"
+else
+  fail "(1) job $j1's threads do not all allow 0-1: $(threads_lists "$j1_pid")"
+fi
+if wait_for 10 grep -q 'cpus=0-1$' "$work/first.out"; then
+  pass "(1) inside job $j1, libmall applied the allocation: $(grep -m1 'cpus=0-1$' "$work/first.out")"
+else
+  fail "(1) job $j1's output has no 'change ... cpus=0-1' line: $(tr '\n' '|' <"$work/first.out")"
+fi
+
+# ---- 2b. a plain (non-malleable) job arrives: the first shrinks before its task runs ----------------
+# The plain job's task prints the time first, then runs a multi-threaded program that does not use
+# malld (a socket nobody serves: libmall stays detached).
+mark=$(date +%s.%N)
+j2=$(submit plain -c 1 --wrap "date +%s.%N; exec $client --socket $work/nobody.sock --threads 2 --duration-s 300") ||
+  { fail "(2b) sbatch refused the plain job: $(cat "$work/plain.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s bash -c "grep -Eq '^[0-9]+\.[0-9]+$' '$work/plain.out' && grep -q '^open' '$work/plain.out'" &&
+   wait_for 10 job_settled_on "slurm-$j1" "$own"; then
+  j2_start=$(grep -m1 -E '^[0-9]+\.[0-9]+$' "$work/plain.out")
+  narrowed=$(first_event_time ".event == \"enforce\" and .job == \"slurm-$j1\" and .growing == false and .time > $mark")
+  if [ -n "$narrowed" ] && earlier "$narrowed" "$j2_start"; then
+    pass "(2b) job $j1 narrowed to cpu $own at $narrowed, before plain job $j2's task started at $j2_start"
+  else
+    fail "(2b) job $j1's narrowing (enforce at ${narrowed:-never}) is not before plain job $j2's task start ($j2_start)"
+    note "events: $(events_of ".time > $mark" | tr '\n' ' ')"
+  fi
+else
+  fail "(2b) plain job $j2 did not start, or job $j1 did not settle on cpu $own, within the deadline"
+  dump_job plain "$j2"; dump_job first "$j1"
+fi
+j2_pid=$(pgrep -f "^$client --socket $work/nobody.sock" | head -n1)
+seen=''
+if [ -n "$j2_pid" ] && wait_for 10 all_threads_on "$j2_pid" 3 "$other" && seen=$(never_share "$j1_pid" "$j2_pid" 20); then
+  pass "(2b) jobs $j1 and $j2 never shared a core: $seen"
+else
+  fail "(2b) jobs $j1 and $j2 share a core or a task is missing (plain task pid '${j2_pid}'): ${seen:-$(threads_lists "${j2_pid:-0}")}"
+fi
+
+# ---- 3. the plain job ends: the first grows back --------------------------------------------------
+[ -n "$j2_pid" ] && kill -TERM "$j2_pid"   # mall_test_client exits 0: the job completes normally
+if wait_for $wait_default_s job_final "$j2" && wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1 &&
+   wait_for 10 all_threads_on "$j1_pid" 3 0-1; then
+  pass "(3) plain job $j2 ended ($(job_state "$j2")); job $j1 grew back to 0-1 ($(threads_lists "$j1_pid"))"
+else
+  fail "(3) after plain job $j2 ended ($(job_state "$j2")), job $j1 did not grow back to 0-1"; dump_job first "$j1"
+fi
+
+# ---- 2a. a malleable job arrives: the first shrinks before its task runs ---------------------------
+mark=$(date +%s.%N)
+j3=$(submit second --malleable=1:2 -c 1 --wrap "date +%s.%N; $(client_cmd)") ||
+  { fail "(2a) sbatch refused the second malleable job: $(cat "$work/second.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s job_settled_on_one "slurm-$j3" && wait_for 10 job_settled_on "slurm-$j1" "$own" &&
+   wait_for 10 grep -Eq '^[0-9]+\.[0-9]+$' "$work/second.out"; then
+  j3_start=$(grep -m1 -E '^[0-9]+\.[0-9]+$' "$work/second.out")
+  narrowed=$(first_event_time ".event == \"enforce\" and .job == \"slurm-$j1\" and .growing == false and .time > $mark")
+  registered=$(first_event_time ".event == \"register\" and .job == \"slurm-$j3\"")
+  if [ -n "$narrowed" ] && [ -n "$registered" ] && earlier "$narrowed" "$registered" && earlier "$narrowed" "$j3_start"; then
+    pass "(2a) job $j1 narrowed to cpu $own at $narrowed, before malleable job $j3 registered ($registered) and its task started ($j3_start)"
+  else
+    fail "(2a) job $j1's narrowing (${narrowed:-never}) is not before job $j3's registration (${registered:-never}) and task start ($j3_start)"
+    note "events: $(events_of ".time > $mark" | tr '\n' ' ')"
+  fi
+else
+  fail "(2a) malleable job $j3 did not settle on one cpu, or job $j1 on cpu $own, within the deadline"
+  dump_job second "$j3"; dump_job first "$j1"
+fi
+j3_pids=$(job_pids "slurm-$j3" | tr '\n' ' ')
+j3_pid=${j3_pids%% *}
+seen=''
+if [ -n "$j3_pid" ] && wait_for 10 all_threads_on "$j3_pid" 3 "$other" && seen=$(never_share "$j1_pid" "$j3_pid" 20); then
+  pass "(2a) jobs $j1 and $j3 never shared a core: $seen"
+else
+  fail "(2a) jobs $j1 and $j3 share a core or a task is missing (pid '${j3_pid}'): ${seen:-$(threads_lists "${j3_pid:-0}")}"
+fi
+
+# ---- 4. scancel of a malleable job mid-run returns its cores ---------------------------------------
+scancel "$j3"
+if wait_for $wait_default_s job_gone_and_released "slurm-$j3" && wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1 &&
+   wait_for 10 all_threads_on "$j1_pid" 3 0-1; then
+  pass "(4) scancel $j3: malld no longer lists slurm-$j3, nothing is reserved for it, job $j1 regrew to 0-1"
+  pass "(3) malleable job $j3 ended ($(job_state "$j3")); job $j1 grew back to 0-1"
+else
+  fail "(4) after scancel $j3 (state $(job_state "$j3")): listed=$(job_listed "slurm-$j3" && echo yes || echo no) reserved='$(reserved_for "slurm-$j3")'"
+  dump_job first "$j1"
+fi
+
+# ---- 4. a job killed between registration and ack does not wedge malld -----------------------------
+# --no-step: the task attaches but never acknowledges an allocation; it is cancelled once registered.
+j4=$(submit unacked --malleable=1:2 -c 1 --wrap "exec $client --threads 2 --no-step --duration-s 300") ||
+  { fail "(4) sbatch refused the never-acking job: $(cat "$work/unacked.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s has_event ".event == \"register\" and .job == \"slurm-$j4\""; then
+  scancel "$j4"
+  never_acked=$(events_of ".event == \"ack\" and .job == \"slurm-$j4\"" | wc -l)
+  note "job $j4 registered and was cancelled (acks from it before the cancel: $never_acked)"
+  t0=$(date +%s%N)
+  if wait_for 10 status_json && wait_for $wait_default_s job_gone_and_released "slurm-$j4" &&
+     wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1; then
+    pass "(4) after job $j4 was killed unacknowledged, malld answers, dropped it and job $j1 regrew to 0-1 ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
+  else
+    fail "(4) malld after the unacknowledged job $j4 was killed: status $(status_json >/dev/null && echo answers || echo 'does not answer')"
+    dump_job unacked "$j4"; dump_job first "$j1"
+  fi
+else
+  fail "(4) job $j4 never registered with malld"; dump_job unacked "$j4"
+fi
+j5=$(submit next --malleable=1:2 -c 1 --wrap "$(client_cmd)") ||
+  { fail "(4) sbatch refused the next job: $(cat "$work/next.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s job_settled_on_one "slurm-$j5" && wait_for 10 job_settled_on "slurm-$j1" "$own" &&
+   wait_for 10 grep -q "^change .* cpus=$other$" "$work/next.out"; then
+  pass "(4) the next job $j5 got its core: $(grep -m1 '^change' "$work/next.out")"
+else
+  fail "(4) the next job $j5 did not get a core"; dump_job next "$j5"; dump_job first "$j1"
+fi
+scancel "$j5" "$j1"
+if wait_for $wait_default_s job_final "$j5" && wait_for $wait_default_s job_final "$j1" &&
+   wait_for $wait_default_s job_gone_and_released "slurm-$j5" && wait_for $wait_default_s job_gone_and_released "slurm-$j1" &&
+   wait_for $wait_default_s bash -c "[ \"\$('$mallctl' status --json | jq -c '[.jobs, .reserved]')\" = '[[],{}]' ]"; then
+  pass "(4) scancel $j5 $j1: malld lists no job and reserves nothing"
+else
+  fail "(4) after scancel $j5 $j1: $(status_json | jq -c '{reserved, jobs: [.jobs[].job]}')"
+fi
+
+# ---- 4. a job killed while malld waits for its ack (shrinking for a new job) does not wedge malld ----
+# Alone on the node, a --no-step job grows to both cores (growing needs no ack); a second job's
+# reclaim then asks it to shrink, and it is cancelled while malld waits for that ack.
+j8=$(submit noack --malleable=1:2 -c 1 --wrap "exec $client --threads 2 --no-step --duration-s 300") ||
+  { fail "(4) sbatch refused the never-acking job: $(cat "$work/noack.sbatch.err")"; exit 1; }
+if wait_for $wait_default_s bash -c "[ \"\$('$mallctl' status --json | jq -r '.jobs[] | select(.job == \"slurm-$j8\") | .cpuset')\" = 0-1 ]"; then
+  j8_own=$(reserved_for "slurm-$j8")
+  mark=$(date +%s.%N)
+  j9=$(submit after_noack --malleable=1:2 -c 1 --wrap "$(client_cmd)") ||
+    { fail "(4) sbatch refused the job after the never-acking one: $(cat "$work/after_noack.sbatch.err")"; exit 1; }
+  if wait_for $wait_default_s has_event ".event == \"publish\" and .job == \"slurm-$j8\" and .ncpus == 1 and .time > $mark"; then
+    timed_out=$(events_of ".event == \"ack_timeout\" and .job == \"slurm-$j8\"" | wc -l)
+    scancel "$j8"
+    note "job $j8 (never acks) was asked to shrink for job $j9 and cancelled while malld waited (ack timeouts already: $timed_out)"
+    # Job j9 may hold one cpu only for a moment (until j8's cores are released): no wait for that.
+    if wait_for $wait_default_s job_gone_and_released "slurm-$j8" && wait_for $wait_default_s job_settled_on "slurm-$j9" 0-1 &&
+       wait_for 10 grep -q '^change .* cpus=0-1$' "$work/after_noack.out"; then
+      pass "(4) malld was not wedged: job $j8 is gone and released (had cpu $j8_own), job $j9 runs and grew to 0-1: $(grep -m1 '^change .* cpus=0-1$' "$work/after_noack.out")"
+    else
+      fail "(4) after cancelling job $j8 during its pending shrink"; dump_job after_noack "$j9"; dump_job noack "$j8"
+    fi
+  else
+    fail "(4) job $j8 was never asked to shrink for job $j9"; dump_job after_noack "$j9"; dump_job noack "$j8"
+  fi
+  scancel "$j9" "$j8"
+  if wait_for $wait_default_s job_final "$j9" &&
+     wait_for $wait_default_s bash -c "[ \"\$('$mallctl' status --json | jq -c '[.jobs, .reserved]')\" = '[[],{}]' ]"; then
+    pass "(4) scancel $j9: malld lists no job and reserves nothing"
+  else
+    fail "(4) after scancel $j9: $(status_json | jq -c '{reserved, jobs: [.jobs[].job]}')"
+  fi
+else
+  fail "(4) the never-acking job $j8 did not grow to 0-1"; dump_job noack "$j8"
+fi
+kill "$watch_pid" 2>/dev/null; wait "$watch_pid" 2>/dev/null; watch_pid=''
+
+# ---- 5. bad --malleable values are refused and no job is submitted --------------------------------
+declare -A bad_words=([x]='MIN "x" is not a whole number' [3:1]='MAX (1) is below MIN (3)' [0:2]='MIN must be at least 1')
+jobs_before=$(squeue -h -o %A | sort | tr '\n' ' ')
+for value in x 3:1 0:2; do
+  out=$(sbatch --parsable --malleable="$value" -c 1 --wrap true 2>&1); rc=$?
+  if [ $rc -ne 0 ] && ! grep -qE '^[0-9]+(;.*)?$' <<<"$out" && grep -qF -- "--malleable=$value: ${bad_words[$value]}" <<<"$out" &&
+     grep -qF 'allowed: --malleable' <<<"$out"; then
+    pass "(5) --malleable=$value refused (exit $rc): $(grep -m1 -F -- "--malleable=$value:" <<<"$out")"
+  else
+    fail "(5) --malleable=$value: exit $rc, output: $out"
+  fi
+done
+jobs_after=$(squeue -h -o %A | sort | tr '\n' ' ')
+if [ "$jobs_after" = "$jobs_before" ]; then
+  pass "(5) no job was queued by the refused submissions (squeue: '${jobs_after}')"
+else
+  fail "(5) squeue changed: before '$jobs_before', after '$jobs_after'"
+fi
+
+# ---- 7. an srun --mpi=pmix step inside a --malleable allocation ------------------------------------
+cat >"$work/mpi_ranks.c" <<'EOF'
+/* mpi_ranks.c: each rank adds its rank; rank 0 prints the sum (0 + 1 for two ranks). */
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank = -1, size = -1, sum = -1;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("mpi ranks=%d sum=%d\n", size, sum);
+    MPI_Finalize();
+    return 0;
+}
+EOF
+if command -v mpicc >/dev/null && mpicc -o "$work/mpi_ranks" "$work/mpi_ranks.c" 2>"$work/mpicc.err"; then
+  mpi_cmd="$work/mpi_ranks"; mpi_expect='mpi ranks=2 sum=1'
+else
+  note "mpicc unavailable or failed ($(head -c 300 "$work/mpicc.err" 2>/dev/null)): the step runs hostname"
+  mpi_cmd=hostname; mpi_expect=$(hostname)
+fi
+j7=$(submit mpi --malleable=1:2 -n 2 -c 1 --wrap "srun --mpi=pmix -n 2 $mpi_cmd; echo srun-rc=\$?") ||
+  { fail "(7) sbatch refused the MPI job: $(cat "$work/mpi.sbatch.err")"; }
+if [ -n "${j7:-}" ]; then
+  if wait_for 60 job_final "$j7" && [ "$(job_state "$j7")" = COMPLETED ] && grep -qx 'srun-rc=0' "$work/mpi.out" &&
+     grep -qF "$mpi_expect" "$work/mpi.out"; then
+    pass "(7) srun --mpi=pmix -n 2 in a --malleable=1:2 -n 2 allocation: $(grep -F "$mpi_expect" "$work/mpi.out" | head -n1 | tr -d '\n'), srun exit 0"
+  else
+    fail "(7) the pmix step of job $j7 failed"; dump_job mpi "$j7"
+  fi
+fi
+
+# ---- 6. malld stopped: a --malleable job still runs, the node stays up -----------------------------
+malld_pid=$(cat "$MALL_CLUSTER_DIR/run/malld.pid" 2>/dev/null)
+if [ -n "$malld_pid" ] && live "$malld_pid" && kill -TERM "$malld_pid" && wait_for 15 bash -c "! kill -0 $malld_pid 2>/dev/null || [ \"\$(awk '{print \$3}' /proc/$malld_pid/stat 2>/dev/null)\" = Z ]"; then
+  note "malld (pid $malld_pid) stopped with SIGTERM"
+  j6=$(submit nodaemon --malleable=1:2 -c 1 --wrap "grep Cpus_allowed_list /proc/self/status; $client --threads 2 --duration-s 0.5; echo client-rc=\$?") ||
+    fail "(6) sbatch refused the job while malld is down: $(cat "$work/nodaemon.sbatch.err")"
+  if [ -n "${j6:-}" ]; then
+    if wait_for 60 job_final "$j6" && [ "$(job_state "$j6")" = COMPLETED ] && grep -qx 'client-rc=0' "$work/nodaemon.out" &&
+       grep -q 'runs non-malleable' "$work/nodaemon.out"; then
+      pass "(6) job $j6 ran to completion without malld: $(grep -m1 'runs non-malleable' "$work/nodaemon.out")"
+    else
+      fail "(6) job $j6 without malld"; dump_job nodaemon "$j6"
+    fi
+    if wait_for $wait_default_s bash -c "[ \"\$(sinfo -h -n '$(hostname -s)' -o %t)\" = idle ]"; then
+      pass "(6) sinfo shows the node idle afterwards: $(sinfo -h -N -o '%N %t %E' | tr -s ' ')"
+    else
+      fail "(6) the node is not idle: $(sinfo -h -N -o '%N %t %E')"
+    fi
+  fi
+else
+  fail "(6) could not stop malld (pid file: '${malld_pid}')"
+fi
+
+# ---- down, and nothing left -----------------------------------------------------------------------
+if [ $failures -gt 0 ]; then
+  for f in "$MALL_CLUSTER_DIR"/log/malld.log "$MALL_CLUSTER_DIR"/log/slurmd.log; do
+    echo "--- end of $f"; tail -n 30 "$f" 2>/dev/null | sed 's/^/    /'
+  done
+fi
+if [ -n "${MALL_SYSTEST_LOG_DIR:-}" ]; then   # keep the logs, job outputs and events (e.g. for CI artifacts)
+  mkdir -p "$MALL_SYSTEST_LOG_DIR" && cp -r "$MALL_CLUSTER_DIR/log" "$work"/*.out "$work"/*.jsonl "$MALL_SYSTEST_LOG_DIR"/ 2>/dev/null
+fi
+pids_of_run=$(cat "$MALL_CLUSTER_DIR"/run/*.pid 2>/dev/null | sort -u | tr "\n" " ")
+cluster_down_done=1
+if "$cluster" down >"$work/down.log" 2>&1; then pass "local-cluster.sh down"; else fail "local-cluster.sh down: $(cat "$work/down.log")"; fi
+alive_left=''
+for pid in $pids_of_run; do live "$pid" && alive_left+="$pid($(cat "/proc/$pid/comm" 2>/dev/null)) "; done
+alive_left+=$(run_processes | tr '\n' ' ')
+new_cgroups=$(comm -13 <(echo "$cgroups_before") <(cgroups_now) | tr '\n' ' ')
+if [ -z "${alive_left// }" ] && [ -z "${new_cgroups// }" ] && [ ! -e "$MALL_CLUSTER_DIR" ]; then
+  pass "no process, cgroup folder or state folder of the cluster remains"
+else
+  fail "left behind: processes '$alive_left', cgroups '$new_cgroups', state folder $( [ -e "$MALL_CLUSTER_DIR" ] && echo present || echo gone)"
+fi
+
+note "run time: ${SECONDS}s"
+if [ $failures -eq 0 ]; then echo "test_slurm_malleable: all checks passed"; exit 0; fi
+echo "test_slurm_malleable: $failures check(s) failed"
+exit 1
