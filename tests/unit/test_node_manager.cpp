@@ -719,6 +719,8 @@ TEST_F(NodeManagerTest, ReclaimForOwnerThenRegisterJoinAndRelease) {
     EXPECT_EQ(nm().find("slurm-7"), nullptr);
     EXPECT_EQ(job("borrower").published.to_string(), "0-3");
     EXPECT_TRUE(nm().status()["reserved"].empty());
+    const size_t events_before = effects_.events.size();
     ok(nm().release_owner("slurm-unknown", at(0us), &released));  // an epilog without a prolog
     EXPECT_TRUE(released.empty());
+    EXPECT_EQ(effects_.events.size(), events_before);  // nothing released, nothing reported
 }

@@ -271,7 +271,9 @@ Outcome NodeManager::release_owner(const std::string &owner, TimePoint now, CpuS
     }
     if (released) *released = cpus;
     // The epilog comes after the job's tasks: a job still registered missed its task exits.
-    if (jobs_.count(owner) != 0) end_job(owner, "released");
+    const bool ended = jobs_.count(owner) != 0;
+    if (ended) end_job(owner, "released");
+    if (cpus.empty() && !ended) return Outcome::success();  // already released (e.g. by --slurm)
     nlohmann::json ev = make_event("release");
     ev["cpus"] = cpus.to_string();
     ev["owner"] = owner;
