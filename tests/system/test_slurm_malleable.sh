@@ -4,8 +4,9 @@
 # a lone --malleable job grows to the whole node, shrinks to its own core before a second job's tasks
 # run (malleable or not), never shares a core with it, grows back when it ends; scancel returns
 # cores; a job killed before it ever acks, or while malld waits for its ack, does not wedge malld;
-# bad --malleable values are refused; with malld stopped a --malleable job still runs and the node
-# stays up; an srun --mpi=pmix step runs inside a malleable allocation. Label `system`.
+# bad --malleable values are refused; malld --slurm ends a registration Slurm does not run; with
+# malld stopped a --malleable job still runs and the node stays up; an srun --mpi=pmix step runs
+# inside a malleable allocation. Label `system`.
 # Usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, jq)
 # Prints one PASS/FAIL/SKIP line per check; exits non-zero when any check fails. Always brings its
 # private cluster down (trap); a watchdog ends the run after MALL_SYSTEST_TIMEOUT_S (default 420).
@@ -378,6 +379,23 @@ if [ "$jobs_after" = "$jobs_before" ]; then
 else
   fail "(5) squeue changed: before '$jobs_before', after '$jobs_after'"
 fi
+
+# ---- 8. malld --slurm: a registration Slurm does not run is ended ---------------------------------
+# A launcher registers "slurm-999999", a job slurmctld never had (a made-up or long-gone job): malld
+# asks Slurm at registration, ends the registration and returns its cores; the process keeps running
+# (non-malleable) and a real job still gets cores afterwards.
+fake=slurm-999999
+"$build/bin/mallrun" --job "$fake" --malleable=1 -- sleep 60 >"$work/fake.out" 2>&1 &
+fake_pid=$!
+if wait_for 20 grep -q "Slurm reports job 999999 .*ending $fake" "$MALL_CLUSTER_DIR/log/malld.log" &&
+   wait_for 10 bash -c "[ -z \"\$('$mallctl' status --json | jq -r '.jobs[] | select(.job == \"$fake\") | .job')\" ]" &&
+   kill -0 "$fake_pid" 2>/dev/null; then
+  pass "(8) malld --slurm ended the registration of $fake, unknown to Slurm: $(grep -m1 "Slurm reports job 999999" "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/^.*info: //')"
+else
+  fail "(8) $fake (unknown to Slurm) was not ended by malld --slurm: $(status_json | jq -c '[.jobs[].job]')"
+  note "--- malld log: $(tail -n 5 "$MALL_CLUSTER_DIR/log/malld.log" 2>/dev/null)"
+fi
+kill "$fake_pid" 2>/dev/null; wait "$fake_pid" 2>/dev/null
 
 # ---- 7. an srun --mpi=pmix step inside a --malleable allocation ------------------------------------
 cat >"$work/mpi_ranks.c" <<'EOF'
