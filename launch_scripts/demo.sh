@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# demo.sh — mall end to end on this machine, no cluster needed: builds if needed, starts a private
-# malld, runs two malleable training jobs with mallrun (the second starts while the first runs),
-# prints a line per event as the cores move, then a summary; stops everything it started.
-# Usage: launch_scripts/demo.sh   (from any folder; as root it uses cgroup cpusets, else affinity)
-#        MALL_BUILD_DIR=DIR picks the build folder (default: <repo>/build).
+# demo.sh — mall end to end on this machine: builds if needed, then either (default) starts a private
+# malld and runs two malleable training jobs with mallrun, or (--slurm) brings up a private
+# single-node Slurm cluster with the mall plugin and submits three sbatch jobs; prints a line per
+# event as the cores move, then a summary; stops and removes everything it started. See --help.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,6 +10,56 @@ build=${MALL_BUILD_DIR:-$repo/build}
 bin=$build/bin
 steps=${MALL_DEMO_STEPS:-600}   # per job; ~10 ms/step on one core, ~5 on two
 seed=7
+
+usage() {
+  cat <<EOF
+demo.sh — watch mall move cores between training jobs on this machine
+
+Usage: launch_scripts/demo.sh [--slurm]
+       launch_scripts/demo.sh -h|--help
+
+Both modes build what they need first (cmake + ninja into the build folder; dependencies with
+launch_scripts/install-deps.sh when missing), print one line per malld event as cores move
+("malld |" lines), the jobs' own output ("job X |" lines), then a summary. Everything they start
+(daemons, jobs, cgroups, temporary folders) is stopped and removed at the end, also on failure or
+Ctrl-C.
+
+Modes:
+  (default)  No cluster: a private malld and two malleable training jobs (mall_train_sgd) started
+             with mallrun, the second while the first runs. As root cores are enforced with cgroup
+             cpusets; as another user with the affinity backend (it says so). About 15 s.
+  --slurm    Through Slurm, the way a site runs mall: brings up a private single-node Slurm
+             cluster with the mall SPANK plugin and malld (launch_scripts/local-cluster.sh, in a
+             temporary folder, on free ports, with its own cgroup parent, so it runs beside any
+             other cluster), then submits three sbatch jobs:
+               A  sbatch --malleable=1:2 -c1  (srun mall_train_sgd): alone, it grows to both cores
+               B  sbatch -c1, a plain job: before it starts, A shrinks to its own core; when it
+                  ends, A grows back
+               C  sbatch --malleable=1:2 -c1 (srun mall_train_sgd): A and C each keep their core;
+                  when A ends, C grows to both
+             The summary gives each job's state, exit code, cores over time, resizes, and for the
+             trainers their steps and final loss. Needs root. About 30 s.
+
+Environment:
+  MALL_BUILD_DIR   build folder (default <repo>/build)
+  MALL_DEMO_STEPS  training steps per job in the default mode (default 600)
+EOF
+}
+
+slurm_mode=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --slurm) slurm_mode=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "demo: unknown argument '$1' (expected --slurm or --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$slurm_mode" = 1 ] && [ "$(id -u)" -ne 0 ]; then
+  echo "demo: --slurm needs root (it starts Slurm's daemons, munged and malld, which makes cgroups);" \
+       "run it as root, or run the demo without --slurm" >&2
+  exit 1
+fi
 
 if [ -t 1 ]; then bold=$'\033[1m' dim=$'\033[2m' off=$'\033[0m'; else bold='' dim='' off=''; fi
 say() { printf '%s==> %s%s\n' "$bold" "$*" "$off"; }
@@ -21,6 +70,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 tmp=''
 malld_pid='' watch_pid='' watch_json_pid='' job_pids=()
 cgroup_parent="mall_demo_$$"
+cluster_up=0 follow_pids=()   # --slurm: the private cluster (local-cluster.sh) and the output followers
 
 stop_pid() {  # stop_pid PID: SIGTERM, wait up to 5 s, then SIGKILL
   local pid=$1 i
@@ -32,9 +82,24 @@ stop_pid() {  # stop_pid PID: SIGTERM, wait up to 5 s, then SIGKILL
 }
 
 cleanup() {
+  local rc=$?
   set +e
+  # The teardown must finish: a reader gone (demo | head) or a second Ctrl-C must not cut it short.
+  trap '' PIPE INT TERM
   local pid
   for pid in "${job_pids[@]}"; do stop_pid "$pid"; done
+  for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
+  if [ "$cluster_up" = 1 ]; then
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
+      echo "demo: failed; the end of the cluster's logs (removed with the cluster):" >&2
+      for log in malld slurmctld slurmd; do
+        echo "--- $log" >&2; tail -n 15 "$MALL_CLUSTER_DIR/log/$log.log" >&2 2>/dev/null
+      done
+    fi
+    # Cancels the jobs, stops the daemons by pid, removes the cluster's cgroups and its folder.
+    "$repo/launch_scripts/local-cluster.sh" down >"$tmp/down.log" 2>&1 ||
+      { echo "demo: bringing the cluster down failed:" >&2; cat "$tmp/down.log" >&2; }
+  fi
   stop_pid "$watch_pid"
   stop_pid "$watch_json_pid"
   stop_pid "$malld_pid"
@@ -49,18 +114,173 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mall-demo.XXXXXX")
+# --slurm: munged (user munge) and the jobs must reach the cluster folder inside
+if [ "$slurm_mode" = 1 ]; then chmod 0755 "$tmp"; fi
 sock=$tmp/malld.sock
 demo_start=$(now_ms)
 
+# ---- --slurm: the same story through a private single-node Slurm cluster ------------------------
+# Called after the build (below). Uses local-cluster.sh with a folder inside $tmp, free ports and a
+# cgroup parent of its own; cleanup (the EXIT trap) brings it down whatever happens.
+slurm_demo() {
+  local cluster_sh=$repo/launch_scripts/local-cluster.sh port
+  # C trains longer than what A has left when C starts, so A ends first and C grows to both cores.
+  local a_steps=1000 c_steps=900
+  port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+  port=$(( 20000 + RANDOM % 4000 * 2 ))
+  while port_taken "$port" || port_taken $(( port + 1 )); do port=$(( port + 2 )); done
+  export MALL_CLUSTER_DIR=$tmp/cluster MALL_BUILD_DIR=$build MALL_CLUSTER_PORT=$port
+  export MALL_CLUSTER_CGROUP=mall_demo_slurm_$$ MALL_CLUSTER_TIMEOUT_S=30
+
+  say "bringing up a private single-node Slurm cluster: munged, malld, slurmctld, slurmd, the mall plugin"
+  cluster_up=1   # from here on, cleanup runs `local-cluster.sh down`, even after a failed `up`
+  if ! "$cluster_sh" up >"$tmp/up.log" 2>&1; then
+    cat "$tmp/up.log" >&2
+    echo "demo: the local cluster did not come up (its output above)" >&2
+    return 1
+  fi
+  eval "$("$cluster_sh" env)"   # SLURM_CONF and MALL_SOCKET for sbatch, scontrol and mallctl
+  note "$(grep -m1 ': up in' "$tmp/up.log" | sed 's/^local-cluster.sh: //; s/ (.*): /: /')"
+  note "folder $MALL_CLUSTER_DIR, ports $port-$(( port + 1 )), cgroup parent $MALL_CLUSTER_CGROUP"
+  note "malld: $(grep -m1 ' info: backend' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/.* info: //')"
+  note "plugstack.conf: $(cat "$MALL_CLUSTER_DIR/etc/plugstack.conf")"
+
+  "$bin/mallctl" --socket "$MALL_SOCKET" watch --json >"$tmp/events.jsonl" 2>/dev/null &
+  follow_pids+=($!)
+  "$bin/mallctl" --socket "$MALL_SOCKET" watch > >(sed -u "s/^/  ${dim}malld${off} | /") 2>&1 &
+  follow_pids+=($!)
+  sleep 0.3   # both watchers subscribe before the first job's prolog
+
+  declare -gA job_id=()
+  submit() {  # submit NAME SBATCH-ARGS...: submits, follows the job's output, sets job_id[NAME]
+    local name=$1 id; shift
+    # The output file exists before tail starts, so tail follows it through inotify, without lag.
+    touch "$tmp/$name.out"
+    id=$(sbatch --parsable -J "demo-$name" -D "$tmp" -o "$tmp/$name.out" "$@") || {
+      echo "demo: sbatch refused job $name" >&2; return 1; }
+    job_id[$name]=${id%%;*}
+    tail -n +1 -s 0.1 -F "$tmp/$name.out" 2>/dev/null > >(sed -u "s/^/  ${bold}job $name${off} | /") &
+    follow_pids+=($!)
+    note "job $name is Slurm job ${job_id[$name]} (malld job slurm-${job_id[$name]})"
+  }
+  wait_line() {  # wait_line FILE REGEX [MIN_COUNT]: until MIN_COUNT lines match (60 s at most)
+    local i n
+    for i in $(seq 600); do
+      n=$(grep -cE "$2" "$1" 2>/dev/null || true)
+      [ "${n:-0}" -ge "${3:-1}" ] && return 0
+      sleep 0.1
+    done
+    echo "demo: no line matching '$2' in $1 after 60 s" >&2
+    return 1
+  }
+  job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+  wait_job_end() {  # wait_job_end NAME: until Slurm says the job ended (90 s at most)
+    local i state
+    for i in $(seq 900); do
+      state=$(job_field "${job_id[$1]}" JobState)
+      case $state in PENDING|CONFIGURING|RUNNING|COMPLETING|'') sleep 0.1 ;; *) return 0 ;; esac
+    done
+    echo "demo: job $1 did not end within 90 s (state $state)" >&2
+    return 1
+  }
+  local train
+  train=$(printf '%q' "$bin/mall_train_sgd")
+  cores_line='echo "cores $(grep Cpus_allowed_list /proc/self/status | cut -f2) (Slurm job $SLURM_JOB_ID)"'
+
+  say "job A: sbatch --malleable=1:2 -c1 --wrap 'srun mall_train_sgd --steps $a_steps' (Slurm guarantees it 1 core;"
+  note "alone on the node, malld lends it the other one)"
+  submit A --malleable=1:2 -c1 --wrap "$cores_line; srun $train --steps $a_steps --seed $seed --print-every 100 --log-changes"
+  wait_line "$tmp/A.out" '^step 100 '
+
+  say "job B: sbatch -c1 --wrap '...sleep 3', a plain job: Slurm gives it the core A borrowed, so before"
+  note "B's tasks start, the plugin has malld take it back (A shrinks to its own core); when B ends, A grows back"
+  submit B -c1 --wrap "$cores_line; sleep 3; echo done"
+  wait_job_end B
+  wait_line "$tmp/A.out" 'threads 1 -> 2'
+
+  say "job C: sbatch --malleable=1:2 -c1 --wrap 'srun mall_train_sgd --steps $c_steps': A gives the lent core"
+  note "back again and each trainer keeps the core Slurm gave it; when one ends, the other grows to both"
+  submit C --malleable=1:2 -c1 --wrap "$cores_line; srun $train --steps $c_steps --seed $seed --print-every 100 --log-changes"
+  wait_job_end A
+  wait_job_end C
+  wait_line "$tmp/events.jsonl" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
+  sleep 0.3   # the last lines reach the screen
+  local pid
+  for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
+  follow_pids=()
+
+  # ---- summary ----------------------------------------------------------------------------------
+  ev_time() { sed -n 's/.*"time":\([0-9.]*\).*/\1/p'; }
+  echo
+  say "summary"
+  printf '    %-3s %5s  %-10s %-5s %-28s %7s %6s %10s\n' JOB SLURM STATE EXIT "CORES OVER TIME" RESIZES STEPS "FINAL LOSS"
+  local name id state exitc cores resizes steps_done loss ok=1 t_r t_n
+  for name in A B C; do
+    id=${job_id[$name]}
+    state=$(job_field "$id" JobState) exitc=$(job_field "$id" ExitCode)
+    [ "$state" = COMPLETED ] && [ "$exitc" = 0:0 ] || ok=0
+    if [ "$name" = B ]; then
+      cores="$(sed -n 's/^cores \([^ ]*\).*/\1/p' "$tmp/B.out" | head -1) (plain: never moved)"
+      resizes=- steps_done=- loss=-
+    else
+      cores=$(grep '"event":"publish"' "$tmp/events.jsonl" | grep "\"job\":\"slurm-$id\"" |
+              sed -n 's/.*"cpus":"\([^"]*\)".*/\1/p' | paste -sd' ' | sed 's/ / -> /g')
+      resizes=$(grep '"event":"publish"' "$tmp/events.jsonl" | grep -c "\"job\":\"slurm-$id\"" || true)
+      resizes=$(( resizes > 0 ? resizes - 1 : 0 ))
+      steps_done=$(sed -n 's/^done steps \([0-9]*\).*/\1/p' "$tmp/$name.out")
+      loss=$(sed -n 's/^final loss \([^ ]*\).*/\1/p' "$tmp/$name.out")
+    fi
+    printf '    %-3s %5s  %-10s %-5s %-28s %7s %6s %10s\n' "$name" "$id" "${state:--}" "${exitc:--}" \
+      "${cores:--}" "$resizes" "${steps_done:--}" "${loss:--}"
+  done
+  note "cores over time: each allocation malld published to the trainer (Slurm guaranteed one core)"
+  for name in B C; do  # how long the prolog waited for the borrower to give the core back
+    t_r=$(grep '"event":"reclaim"' "$tmp/events.jsonl" | grep "\"owner\":\"slurm-${job_id[$name]}\"" | head -1 | ev_time)
+    [ -n "$t_r" ] || continue
+    t_n=$(grep '"event":"enforce"' "$tmp/events.jsonl" | grep '"growing":false' | ev_time |
+          awk -v t="$t_r" '$1 >= t { print; exit }')
+    [ -n "$t_n" ] || continue
+    note "job $name's core came back from the borrower in $(awk -v a="$t_r" -v b="$t_n" 'BEGIN { printf "%.1f", (b - a) * 1000 }') ms" \
+         "(reclaim in its prolog -> the borrower's ack -> cpuset narrowed)"
+  done
+  local end_ms; end_ms=$(now_ms)
+  seconds() { printf '%d.%01d s' $(( $1 / 1000 )) $(( $1 % 1000 / 100 )); }
+  note "the cluster and the jobs ran $(seconds $(( end_ms - run_start ))); total wall time $(seconds $(( end_ms - demo_start ))) (with the build check)"
+  if grep -qE ' (error|warn): ' "$MALL_CLUSTER_DIR/log/malld.log"; then
+    note "malld reported problems:"
+    grep -E ' (error|warn): ' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/^/      /'
+  fi
+  say "bringing the cluster down"
+  [ "$ok" = 1 ]
+}
+
 # ---- build --------------------------------------------------------------------------------------
-have_binaries() { local b; for b in malld mallctl mallrun mall_train_sgd; do [ -x "$bin/$b" ] || return 1; done; }
+targets=(malld mallctl mallrun mall_train_sgd)
+[ "$slurm_mode" = 1 ] && targets+=(mall_spank)
+have_binaries() {
+  local b
+  for b in malld mallctl mallrun mall_train_sgd; do [ -x "$bin/$b" ] || return 1; done
+  [ "$slurm_mode" = 0 ] || [ -f "$build/lib/mall_spank.so" ]
+}
 if [ -d "$build" ] && [ ! -w "$build" ] && have_binaries; then
   say "using the binaries in $build as they are (the folder is not writable by $(id -un), so no rebuild)"
 else
-say "building malld, mallctl, mallrun and mall_train_sgd in $build"
+say "building ${targets[*]} in $build"
 if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || ! command -v c++ >/dev/null; then
   note "build tools missing: running launch_scripts/install-deps.sh"
   "$repo/launch_scripts/install-deps.sh"
+fi
+if [ "$slurm_mode" = 1 ]; then
+  if ! command -v slurmctld >/dev/null || ! command -v sbatch >/dev/null || [ ! -f /usr/include/slurm/spank.h ]; then
+    note "Slurm missing: running launch_scripts/install-deps.sh"
+    "$repo/launch_scripts/install-deps.sh"
+  fi
+  # A build folder configured before Slurm's headers were installed has no plugin target: configure again.
+  if [ -f "$build/build.ninja" ] && ! ninja -C "$build" -t query mall_spank >/dev/null 2>&1; then
+    note "the build folder has no mall_spank target: configuring again (Slurm's headers are there now)"
+    cmake -G Ninja -B "$build" -S "$repo" >"$tmp/configure.log" 2>&1 || {
+      tail -30 "$tmp/configure.log"; echo "demo: cmake failed (log above)" >&2; exit 1; }
+  fi
 fi
 if [ ! -f "$build/build.ninja" ]; then
   note "first build: configuring and compiling takes a minute or two"
@@ -71,7 +291,9 @@ if [ ! -f "$build/build.ninja" ]; then
       tail -30 "$tmp/configure.log"; echo "demo: cmake failed (log above)" >&2; exit 1; }
   fi
 fi
-if ! ninja -C "$build" -j2 malld mallctl mallrun mall_train_sgd >"$tmp/build.log" 2>&1; then
+# One retry: another ninja in the same build folder (e.g. a test run) can make one step fail.
+if ! ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1 &&
+   ! { sleep 2; ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1; }; then
   tail -40 "$tmp/build.log"
   echo "demo: the build failed (see above)" >&2
   exit 1
@@ -80,6 +302,10 @@ note "$(grep -c '^\[' "$tmp/build.log" || true) build steps; binaries in $bin"
 fi
 
 run_start=$(now_ms)
+if [ "$slurm_mode" = 1 ]; then
+  slurm_demo
+  exit $?
+fi
 
 # ---- malld --------------------------------------------------------------------------------------
 backend=affinity

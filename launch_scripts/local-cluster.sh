@@ -80,6 +80,17 @@ die() { printf '%s: error: %s\n' "$prog" "$*" >&2; exit 1; }
 conf=$dir/etc/slurm.conf
 plugstack=$dir/etc/plugstack.conf
 marker=$dir/.mall-cluster
+# A cluster remembers the port and cgroup parent it was brought up with (in its marker file), so
+# `down`, `status` and `env` need only MALL_CLUSTER_DIR; explicit variables still win.
+if [ -s "$marker" ]; then
+  saved_port=$(sed -n 's/^port=//p' "$marker")
+  saved_cgroup=$(sed -n 's/^cgroup=//p' "$marker")
+  if [ -z "${MALL_CLUSTER_PORT:-}" ] && [ -n "$saved_port" ]; then
+    ctld_port=$saved_port
+    slurmd_port=$(( ctld_port + 1 ))
+  fi
+  if [ -z "${MALL_CLUSTER_CGROUP:-}" ] && [ -n "$saved_cgroup" ]; then cgroup_parent=$saved_cgroup; fi
+fi
 malld_sock=$dir/malld.sock
 munge_sock=$dir/munge/munge.socket.2
 plugin=$build/lib/mall_spank.so
@@ -230,6 +241,7 @@ ReturnToService=2
 KillWait=2
 MinJobAge=600
 PlugStackConfig=$plugstack
+CliFilterPlugins=cli_filter/lua
 $nodeline
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -237,6 +249,13 @@ EOF
   if [ "$(cat "$conf" 2>/dev/null)" != "$new" ]; then
     changed=1
     if [ "$mode" = write ]; then printf '%s\n' "$new" >"$conf"; fi
+  fi
+
+  # mall's submission filter (--malleable=MIN sets -c MIN): Slurm reads cli_filter.lua beside slurm.conf.
+  new=$(cat "$repo/slurm_plugin/cli_filter.lua")
+  if [ "$(cat "$dir/etc/cli_filter.lua" 2>/dev/null)" != "$new" ]; then
+    changed=1
+    if [ "$mode" = write ]; then printf '%s\n' "$new" >"$dir/etc/cli_filter.lua"; fi
   fi
 
   if [ -f "$plugin" ]; then
@@ -281,7 +300,7 @@ cmd_up() {
   fi
   mkdir -p "$dir"/{etc,log,run,state,spool,malld,tmp}
   chmod 1777 "$dir/tmp"
-  touch "$marker"
+  printf 'port=%s\ncgroup=%s\n' "$ctld_port" "$cgroup_parent" >"$marker"
   cd "$dir"   # the daemons' working folder: none of them keeps the caller's folder busy
   chmod 0755 "$dir" "$dir/etc" "$dir/log"   # users' clients read slurm.conf; munge must reach its folder
 

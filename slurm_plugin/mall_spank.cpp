@@ -12,7 +12,8 @@
 //   the command line).
 //   sbatch/srun also cannot see -c through SPANK, so the check happens on the node: if Slurm gave
 //   the job fewer cores than MIN per local task, the job runs non-malleable and its stderr says to
-//   pass -c MIN. Users must pass `-c MIN` themselves (a cli_filter plugin could add it; SPANK cannot).
+//   pass -c MIN. slurm_plugin/cli_filter.lua (Slurm's cli_filter/lua) does it at submission instead:
+//   with no -c it sets cpus-per-task to MIN, and it refuses a -c outside MIN..MAX.
 // - Failing: errors returned by an `optional` plugin's callbacks are ignored by slurmstepd, and a
 //   `required` one that fails drains the node. on_daemon_down=fail therefore ends the task itself
 //   (in task_init, before exec, with exit code 1 and a line on its stderr): the step fails, the
@@ -422,8 +423,9 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
         unsigned want_min = request->min * local_tasks;
         if (granted < want_min) {
             tell_user("%s asks for %u core(s) per task but Slurm gave job %u only %u core(s) for %u "
-                      "task(s) on this node; pass -c %u as well (Slurm 22.05 does not let a plugin set "
-                      "cpus-per-task); this job runs non-malleable",
+                      "task(s) on this node; pass -c %u as well, or ask the admin to install mall's "
+                      "cli_filter.lua (CliFilterPlugins=cli_filter/lua), which does it at submission; "
+                      "this job runs non-malleable",
                       option_display().c_str(), request->min, *id, granted,
                       local_tasks, request->min);
             return 0;

@@ -380,6 +380,29 @@ else
   fail "(5) squeue changed: before '$jobs_before', after '$jobs_after'"
 fi
 
+# ---- 9. MIN is the job's cpus-per-task (mall's cli_filter.lua) --------------------------------------
+# Without -c, --malleable=2:2 asks Slurm for 2 cpus per task, and the task starts on both cores; a -c
+# below MIN is refused at submission with the fix, and nothing is queued.
+j9=$(submit minreq --malleable=2:2 --wrap 'grep Cpus_allowed_list /proc/self/status') ||
+  fail "(9) sbatch refused --malleable=2:2: $(cat "$work/minreq.sbatch.err")"
+if [ -n "${j9:-}" ]; then
+  per_task=$(scontrol show job "$j9" | grep -o 'CPUs/Task=[0-9]*' | head -n1)
+  if [ "$per_task" = 'CPUs/Task=2' ] && wait_for 60 job_final "$j9" &&
+     grep -qx $'Cpus_allowed_list:\t0-1' "$work/minreq.out"; then
+    pass "(9) sbatch --malleable=2:2 without -c got $per_task and ran on 0-1"
+  else
+    fail "(9) --malleable=2:2 without -c: '$per_task', output '$(cat "$work/minreq.out" 2>/dev/null)'"
+  fi
+fi
+jobs_before=$(squeue -h -o %A | sort | tr '\n' ' ')
+out=$(sbatch --parsable --malleable=2:2 -c 1 --wrap true 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -qF 'guarantees 2 cpus per task, but -c 1' <<<"$out" &&
+   [ "$(squeue -h -o %A | sort | tr '\n' ' ')" = "$jobs_before" ]; then
+  pass "(9) -c 1 with --malleable=2:2 refused at submission: $(grep -m1 -F 'guarantees' <<<"$out")"
+else
+  fail "(9) -c 1 with --malleable=2:2: exit $rc, output: $out"
+fi
+
 # ---- 8. malld --slurm: a registration Slurm does not run is ended ---------------------------------
 # A launcher registers "slurm-999999", a job slurmctld never had (a made-up or long-gone job): malld
 # asks Slurm at registration, ends the registration and returns its cores; the process keeps running
