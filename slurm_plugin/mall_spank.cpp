@@ -22,9 +22,11 @@
 // - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; they are mapped to Linux
 //   cpus through hwloc's logical core order (identity when ThreadsPerCore=1 and the topology agrees).
 // - The job prolog (a separate process under slurmd) gets no core list in 22.05 (S_JOB_ALLOC_CORES
-//   is a slurmstepd item and the prolog environment has no cpu list), so the Reclaim happens in
-//   slurm_spank_init_post_opt of each step on the node, as root, before that step's tasks start.
-//   The prolog still tries the item first, in case a later Slurm provides it there.
+//   is a slurmstepd item and the prolog environment has no cpu list), so the prolog sends a Reclaim
+//   naming only the owner and malld (started with --slurm) asks slurmctld for the job's cores on
+//   this node. Without --slurm that Reclaim is refused, and the Reclaim happens in
+//   slurm_spank_init_post_opt of each step, as root, before that step's tasks start (later steps
+//   find the cores already reserved and skip it).
 extern "C" {
 #pragma GCC visibility push(default)
 #include <slurm/spank.h>
@@ -284,6 +286,30 @@ std::optional<mall::CtlResult> ask_malld(mall::proto::Type type, const nlohmann:
 // comes here (the prolog cannot, see the top of the file); a step after the first finds the cores
 // already reserved for its job in malld's status and skips the Reclaim, so it neither waits nor
 // disturbs the job's own registration.
+// Without cpus (the job prolog, which Slurm 22.05 gives no core list), malld started with --slurm
+// asks slurmctld for the job's cores on this node; a malld without --slurm refuses, and the reclaim
+// then happens at step start as before.
+bool reclaim_owner_only(uint32_t id) {
+    const std::string owner = malld_job_name(id);
+    std::string error;
+    auto client = mall::CtlClient::connect(g_state.config.socket, &error);
+    if (!client) {
+        log_info("job %u: prolog reclaim skipped: %s", id, error.c_str());
+        return false;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    mall::CtlResult result = client->request(mall::proto::Type::Reclaim, {{"owner", owner}}, request_timeout());
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!result.ok) {
+        log_debug("job %u: prolog reclaim by owner not done (%s); the reclaim happens at step start",
+                  id, result.error.c_str());
+        return false;
+    }
+    log_debug("job %u: reclaimed cores %s in the job prolog in %.1f ms", id,
+              result.body.value("cpus", std::string("?")).c_str(), ms);
+    return true;
+}
+
 void reclaim_for_job(uint32_t id, const CpuSet &cpus, const char *where) {
     if (g_state.reclaimed) return;
     g_state.reclaimed = true;
@@ -376,8 +402,10 @@ MALL_SPANK_EXPORT int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
         auto cpus = job_cpus_on_node(sp);  // not provided to the prolog by Slurm 22.05
         if (id && cpus)
             reclaim_for_job(*id, *cpus, "job prolog");
+        else if (id)
+            reclaim_owner_only(*id);  // malld --slurm looks the cores up
         else
-            log_debug("job prolog: no core list here; the reclaim happens at step start");
+            log_debug("job prolog: no job id here; the reclaim happens at step start");
         return 0;
     } catch (...) {
         return 0;

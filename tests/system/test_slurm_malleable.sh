@@ -241,6 +241,13 @@ else
   fail "(2b) jobs $j1 and $j2 share a core or a task is missing (plain task pid '${j2_pid}'): ${seen:-$(threads_lists "${j2_pid:-0}")}"
 fi
 
+# The reclaim came from the plain job's prolog: malld (--slurm) looked its cores up in Slurm.
+if grep -q "reclaiming cpus $other for slurm-$j2 (Slurm's allocation on this node)" "$MALL_CLUSTER_DIR/log/malld.log"; then
+  pass "(2b) the reclaim for job $j2 came from its job prolog (malld looked its cpus up in Slurm)"
+else
+  fail "(2b) no prolog reclaim for job $j2 in malld's log: $(grep -m3 "slurm-$j2" "$MALL_CLUSTER_DIR/log/malld.log" | tr '\n' ' ')"
+fi
+
 # ---- 3. the plain job ends: the first grows back --------------------------------------------------
 [ -n "$j2_pid" ] && kill -TERM "$j2_pid"   # mall_test_client exits 0: the job completes normally
 if wait_for $wait_default_s job_final "$j2" && wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1 &&

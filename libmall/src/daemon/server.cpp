@@ -1288,9 +1288,24 @@ void Server::handle_policy(Connection &c, const proto::Message &msg) {
 
 void Server::handle_reclaim(Connection &c, const proto::Message &msg) {
     std::string why;
+    auto owner = proto::get_optional_string(msg.body, "owner");
+    if (!msg.body.contains("cpus") && owner) {
+        // A Slurm job prolog knows the job but not its cores (22.05 gives it no core list): with
+        // --slurm, malld asks slurmctld which cores the job has here, off the loop, then reclaims.
+        auto slurm_id = slurm_job_id_of(*owner);
+        if (!slurm_ || !slurm_id) {
+            reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                        "no \"cpus\" given; malld can look a job's cpus up only for an owner "
+                        "\"slurm-<jobid>\" and when started with --slurm");
+            return;
+        }
+        slurm_->check({*slurm_id});
+        pending_.push_back(PendingReply{PendingReply::Kind::LookUp, c.id, msg.request_id, *owner, {},
+                                        Clock::now() + options_.ack_timeout + kDeferredReplySlack});
+        return;
+    }
     auto cpus = CpuSet::parse(proto::get_string(msg.body, "cpus"), &why);
     if (!cpus) throw proto::ProtocolError("field \"cpus\": " + why);
-    auto owner = proto::get_optional_string(msg.body, "owner");
     Outcome outcome = manager_->reclaim(*cpus, Clock::now(), owner.value_or(""));
     if (!outcome.ok) {
         reply_error(c, msg.request_id, outcome.code, outcome.error);
@@ -1339,7 +1354,15 @@ void Server::process_pending_replies(TimePoint now) {
         Connection &c = it->second;
         const auto waited_ms = std::to_string(
             (options_.ack_timeout + std::chrono::duration_cast<std::chrono::milliseconds>(kDeferredReplySlack)).count());
-        if (p.kind == PendingReply::Kind::Register) {
+        if (p.kind == PendingReply::Kind::LookUp) {
+            if (now >= p.deadline) {
+                reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                            "Slurm did not say which cpus " + p.job + " has on this node within " +
+                                waited_ms + " ms; nothing was reclaimed (is slurmctld up?)");
+            } else {
+                still.push_back(std::move(p));
+            }
+        } else if (p.kind == PendingReply::Kind::Register) {
             const Job *job = manager_->find(p.job);
             if (!job) {
                 reply_error(c, p.request_id, MALL_ERR_NOJOB,
@@ -1572,12 +1595,44 @@ void Server::check_slurm_jobs(TimePoint now) {
     if (!ids.empty()) slurm_->check(ids);
 }
 
+// Reclaims waiting for a job's cpus (Kind::LookUp) become ordinary deferred reclaims once Slurm
+// has answered, or fail with its words.
+void Server::resolve_lookups(const std::string &owner, const SlurmJobState &state) {
+    for (auto &p : pending_) {
+        if (p.kind != PendingReply::Kind::LookUp || p.job != owner) continue;
+        auto it = connections_.find(p.connection);
+        if (it == connections_.end()) continue;
+        Connection &c = it->second;
+        if (state.kind != SlurmJobState::Kind::Running || !state.cpus_on_node || state.cpus_on_node->empty()) {
+            reply_error(c, p.request_id, MALL_ERR_NOJOB,
+                        "Slurm gives no cpus on this node to job " + std::to_string(state.job_id) + " (" +
+                            state.detail + "); nothing was reclaimed");
+            p.connection = 0;  // answered: dropped below
+            continue;
+        }
+        const CpuSet cpus = *state.cpus_on_node & pool_;
+        Outcome outcome = manager_->reclaim(cpus, Clock::now(), owner);
+        if (!outcome.ok) {
+            reply_error(c, p.request_id, outcome.code, outcome.error);
+            p.connection = 0;
+            continue;
+        }
+        log_info("reclaiming cpus " + cpus.to_string() + " for " + owner + " (Slurm's allocation on this node)");
+        p.kind = PendingReply::Kind::Reclaim;
+        p.cpus = cpus;
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const PendingReply &p) { return p.connection == 0; }),
+                   pending_.end());
+}
+
 // Slurm is the authority on its jobs: a registration or reservation for a job Slurm does not
 // run (it ended and the epilog was missed, malld was down meanwhile, or a client invented it),
 // or a registration under another uid than the job's, is ended and its cpus go back to the pool.
 void Server::handle_slurm_results() {
     for (const SlurmJobState &state : slurm_->take_results()) {
         const std::string name = "slurm-" + std::to_string(state.job_id);
+        resolve_lookups(name, state);
         const Job *job = manager_->find(name);
         switch (state.kind) {
             case SlurmJobState::Kind::Unreachable:

@@ -115,7 +115,8 @@ private:
         UniqueFd pidfd;  // empty when pidfd_open is unavailable: polled instead
     };
     struct PendingReply {
-        enum class Kind { Register, Reclaim } kind;
+        // LookUp: a Reclaim for an owner without cpus, waiting for Slurm to say which (--slurm).
+        enum class Kind { Register, Reclaim, LookUp } kind;
         uint64_t connection = 0;
         uint32_t request_id = 0;
         std::string job;  // Register: the job; Reclaim: the owner ("" when none)
@@ -214,6 +215,7 @@ private:
     TimePoint next_slurm_check_{};
     void check_slurm_jobs(TimePoint now);      // posts every slurm-* job and owner
     void handle_slurm_results();
+    void resolve_lookups(const std::string &owner, const SlurmJobState &state);
     std::string last_saved_;
     std::unique_ptr<StateWriter> state_writer_;
 };
