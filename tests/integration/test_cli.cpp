@@ -337,6 +337,21 @@ TEST_F(Cli, RegisterWithJoinAddsTasksToOneJob) {
     EXPECT_TRUE(wait_until([&] { return !find_job(*status_json(socket()), "slurm-77"); }, 10s));
 }
 
+// A Reclaim naming only an owner needs malld --slurm to look the cpus up; without it malld refuses
+// with the reason and changes nothing.
+TEST_F(Cli, ReclaimByOwnerWithoutCpusNeedsSlurmChecks) {
+    std::string error;
+    auto ctl = mall::CtlClient::connect(socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    const json before = *status_json(socket());
+    auto r = ctl->request(mall::proto::Type::Reclaim, json{{"owner", "slurm-5"}}, 10s);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("--slurm"), std::string::npos) << r.error;
+    const json after = *status_json(socket());
+    EXPECT_EQ(after["reclaimed"], before["reclaimed"]);
+    EXPECT_EQ(after["reserved"], before["reserved"]);
+}
+
 TEST_F(Cli, WatchPrintsOneJsonLinePerEvent) {
     Child watch(mallctl_argv(socket(), {"watch", "--json", "--count", "2", "--timeout-s", "30"}));
     // Cause events until the watcher (connected at some point) has seen two.
