@@ -29,15 +29,18 @@
 //   find the cores already reserved and skip it).
 extern "C" {
 #pragma GCC visibility push(default)
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 #pragma GCC visibility pop
 }
 
+#include <dlfcn.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <hwloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -194,12 +197,32 @@ std::optional<uint32_t> job_id(spank_t sp) {
 
 std::string malld_job_name(uint32_t id) { return "slurm-" + std::to_string(id); }
 
+// The most cpus any node of the cluster has, asked from slurmctld; 0 when unknown. Used in
+// sbatch/salloc/srun, where the job's node is not chosen yet: a MIN or MAX above every node can
+// never be served. The plugin does not link libslurm (it would be a second copy beside the one
+// the host program uses): the functions are looked up in the host process, and skipped if absent.
+unsigned largest_node_cpus() {
+    using load_fn = int (*)(time_t, node_info_msg_t **, uint16_t);
+    using free_fn = void (*)(node_info_msg_t *);
+    auto load = reinterpret_cast<load_fn>(::dlsym(RTLD_DEFAULT, "slurm_load_node"));
+    auto release = reinterpret_cast<free_fn>(::dlsym(RTLD_DEFAULT, "slurm_free_node_info_msg"));
+    if (load == nullptr || release == nullptr) return 0;
+    node_info_msg_t *nodes = nullptr;
+    if (load(static_cast<time_t>(0), &nodes, SHOW_ALL) != 0 || nodes == nullptr) return 0;
+    unsigned largest = 0;
+    for (uint32_t i = 0; i < nodes->record_count; ++i)
+        largest = std::max<unsigned>(largest, nodes->node_array[i].cpus);
+    release(nodes);
+    return largest;
+}
+
 MalleableLimits limits_here(bool on_node) {
     MalleableLimits limits;
     limits.admin_min = g_state.config.min_cpus;
     limits.admin_max = g_state.config.max_cpus;
-    // The node is known only where the task runs; sbatch/srun check the admin bounds only.
-    if (on_node) limits.node_cpus = node_cpu_count();
+    // On the node: its own cpus. In sbatch/salloc/srun: the largest node of the cluster.
+    limits.node_cpus = on_node ? node_cpu_count() : largest_node_cpus();
+    limits.largest_node = !on_node;
     return limits;
 }
 

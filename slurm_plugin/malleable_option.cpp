@@ -55,7 +55,7 @@ std::string malleable_allowed_text(const MalleableLimits &limits) {
         if (limits.admin_max != 0 && hi == limits.admin_max)
             bound += " (the administrator's max_cpus)";
         else
-            bound += " (this node's cores)";
+            bound += limits.largest_node ? " (the largest node's cores)" : " (this node's cores)";
     }
     return "allowed: --malleable, --malleable=MIN or --malleable=MIN:MAX with whole numbers " + lo +
            " <= MIN <= MAX <= " + bound + "; MAX defaults to the node's cores";
@@ -112,7 +112,8 @@ std::optional<MalleableRequest> parse_malleable(const char *value, const Malleab
                     std::to_string(limits.admin_min) + ")");
     auto check_upper = [&](unsigned v, const char *name) -> std::optional<std::string> {
         if (limits.node_cpus != 0 && v > limits.node_cpus)
-            return std::string(name) + " (" + std::to_string(v) + ") is above this node's " +
+            return std::string(name) + " (" + std::to_string(v) + ") is above " +
+                   (limits.largest_node ? "the largest node's " : "this node's ") +
                    std::to_string(limits.node_cpus) + " cores";
         if (limits.admin_max != 0 && v > limits.admin_max)
             return std::string(name) + " (" + std::to_string(v) + ") is above the administrator's max_cpus (" +

@@ -11,7 +11,9 @@ namespace mall::slurm {
 
 // What the value may be checked against. 0 means "unknown / no bound".
 struct MalleableLimits {
-    unsigned node_cpus = 0;  // cpus of the node the task runs on (known in slurmstepd only)
+    unsigned node_cpus = 0;  // cpus of the node the task runs on (slurmstepd), or of the largest
+                             // node of the cluster (sbatch/salloc/srun); 0 = unknown
+    bool largest_node = false;  // node_cpus is the largest node's (at submission), for the words
     unsigned admin_min = 0;  // plugstack.conf min_cpus=
     unsigned admin_max = 0;  // plugstack.conf max_cpus=
 };

@@ -369,9 +369,10 @@ fi
 kill "$watch_pid" 2>/dev/null; wait "$watch_pid" 2>/dev/null; watch_pid=''
 
 # ---- 5. bad --malleable values are refused and no job is submitted --------------------------------
-declare -A bad_words=([x]='MIN "x" is not a whole number' [3:1]='MAX (1) is below MIN (3)' [0:2]='MIN must be at least 1')
+declare -A bad_words=([x]='MIN "x" is not a whole number' [3:1]='MAX (1) is below MIN (3)' [0:2]='MIN must be at least 1'
+                      [1:3]="MAX (3) is above the largest node's 2 cores")
 jobs_before=$(squeue -h -o %A | sort | tr '\n' ' ')
-for value in x 3:1 0:2; do
+for value in x 3:1 0:2 1:3; do
   out=$(sbatch --parsable --malleable="$value" -c 1 --wrap true 2>&1); rc=$?
   if [ $rc -ne 0 ] && ! grep -qE '^[0-9]+(;.*)?$' <<<"$out" && grep -qF -- "--malleable=$value: ${bad_words[$value]}" <<<"$out" &&
      grep -qF 'allowed: --malleable' <<<"$out"; then

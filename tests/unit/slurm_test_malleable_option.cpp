@@ -133,3 +133,14 @@ TEST(MalleableOption, ErrorNamesTheValue) {
     std::string e = rejected("3:1", node(8));
     EXPECT_EQ(e.rfind("--malleable=3:1: ", 0), 0u) << e;
 }
+
+// At submission the bound is the cluster's largest node, and the words say so.
+TEST(MalleableOption, SubmissionChecksTheLargestNode) {
+    mall::slurm::MalleableLimits limits;
+    limits.node_cpus = 2;
+    limits.largest_node = true;
+    std::string error;
+    EXPECT_FALSE(mall::slurm::parse_malleable("1:3", limits, &error));
+    EXPECT_NE(error.find("MAX (3) is above the largest node's 2 cores"), std::string::npos) << error;
+    EXPECT_TRUE(mall::slurm::parse_malleable("1:2", limits, &error).has_value()) << error;
+}
