@@ -61,10 +61,12 @@ void SlurmChecker::check(const std::set<uint32_t> &job_ids) {
 }
 
 std::vector<SlurmJobState> SlurmChecker::take_results() {
+    // Drained under the lock the thread signals under: the fd is readable exactly while results
+    // wait, never after they were taken.
+    std::lock_guard<std::mutex> lock(mu_);
     uint64_t count = 0;
     while (::read(event_fd_.get(), &count, sizeof count) > 0) {
     }
-    std::lock_guard<std::mutex> lock(mu_);
     return std::exchange(results_, {});
 }
 
@@ -87,10 +89,8 @@ void SlurmChecker::loop() {
             state.detail = e.what();
         }
         state.job_id = id;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            results_.push_back(std::move(state));
-        }
+        std::lock_guard<std::mutex> lock(mu_);
+        results_.push_back(std::move(state));
         const uint64_t one = 1;
         ssize_t ignored = ::write(event_fd_.get(), &one, sizeof one);
         (void)ignored;
