@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "support/unit_helpers.hpp"
 #include "daemon/node_manager.hpp"
 
 using namespace mall;
@@ -12,16 +13,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
-
-CpuSet cpus(const std::string &text) {
-    auto set = CpuSet::parse(text);
-    EXPECT_TRUE(set.has_value()) << text;
-    return set.value_or(CpuSet());
-}
+using mall::test::cpus;
+[[maybe_unused]] const bool watchdog_armed = (mall::test::arm_unit_watchdog(60), true);
 
 // Records every effect as one line ("enforce a 0-1 grow", "publish a 2 0-1", "removed a") and
 // keeps the events apart.

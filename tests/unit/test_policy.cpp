@@ -5,22 +5,15 @@
 
 #include <random>
 
+#include "support/unit_helpers.hpp"
 #include "daemon/policy.hpp"
 
 using namespace mall;
 
 namespace {
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
-
-CpuSet cpus(const std::string &text) {
-    auto set = CpuSet::parse(text);
-    EXPECT_TRUE(set.has_value()) << text;
-    return set.value_or(CpuSet());
-}
+using mall::test::cpus;
+[[maybe_unused]] const bool watchdog_armed = (mall::test::arm_unit_watchdog(60), true);
 
 PolicyJob job(const std::string &id, int min, int max, uint64_t order,
               const std::string &current = "", const std::string &guaranteed = "") {
