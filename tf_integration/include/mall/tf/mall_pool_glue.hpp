@@ -1,0 +1,60 @@
+// Glue from libmall to the resizable Eigen pool: each allocation mall_step() applies resizes the
+// pool(s) to the allocation's cpu count (clamped to 1..max) and pins their workers to its cpus,
+// before mall_step() acks. Header-only; uses only the public C API in mall/mall.h.
+#pragma once
+
+#include <sched.h>
+
+#include <new>
+
+#include <mall/mall.h>
+#include <mall/tf/resizable_thread_pool.hpp>
+
+namespace mall::tf {
+
+// The pools one mall_on_resize callback drives. inter_op may be null.
+struct PoolAttachment {
+  ResizableThreadPool* intra_op = nullptr;
+  ResizableThreadPool* inter_op = nullptr;
+};
+
+// The allocation's cpus as a cpu_set_t (cpus at or beyond CPU_SETSIZE are dropped).
+inline cpu_set_t cpu_set_from_allocation(const mall_alloc_t& alloc) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu = 0; cpu < MALL_MAX_CPUS && cpu < CPU_SETSIZE; ++cpu) {
+    if ((alloc.mask[cpu / 64] >> (cpu % 64)) & 1u) CPU_SET(cpu, &cpus);
+  }
+  return cpus;
+}
+
+// The mall_resize_fn that attach_pool() registers; arg is a PoolAttachment*. An allocation with no
+// cpus (ncpus <= 0: never attached) leaves the pools as they are. Each pool is pinned before it is
+// resized, so workers that wake for the new size already run on the allocation's cpus.
+inline void apply_allocation_to_pools(const mall_alloc_t* alloc, void* arg) {
+  auto* attachment = static_cast<PoolAttachment*>(arg);
+  if (alloc == nullptr || attachment == nullptr || alloc->ncpus <= 0) return;
+  const cpu_set_t cpus = cpu_set_from_allocation(*alloc);
+  for (ResizableThreadPool* pool : {attachment->intra_op, attachment->inter_op}) {
+    if (pool == nullptr) continue;
+    if (CPU_COUNT(&cpus) > 0) (void)pool->set_affinity(cpus);  // EINVAL only if no cpu is online
+    pool->resize(alloc->ncpus);  // clamps to 1..max_threads()
+  }
+}
+
+// Makes every mall_step() on m that brings a new allocation resize intra_op (and inter_op, when
+// given) before it acks. The pools must outlive every later mall_step() on m. libmall has no call
+// to remove a callback, so the small PoolAttachment is intentionally never freed.
+// Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL (16
+// callbacks already registered on m).
+inline int attach_pool(mall_t* m, ResizableThreadPool& intra_op,
+                       ResizableThreadPool* inter_op = nullptr) {
+  if (m == nullptr) return MALL_ERR_INVAL;
+  auto* attachment = new (std::nothrow) PoolAttachment{&intra_op, inter_op};
+  if (attachment == nullptr) return MALL_ERR_NOMEM;
+  const int rc = mall_on_resize(m, &apply_allocation_to_pools, attachment);
+  if (rc != MALL_SUCCESS) delete attachment;
+  return rc;
+}
+
+}  // namespace mall::tf
