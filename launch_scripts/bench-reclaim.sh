@@ -81,9 +81,7 @@ cleanup() {
   if [ "$cluster_up" = 1 ]; then
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
       echo "$prog: failed; the end of the cluster's logs (removed with the cluster):" >&2
-      for log in malld slurmctld slurmd; do
-        echo "--- $log" >&2; tail -n 15 "$MALL_CLUSTER_DIR/log/$log.log" >&2 2>/dev/null
-      done
+      "$cluster_sh" logs 15 >&2
     fi
     "$cluster_sh" down >"$tmp/down.log" 2>&1 || { echo "$prog: bringing the cluster down failed:" >&2; cat "$tmp/down.log" >&2; }
   fi

@@ -92,9 +92,7 @@ cleanup() {
   if [ "$cluster_up" = 1 ]; then
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
       echo "demo: failed; the end of the cluster's logs (removed with the cluster):" >&2
-      for log in malld slurmctld slurmd; do
-        echo "--- $log" >&2; tail -n 15 "$MALL_CLUSTER_DIR/log/$log.log" >&2 2>/dev/null
-      done
+      "$repo/launch_scripts/local-cluster.sh" logs 15 >&2
     fi
     # Cancels the jobs, stops the daemons by pid, removes the cluster's cgroups and its folder.
     "$repo/launch_scripts/local-cluster.sh" down >"$tmp/down.log" 2>&1 ||

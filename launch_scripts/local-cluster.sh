@@ -46,6 +46,8 @@ Commands:
   status  each daemon with its pid, then sinfo. Exit 0 when all run, 1 when some do, 3 when none.
   env     the export lines a shell needs to use the cluster:
             eval "\$(launch_scripts/$prog env)"
+  logs [N] the last N lines (default 15) of malld's, slurmctld's and slurmd's logs, for scripts
+          that report a failure before they bring the cluster down.
 
 Environment:
   MALL_CLUSTER_DIR        state folder: configuration, logs, pid files, spool, malld socket
@@ -498,12 +500,22 @@ cmd_env() {
   printf 'export MALL_SOCKET=%q\n' "$malld_sock"
 }
 
+cmd_logs() {
+  local lines=${1:-15} name
+  [[ $lines =~ ^[0-9]+$ ]] || die "logs takes a line count, not '$lines'"
+  for name in malld slurmctld slurmd; do
+    echo "--- $name ($(logfile "$name"))"
+    tail -n "$lines" "$(logfile "$name")" 2>/dev/null || echo "(no log)"
+  done
+}
+
 case ${1:-} in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  logs) cmd_logs "${2:-15}" ;;
   -h|--help|help) usage ;;
   '') usage >&2; exit 2 ;;
-  *) echo "$prog: unknown command '$1' (expected up, down, status or env; see --help)" >&2; exit 2 ;;
+  *) echo "$prog: unknown command '$1' (expected up, down, status, env or logs; see --help)" >&2; exit 2 ;;
 esac

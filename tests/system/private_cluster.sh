@@ -1,8 +1,30 @@
 # private_cluster.sh — sourced by the system tests: sets up a private single-node cluster's
 # environment (own folder, cgroup parent and free port pair, so a test runs beside a developer's
 # cluster without touching it) and the helpers that check what the cluster leaves behind.
-# Usage: private_cluster_init NAME FIRST_PORT  (needs $build; sets $work, MALL_CLUSTER_* and
-# $port, $cgroups_before). The caller owns the cleanup trap and calls local-cluster.sh up/down.
+# Usage: systest_begin DEFAULT_TIMEOUT_S "$@" first (watchdog, arguments, root check, PASS/FAIL),
+# then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
+# The caller owns the cleanup trap and calls local-cluster.sh up/down.
+
+# Re-runs the calling script under timeout(1) (its SIGTERM reaches the script's trap, which brings
+# the cluster down, so a hang fails the test instead of stalling CI; ctest's TIMEOUT is the outer
+# one), reads BUILD_DIR SOURCE_DIR into $build and $src, and exits 77 (ctest's skip) when not root.
+systest_begin() {
+  timeout_s=${MALL_SYSTEST_TIMEOUT_S:-$1}; shift   # global: the scripts' TERM traps name it
+  if [ -z "${MALL_SYSTEST_UNDER_WATCHDOG:-}" ]; then
+    MALL_SYSTEST_UNDER_WATCHDOG=1 exec timeout --kill-after=60 "$timeout_s" "$0" "$@"
+  fi
+  local me; me=$(basename "$0")
+  build=$(cd "${1:?usage: $me BUILD_DIR SOURCE_DIR}" && pwd)
+  src=$(cd "${2:?usage: $me BUILD_DIR SOURCE_DIR}" && pwd)
+  cluster=$src/launch_scripts/local-cluster.sh
+  failures=0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "SKIP: the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
+    exit 77   # ctest: SKIP_RETURN_CODE
+  fi
+}
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
 
 private_cluster_init() {
   local name=$1 first_port=$2

@@ -7,33 +7,14 @@
 # private cluster down (trap), and a watchdog ends the run after MALL_SYSTEST_TIMEOUT_S (default 480).
 set -uo pipefail
 
-# Watchdog: the whole run goes under timeout(1); its SIGTERM reaches the trap below, which brings the
-# cluster down, so a hang fails the test instead of stalling CI (ctest's TIMEOUT is the outer one).
-timeout_s=${MALL_SYSTEST_TIMEOUT_S:-480}
-if [ -z "${MALL_SYSTEST_UNDER_WATCHDOG:-}" ]; then
-  MALL_SYSTEST_UNDER_WATCHDOG=1 exec timeout --kill-after=60 "$timeout_s" "$0" "$@"
-fi
-
-build=$(cd "${1:?usage: test_cluster.sh BUILD_DIR SOURCE_DIR}" && pwd)
-src=$(cd "${2:?usage: test_cluster.sh BUILD_DIR SOURCE_DIR}" && pwd)
-cluster=$src/launch_scripts/local-cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"   # systest_begin, pass, fail, the cluster set-up
+systest_begin 480 "$@"   # watchdog (MALL_SYSTEST_TIMEOUT_S), $build/$src/$cluster, root or exit 77
 job_timeout_s=60
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
-skip() { echo "SKIP: $*"; }
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
-  exit 77   # ctest: SKIP_RETURN_CODE
-fi
 for tool in slurmctld slurmd sbatch srun scontrol; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
 done
 
 # A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
-. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"
 private_cluster_init mall-systest 6817
 cluster_down_done=0
 
@@ -111,7 +92,7 @@ if [ -f "$build/lib/mall_spank.so" ]; then
     fi
   done
 else
-  skip "(c) --malleable in --help: $build/lib/mall_spank.so is not built (the plugin is optional for now)"
+  fail "(c) --malleable in --help: $build/lib/mall_spank.so is not built (it needs libslurm-dev: run launch_scripts/install-deps.sh, then reconfigure)"
 fi
 
 # ---- (d) down leaves nothing behind, even with a job running -----------------------------------------

@@ -15,29 +15,12 @@
 # and the next one gets the other. Every wait polls with a deadline; a fixed sleep is only a sampling interval.
 set -uo pipefail
 
-# Watchdog: the whole run goes under timeout(1); its SIGTERM reaches the trap below, which brings the
-# cluster down, so a hang fails the test instead of stalling CI (ctest's TIMEOUT is the outer one).
-timeout_s=${MALL_SYSTEST_TIMEOUT_S:-420}
-if [ -z "${MALL_SYSTEST_UNDER_WATCHDOG:-}" ]; then
-  MALL_SYSTEST_UNDER_WATCHDOG=1 exec timeout --kill-after=60 "$timeout_s" "$0" "$@"
-fi
-
-build=$(cd "${1:?usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR}" && pwd)
-src=$(cd "${2:?usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR}" && pwd)
-cluster=$src/launch_scripts/local-cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"   # systest_begin, pass, fail, the cluster set-up
+systest_begin 420 "$@"   # watchdog (MALL_SYSTEST_TIMEOUT_S), $build/$src/$cluster, root or exit 77
 mallctl=$build/bin/mallctl
 client=$build/bin/mall_test_client
 wait_default_s=30   # a deadline for each wait; every one here normally ends in well under a second
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
 note() { echo "      $*"; }
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
-  exit 77   # ctest: SKIP_RETURN_CODE
-fi
 for tool in slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
 done
@@ -50,7 +33,6 @@ if [ "$(nproc --all)" -ne 2 ]; then   # not a skip: only "not root" skips, so CI
 fi
 
 # A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
-. "$(dirname "${BASH_SOURCE[0]}")/private_cluster.sh"
 private_cluster_init mall-systest-slurm 6827
 cluster_down_done=0
 watch_pid=''
