@@ -1,0 +1,102 @@
+# tf_integration/adapters.cmake: the framework adapters that follow mall's allocation at a step
+# boundary, as header-only INTERFACE targets: mall_tf_openmp (alias mall::tf_openmp; the OpenMP
+# runtime of the stepping thread) and mall_tf_libtorch (alias mall::tf_libtorch; libtorch's
+# intra-op threads, built when libtorch is found: MALL_WITH_LIBTORCH=AUTO|ON|OFF). Also builds the
+# adapters' probe programs and registers their tests. Included at the end of
+# tf_integration/CMakeLists.txt.
+
+# --- OpenMP ------------------------------------------------------------------------------------
+find_package(OpenMP COMPONENTS CXX)
+if(OpenMP_CXX_FOUND)
+  add_library(mall_tf_openmp INTERFACE)
+  target_include_directories(mall_tf_openmp INTERFACE
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(mall_tf_openmp INTERFACE mall OpenMP::OpenMP_CXX)
+  target_compile_features(mall_tf_openmp INTERFACE cxx_std_20)
+  add_library(mall::tf_openmp ALIAS mall_tf_openmp)
+  message(STATUS "mall: OpenMP adapter on (OpenMP ${OpenMP_CXX_VERSION}, flags ${OpenMP_CXX_FLAGS})")
+else()
+  message(STATUS "mall: OpenMP adapter off (the C++ compiler has no OpenMP support; with GCC, install libgomp)")
+endif()
+
+# --- libtorch ----------------------------------------------------------------------------------
+# Found by hand rather than with find_package(Torch): Debian's TorchConfig.cmake works, but it
+# pulls in gflags, glog and protobuf and stops the configure with FATAL_ERROR when one of them is
+# missing (even under AUTO), while the adapter needs only ATen's headers, torch_cpu and c10.
+# Point MALL_TORCH_INCLUDE_DIR / MALL_TORCH_CPU_LIBRARY / MALL_C10_LIBRARY at another libtorch.
+set(MALL_WITH_LIBTORCH AUTO CACHE STRING "Build the libtorch adapter: AUTO, ON or OFF")
+set_property(CACHE MALL_WITH_LIBTORCH PROPERTY STRINGS AUTO ON OFF)
+set(MALL_LIBTORCH_ENABLED OFF)
+if(MALL_WITH_LIBTORCH STREQUAL "AUTO" OR MALL_WITH_LIBTORCH)
+  find_path(MALL_TORCH_INCLUDE_DIR ATen/Parallel.h)
+  find_library(MALL_TORCH_CPU_LIBRARY torch_cpu)
+  find_library(MALL_C10_LIBRARY c10)
+  set(_mall_torch_missing "")
+  if(NOT MALL_TORCH_INCLUDE_DIR OR NOT MALL_TORCH_CPU_LIBRARY OR NOT MALL_C10_LIBRARY)
+    set(_mall_torch_missing "<ATen/Parallel.h>, libtorch_cpu or libc10 not found; install libtorch-dev or set MALL_TORCH_INCLUDE_DIR / MALL_TORCH_CPU_LIBRARY / MALL_C10_LIBRARY")
+  elseif(NOT TARGET mall_tf_openmp)
+    set(_mall_torch_missing "it needs the OpenMP adapter, and the compiler has no OpenMP")
+  endif()
+  if(_mall_torch_missing STREQUAL "")
+    set(MALL_LIBTORCH_ENABLED ON)
+    file(STRINGS ${MALL_TORCH_INCLUDE_DIR}/ATen/Config.h _mall_torch_openmp
+         REGEX "^#define AT_PARALLEL_OPENMP 1")
+    if(_mall_torch_openmp)
+      set(_mall_torch_kind "an OpenMP build: thread count and pinning")
+    else()
+      set(_mall_torch_kind "not an OpenMP build: thread count only, its own pool is not re-pinned")
+    endif()
+    add_library(mall_tf_libtorch INTERFACE)
+    target_include_directories(mall_tf_libtorch SYSTEM INTERFACE ${MALL_TORCH_INCLUDE_DIR})
+    target_link_libraries(mall_tf_libtorch INTERFACE
+      mall_tf_openmp ${MALL_TORCH_CPU_LIBRARY} ${MALL_C10_LIBRARY})
+    add_library(mall::tf_libtorch ALIAS mall_tf_libtorch)
+    message(STATUS "mall: libtorch adapter on (MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH}, ${MALL_TORCH_CPU_LIBRARY}, ${_mall_torch_kind})")
+  elseif(MALL_WITH_LIBTORCH STREQUAL "AUTO")
+    message(STATUS "mall: libtorch adapter off (${_mall_torch_missing})")
+  else()
+    message(FATAL_ERROR "mall: MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH} but ${_mall_torch_missing}; or pass -DMALL_WITH_LIBTORCH=AUTO|OFF")
+  endif()
+else()
+  message(STATUS "mall: libtorch adapter off (MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH})")
+endif()
+
+# --- Probes and tests ----------------------------------------------------------------------------
+# The probe programs live in tests/support/*_main.cpp (kept out of the support library by its
+# filter) and the tests in tests/integration/tf_test_*.cpp (outside the tests/ globs), because
+# they need the targets defined here. mall_test_support is defined later, in tests/.
+if(MALL_BUILD_TESTS AND TARGET mall_tf_openmp)
+  enable_testing()
+  find_package(GTest REQUIRED)
+
+  # The adapter refuses to compile without OpenMP, with a message that says so.
+  add_test(NAME unit.tf_openmp_adapter_needs_openmp
+           COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -x c++
+                   -I${CMAKE_CURRENT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/libmall/include
+                   ${CMAKE_CURRENT_SOURCE_DIR}/include/mall/tf/openmp_adapter.hpp)
+  set_tests_properties(unit.tf_openmp_adapter_needs_openmp PROPERTIES
+    LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "openmp_adapter.hpp needs OpenMP: compile with -fopenmp")
+
+  add_executable(mall_omp_probe ${PROJECT_SOURCE_DIR}/tests/support/omp_probe_main.cpp)
+  target_link_libraries(mall_omp_probe PRIVATE mall_tf_openmp)
+
+  add_executable(tf_test_openmp_adapter ${PROJECT_SOURCE_DIR}/tests/integration/tf_test_openmp_adapter.cpp)
+  target_link_libraries(tf_test_openmp_adapter PRIVATE mall_test_support mall GTest::gtest_main)
+  add_dependencies(tf_test_openmp_adapter malld mallctl mallrun mall_omp_probe)
+  add_test(NAME integration.tf_test_openmp_adapter COMMAND tf_test_openmp_adapter)
+  set_tests_properties(integration.tf_test_openmp_adapter PROPERTIES
+    LABELS integration TIMEOUT 300 RUN_SERIAL TRUE)
+
+  if(MALL_LIBTORCH_ENABLED)
+    add_executable(mall_torch_probe ${PROJECT_SOURCE_DIR}/tests/support/torch_probe_main.cpp)
+    target_link_libraries(mall_torch_probe PRIVATE mall_tf_libtorch)
+
+    add_executable(tf_test_libtorch_adapter ${PROJECT_SOURCE_DIR}/tests/integration/tf_test_libtorch_adapter.cpp)
+    target_link_libraries(tf_test_libtorch_adapter PRIVATE mall_test_support mall GTest::gtest_main)
+    add_dependencies(tf_test_libtorch_adapter malld mallctl mallrun mall_torch_probe)
+    add_test(NAME integration.tf_test_libtorch_adapter COMMAND tf_test_libtorch_adapter)
+    set_tests_properties(integration.tf_test_libtorch_adapter PROPERTIES
+      LABELS integration TIMEOUT 300 RUN_SERIAL TRUE)
+  endif()
+endif()
