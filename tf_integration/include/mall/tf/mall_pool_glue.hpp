@@ -14,8 +14,8 @@ namespace mall::tf {
 
 // The pools one mall_on_resize callback drives. inter_op may be null.
 struct PoolAttachment {
-  ResizableThreadPool* intra_op = nullptr;
-  ResizableThreadPool* inter_op = nullptr;
+  ResizablePool* intra_op = nullptr;
+  ResizablePool* inter_op = nullptr;
 };
 
 // The allocation's cpus as a cpu_set_t (cpus at or beyond CPU_SETSIZE are dropped).
@@ -35,7 +35,7 @@ inline void apply_allocation_to_pools(const mall_alloc_t* alloc, void* arg) {
   auto* attachment = static_cast<PoolAttachment*>(arg);
   if (alloc == nullptr || attachment == nullptr || alloc->ncpus <= 0) return;
   const cpu_set_t cpus = cpu_set_from_allocation(*alloc);
-  for (ResizableThreadPool* pool : {attachment->intra_op, attachment->inter_op}) {
+  for (ResizablePool* pool : {attachment->intra_op, attachment->inter_op}) {
     if (pool == nullptr) continue;
     if (CPU_COUNT(&cpus) > 0) (void)pool->set_affinity(cpus);  // EINVAL only if no cpu is online
     pool->resize(alloc->ncpus);  // clamps to 1..max_threads()
@@ -47,8 +47,7 @@ inline void apply_allocation_to_pools(const mall_alloc_t* alloc, void* arg) {
 // to remove a callback, so the small PoolAttachment is intentionally never freed.
 // Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL (16
 // callbacks already registered on m).
-inline int attach_pool(mall_t* m, ResizableThreadPool& intra_op,
-                       ResizableThreadPool* inter_op = nullptr) {
+inline int attach_pool(mall_t* m, ResizablePool& intra_op, ResizablePool* inter_op = nullptr) {
   if (m == nullptr) return MALL_ERR_INVAL;
   auto* attachment = new (std::nothrow) PoolAttachment{&intra_op, inter_op};
   if (attachment == nullptr) return MALL_ERR_NOMEM;

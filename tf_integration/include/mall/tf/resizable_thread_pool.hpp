@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -23,6 +24,24 @@
 #include <unsupported/Eigen/CXX11/ThreadPool>
 
 namespace mall::tf {
+
+// What the libmall glue (mall_pool_glue.hpp) drives: a pool that can be resized and pinned,
+// whatever framework interface it implements.
+class ResizablePool {
+ public:
+  virtual ~ResizablePool() = default;
+  // Sets the active worker count (clamped to 1..max_threads()); returns the count applied.
+  virtual int resize(int active_count) = 0;
+  // Pins every worker to cpus; 0 or the errno of the first worker that could not be pinned.
+  virtual int set_affinity(const cpu_set_t& cpus) = 0;
+  virtual int max_threads() const = 0;
+  virtual int active_threads() const = 0;
+
+ protected:
+  ResizablePool() = default;
+  ResizablePool(const ResizablePool&) = default;
+  ResizablePool& operator=(const ResizablePool&) = default;
+};
 
 // Design (why it looks like this):
 // - One shared FIFO queue under one mutex. A parking worker therefore never holds queued work, so
@@ -47,8 +66,16 @@ namespace mall::tf {
 //   the pool at once), so the concurrency bound then holds once the in-flight tasks end.
 // - The destructor must run outside the pool. It lets the active workers run every queued task
 //   (including tasks those tasks schedule), then joins all workers.
-template <typename Environment = Eigen::StlThreadEnvironment>
-class ResizableThreadPoolTempl : public Eigen::ThreadPoolInterface {
+//
+// Interface is the pool interface the framework expects: Eigen::ThreadPoolInterface for Eigen's
+// ThreadPoolDevice, tensorflow::thread::ThreadPoolInterface (an empty subclass of it) for
+// TensorFlow's Session::Run (see mall/tf/tensorflow_session.hpp).
+template <typename Environment = Eigen::StlThreadEnvironment,
+          typename Interface = Eigen::ThreadPoolInterface>
+class ResizableThreadPoolTempl : public Interface, public ResizablePool {
+  static_assert(std::is_base_of_v<Eigen::ThreadPoolInterface, Interface>,
+                "Interface must derive from Eigen::ThreadPoolInterface");
+
  public:
   using Task = typename Environment::Task;
 
@@ -124,13 +151,14 @@ class ResizableThreadPoolTempl : public Eigen::ThreadPoolInterface {
     return me.index < NumThreads() ? me.index : -1;
   }
 
-  int max_threads() const { return max_threads_; }
+  int max_threads() const override { return max_threads_; }
+  int active_threads() const override { return NumThreads(); }
 
   // Sets the active count to active_count clamped to 1..max_threads(); returns the count applied.
   // Growing wakes parked workers; shrinking parks the highest ids and, when called from outside
   // the pool, waits until they have finished their current task. Queued tasks stay in the shared
   // queue for the active workers.
-  int resize(int active_count) {
+  int resize(int active_count) override {
     const int target = clamp_count(active_count);
     const bool called_from_own_worker = this_thread_identity().pool == this;
     std::unique_lock lock(mutex_);
@@ -158,7 +186,7 @@ class ResizableThreadPoolTempl : public Eigen::ThreadPoolInterface {
 
   // Pins every worker (active and parked) to cpus now, with pthread_setaffinity_np. Returns 0, or
   // the errno of the first worker that could not be pinned (EINVAL: no allowed cpu in the set).
-  int set_affinity(const cpu_set_t& cpus) {
+  int set_affinity(const cpu_set_t& cpus) override {
     std::lock_guard lock(mutex_);
     int first_error = 0;
     for (pthread_t handle : worker_handles_) {
