@@ -16,6 +16,9 @@ packages=(
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # MPI under Slurm: Open MPI brings PMIx, which `srun --mpi=pmix` (MpiDefault=pmix) needs.
   openmpi-bin libopenmpi-dev
+  # The Python module's tests and examples/train_torch.py: Debian's PyTorch (OpenMP build), numpy,
+  # and scikit-learn for the digits data it ships.
+  python3-torch python3-numpy python3-sklearn
 )
 
 missing=()

@@ -1,0 +1,54 @@
+"""mall.torch — keeps PyTorch's intra-op thread count and threads on the job's mall allocation.
+
+A training loop makes one Malleable(client) and calls its step() at every step boundary. When
+nothing changed, step() is one ctypes call (mall_step) and returns None. When malld published a new
+allocation, inside mall_step() and before malld gets the ack:
+  1. torch.set_num_threads(ncpus) — Debian's torch runs its intra-op work on OpenMP (libgomp), so
+     this sets the OpenMP team size of the next parallel region;
+  2. every thread of the process (each tid of /proc/self/task) is pinned to the allocation, so the
+     process leaves cores it is losing before malld is told it has (two-phase), and new OpenMP
+     workers inherit the right mask from the thread that starts them. (mall_bind_thread would need
+     a call from each worker thread, which Python cannot make on libgomp's threads.)
+  3. torch.get_num_threads() is checked against ncpus;
+then step() returns the new thread count.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import Allocation, Client, pin_process_threads
+
+__all__ = ["Malleable"]
+
+
+class Malleable:
+    """Follows `client`'s allocation with torch's thread count (and the process's affinity when
+    `repin` is True). `threads` is torch's thread count after the last change, `allocation` the
+    last applied Allocation (None before the first)."""
+
+    def __init__(self, client: Client, *, repin: bool = True):
+        self._client = client
+        self._repin = repin
+        self.threads = torch.get_num_threads()
+        self.allocation: Allocation | None = None
+        client.on_resize(self._resize)
+
+    def step(self) -> int | None:
+        """Call once per training step. Returns torch's new thread count when the allocation
+        changed, None when it did not."""
+        if not self._client.step():
+            return None
+        return self.threads
+
+    def _resize(self, allocation: Allocation) -> None:
+        # Runs inside mall_step(), on the training thread, before the ack.
+        torch.set_num_threads(allocation.ncpus)
+        if self._repin:
+            pin_process_threads(allocation.cpus)
+        threads = torch.get_num_threads()
+        if threads != allocation.ncpus:
+            raise RuntimeError(f"torch.get_num_threads() is {threads} after "
+                               f"torch.set_num_threads({allocation.ncpus})")
+        self.threads = threads
+        self.allocation = allocation
