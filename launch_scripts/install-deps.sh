@@ -9,7 +9,7 @@ packages=(
   libhwloc-dev hwloc
   libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libeigen3-dev
+  libeigen3-dev zlib1g-dev
   procps util-linux psmisc jq
   # Slurm integration (slurm_plugin/, launch_scripts/local-cluster.sh, tests/system/): the daemons,
   # the clients, spank.h/libslurm, munge for auth/munge.

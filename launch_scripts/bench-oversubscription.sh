@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# bench-oversubscription.sh — what mall buys two training jobs that share a node: runs the same
+# copies of the Eigen example (mall_train_digits) three ways, one after the other, and prints the
+# total throughput (training images per second over all jobs) of each way and the ratios:
+#   oversub  every copy sized for the whole node on Eigen's stock ThreadPool (the frameworks' default)
+#   static   every copy pinned (taskset) to its own equal share of the cores, sized to it
+#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal) on the
+#            resizable pool, which follows the cores malld gives it
+# Last line: "mall_vs_oversub=X.XX mall_vs_static=Y.YY". A benchmark, not a test: figures vary
+# with the machine's load. Everything it starts (malld, jobs, cgroups, temp folder) is removed.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${MALL_BUILD_DIR:-$repo/build}
+steps=8000
+batch=128
+hidden=256
+jobs=2
+repeat=1
+
+usage() {
+  cat <<EOF
+bench-oversubscription.sh — total throughput of co-located training jobs: oversubscribed,
+statically partitioned, and under mall
+
+Usage: launch_scripts/bench-oversubscription.sh [--steps N] [--batch B] [--hidden H] [--jobs J] [--repeat R]
+
+Options:
+  --steps N    training steps per copy (default $steps)
+  --batch B    images per step (default $batch) and
+  --hidden H   hidden units (default $hidden): the size of each step's kernels. Small kernels (the
+               default, ~0.8 ms a step on one core here) make many short parallel regions per
+               second, where oversubscription hurts most; --batch 512 --hidden 1024 (the example's
+               own default, ~8 ms a step) makes few long ones, where it hurts least.
+  --jobs J     copies run at once (default $jobs; at most the number of cpus)
+  --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
+  -h, --help   this text
+
+Needs a build (MALL_BUILD_DIR, default build/; built here if missing) and python3-sklearn's digits.
+As root malld enforces cores with cgroup cpusets; otherwise with thread affinity (it says so).
+Output: one line per run, a table of medians, then
+  mall_vs_oversub=X.XX mall_vs_static=Y.YY
+(total images per second under mall divided by that of each other way).
+EOF
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --steps) steps=${2:?--steps needs a value}; shift 2 ;;
+    --batch) batch=${2:?--batch needs a value}; shift 2 ;;
+    --hidden) hidden=${2:?--hidden needs a value}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
+    --repeat) repeat=${2:?--repeat needs a value}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench-oversubscription.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+ncpu=$(nproc)
+for v in steps batch hidden jobs repeat; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-oversubscription.sh: --$v must be a positive integer" >&2; exit 2; }
+done
+if [ "$jobs" -gt "$ncpu" ]; then
+  echo "bench-oversubscription.sh: --jobs $jobs is more than the $ncpu cpus (static needs a core per job)" >&2
+  exit 2
+fi
+
+for program in mall_train_digits malld mallrun mallctl; do
+  if [ ! -x "$build/bin/$program" ]; then
+    echo "bench-oversubscription.sh: building ($build)"
+    [ -f "$build/build.ninja" ] || cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    ninja -C "$build" -j2 mall_train_digits malld mallrun mallctl >/dev/null
+    break
+  fi
+done
+bin=$build/bin
+
+tmp=$(mktemp -d /tmp/mall-bench-oversub.XXXXXX)
+malld_pid=
+cleanup() {
+  local pids
+  pids=$(jobs -p) || true
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  if [ -n "$malld_pid" ]; then
+    kill -TERM "$malld_pid" 2>/dev/null || true
+    wait "$malld_pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+train=("$bin/mall_train_digits" --steps "$steps" --batch "$batch" --hidden "$hidden" --quiet)
+share=$((ncpu / jobs))
+
+# Starts the copies at once with the command prefix each gets from "$1 <index>", waits for all,
+# prints "<total images/s> <makespan s> <mean job s>".
+run_copies() {
+  local make_command=$1 i start end
+  local -a pids=()
+  start=$(date +%s.%N)
+  for ((i = 0; i < jobs; i++)); do
+    # shellcheck disable=SC2046  # the command words are paths and options without spaces
+    $("$make_command" "$i") > "$tmp/job$i.out" 2> "$tmp/job$i.err" &
+    pids+=($!)
+  done
+  for ((i = 0; i < jobs; i++)); do
+    if ! wait "${pids[$i]}"; then
+      echo "bench-oversubscription.sh: copy $i failed:" >&2
+      cat "$tmp/job$i.err" >&2
+      exit 1
+    fi
+  done
+  end=$(date +%s.%N)
+  local total_seconds=0 images=0
+  for ((i = 0; i < jobs; i++)); do
+    local line
+    line=$(grep '^done ' "$tmp/job$i.out") || { echo "bench-oversubscription.sh: copy $i printed no done line" >&2; exit 1; }
+    total_seconds=$(awk -v a="$total_seconds" -v b="$(awk '{print $5}' <<<"$line")" 'BEGIN {print a + b}')
+    images=$((images + steps * batch))
+  done
+  awk -v n="$images" -v s="$start" -v e="$end" -v t="$total_seconds" -v j="$jobs" \
+    'BEGIN {printf "%.1f %.3f %.3f\n", n / (e - s), e - s, t / j}'
+}
+
+oversub_command() { echo "${train[*]} --pool eigen --threads $ncpu"; }
+static_command() {
+  local first=$(($1 * share)) last=$(($1 * share + share - 1))
+  echo "taskset -c $first-$last ${train[*]} --threads $share"
+}
+mall_command() { echo "$bin/mallrun --socket $tmp/malld.sock --malleable=1:$ncpu --job copy$1 -- ${train[*]}"; }
+
+backend=affinity
+[ "$(id -u)" -eq 0 ] && [ -d /sys/fs/cgroup/cpuset ] && backend=auto
+"$bin/malld" --socket "$tmp/malld.sock" --state-dir "$tmp" --cgroup-parent "mall_bench_oversub$$" \
+  --backend "$backend" --policy equal --log-level warn 2> "$tmp/malld.log" &
+malld_pid=$!
+for _ in $(seq 100); do
+  "$bin/mallctl" --socket "$tmp/malld.sock" status >/dev/null 2>&1 && break
+  kill -0 "$malld_pid" 2>/dev/null || { echo "bench-oversubscription.sh: malld exited:" >&2; cat "$tmp/malld.log" >&2; exit 1; }
+  sleep 0.1
+done
+[ "$backend" = affinity ] && echo "bench-oversubscription.sh: not root (or no cpuset controller): malld enforces with thread affinity"
+
+echo "bench-oversubscription.sh: $jobs copies of mall_train_digits ($steps steps of $batch images, $hidden hidden units), $ncpu cpus, $repeat round(s)"
+declare -A results
+for ((round = 1; round <= repeat; round++)); do
+  for way in oversub static mall; do
+    measured=$(run_copies "${way}_command") || exit 1
+    read -r rate makespan mean <<<"$measured"
+    printf '  round %d %-8s total %10.1f images/s  makespan %7.3f s  mean job %7.3f s\n' \
+      "$round" "$way" "$rate" "$makespan" "$mean"
+    results[$way]+="$rate "
+  done
+done
+
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+oversub=$(median "${results[oversub]}")
+static=$(median "${results[static]}")
+mall=$(median "${results[mall]}")
+printf '\n%-10s %14s\n' way "images/s (median)"
+printf '%-10s %14.1f\n' oversub "$oversub" static "$static" mall "$mall"
+awk -v m="$mall" -v o="$oversub" -v s="$static" 'BEGIN {printf "mall_vs_oversub=%.2f mall_vs_static=%.2f\n", m / o, m / s}'
