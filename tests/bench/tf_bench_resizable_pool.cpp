@@ -7,6 +7,7 @@
 
 #include <unsupported/Eigen/CXX11/Tensor>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -60,10 +61,13 @@ void BM_ResizablePool_ParallelFor(benchmark::State& state) {
   run_parallel_for(state, pool);
 }
 
-// One shrink (max -> 1, returns once the parked workers are idle) plus one grow (1 -> max, returns
-// once the parked workers are woken) per iteration, timed separately via manual timing.
+// Resize cost, on pools of state.range(0) workers (more workers than cores is fine: parked ones
+// sleep). Shrink: max -> 1, from the call until it returns, i.e. until every parked worker is idle
+// (no task of theirs still runs). Grow: 1 -> max, from the call until all max workers are running
+// at once (each runs one task that waits, yielding, until all have started), which includes the
+// wake-up of every parked worker.
 void BM_ResizablePool_Shrink(benchmark::State& state) {
-  mall::tf::ResizableThreadPool pool(machine_threads());
+  mall::tf::ResizableThreadPool pool(static_cast<int>(state.range(0)));
   for (auto _ : state) {
     state.PauseTiming();
     pool.resize(pool.max_threads());
@@ -71,13 +75,28 @@ void BM_ResizablePool_Shrink(benchmark::State& state) {
     pool.resize(1);
   }
 }
-void BM_ResizablePool_Grow(benchmark::State& state) {
-  mall::tf::ResizableThreadPool pool(machine_threads());
+void BM_ResizablePool_GrowUntilAllRunning(benchmark::State& state) {
+  mall::tf::ResizableThreadPool pool(static_cast<int>(state.range(0)));
+  const int workers = pool.max_threads();
+  std::atomic<int> started{0}, finished{0};
   for (auto _ : state) {
     state.PauseTiming();
     pool.resize(1);
+    started = 0;
+    finished = 0;
     state.ResumeTiming();
-    pool.resize(pool.max_threads());
+    pool.resize(workers);
+    for (int i = 0; i < workers; ++i) {
+      pool.Schedule([&] {
+        started.fetch_add(1);
+        while (started.load() < workers) std::this_thread::yield();
+        finished.fetch_add(1);
+      });
+    }
+    while (started.load() < workers) std::this_thread::yield();
+    state.PauseTiming();
+    while (finished.load() < workers) std::this_thread::yield();
+    state.ResumeTiming();
   }
 }
 
@@ -85,8 +104,8 @@ BENCHMARK(BM_EigenPool_Contraction)->Arg(128)->Arg(512)->UseRealTime();
 BENCHMARK(BM_ResizablePool_Contraction)->Arg(128)->Arg(512)->UseRealTime();
 BENCHMARK(BM_EigenPool_ParallelFor)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime();
 BENCHMARK(BM_ResizablePool_ParallelFor)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime();
-BENCHMARK(BM_ResizablePool_Shrink)->UseRealTime();
-BENCHMARK(BM_ResizablePool_Grow)->UseRealTime();
+BENCHMARK(BM_ResizablePool_Shrink)->Arg(2)->Arg(8)->UseRealTime();
+BENCHMARK(BM_ResizablePool_GrowUntilAllRunning)->Arg(2)->Arg(8)->UseRealTime();
 
 }  // namespace
 
