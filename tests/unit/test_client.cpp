@@ -468,6 +468,34 @@ TEST_F(ClientTest, DetachedFastPathSaysNothingChanged) {
     EXPECT_FALSE(readable(mall_fd(m), 0));
 }
 
+// mall_on_resize_with_release: the handle owns the argument and mall_close() releases it exactly
+// once; a registration that fails (16 callbacks already) leaves it with the caller.
+TEST(ClientCallbacks, CloseReleasesOwnedArgumentsOnceAndFailuresKeepThem) {
+    struct Owned {
+        int *released;
+    };
+    int released = 0;
+    auto release = [](void *arg) {
+        auto *owned = static_cast<Owned *>(arg);
+        ++*owned->released;
+        delete owned;
+    };
+    auto ignore = [](const mall_alloc_t *, void *) {};
+    mall_t *m = nullptr;
+    mall_open("/nonexistent/mall-test-release.sock", &m, nullptr);  // detached, still a handle
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(mall_on_resize_with_release(m, ignore, new Owned{&released}, release), MALL_SUCCESS);
+    EXPECT_EQ(mall_on_resize_with_release(m, ignore, nullptr, nullptr), MALL_SUCCESS);  // no release: fine
+    for (int i = 2; i < 16; ++i) ASSERT_EQ(mall_on_resize(m, ignore, nullptr), MALL_SUCCESS);
+    Owned refused{&released};
+    EXPECT_EQ(mall_on_resize_with_release(m, ignore, &refused, release), MALL_ERR_FULL);
+    EXPECT_EQ(mall_on_resize_with_release(nullptr, ignore, &refused, release), MALL_ERR_INVAL);
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    EXPECT_EQ(released, 0) << "nothing is released before mall_close()";
+    mall_close(m);
+    EXPECT_EQ(released, 1);
+}
+
 // A one-shot scripted server: answers the first packet with `replies` (the first one carrying
 // fd_to_pass when given), then waits for the client to hang up.
 class ScriptedServer {

@@ -27,7 +27,7 @@ extern "C" {
 /* API version: major * 10000 + minor * 100 + patch. Compare with mall_get_api_version(), which
  * returns the version of the library actually loaded. */
 #define MALL_API_VERSION_MAJOR 0
-#define MALL_API_VERSION_MINOR 1
+#define MALL_API_VERSION_MINOR 2
 #define MALL_API_VERSION_PATCH 0
 #define MALL_API_VERSION \
     (MALL_API_VERSION_MAJOR * 10000 + MALL_API_VERSION_MINOR * 100 + MALL_API_VERSION_PATCH)
@@ -77,6 +77,9 @@ typedef struct mall_alloc {
  * and before the ack. Must not call mall_step() or mall_close() on the same handle. */
 typedef void (*mall_resize_fn)(const mall_alloc_t *alloc, void *arg);
 
+/* Frees a callback's argument; called once by mall_close() (see mall_on_resize_with_release()). */
+typedef void (*mall_release_fn)(void *arg);
+
 /* Version of the loaded library, in the MALL_API_VERSION encoding. Never fails. */
 MALL_EXPORT int mall_get_api_version(void);
 
@@ -114,6 +117,11 @@ MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out);
 /* Registers a callback run by mall_step() on each new allocation (at most 16 per handle).
  * Returns MALL_SUCCESS, MALL_ERR_INVAL or MALL_ERR_FULL. */
 MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg);
+
+/* As mall_on_resize(), and the handle takes ownership of arg: mall_close() calls release(arg) once
+ * (after the last callback can run). On failure nothing is registered and arg stays the caller's.
+ * Adapters use it for the state their callback needs. Since API 0.2.0. */
+MALL_EXPORT int mall_on_resize_with_release(mall_t *m, mall_resize_fn fn, void *arg, mall_release_fn release);
 
 /* Registers the calling thread to be re-pinned to the allocation on each change, and pins it now
  * to the current allocation if one was applied. At most 1024 threads per handle; threads that

@@ -77,6 +77,7 @@ inline uint64_t page_generation(const mall::SharedPage *page) {
 struct ResizeCallback {
     mall_resize_fn fn;
     void *arg;
+    mall_release_fn release;  // called with arg by mall_close(); may be null
 };
 
 }  // namespace
@@ -599,6 +600,10 @@ void destroy(mall_handle *m) {
     if (m->sock >= 0) ::close(m->sock);
     if (m->user_event_fd >= 0) ::close(m->user_event_fd);
     if (m->stop_event_fd >= 0) ::close(m->stop_event_fd);
+    // No callback can run any more (mall_step() must not race mall_close()): release their arguments.
+    for (int i = 0; i < m->ncallbacks; ++i) {
+        if (m->callbacks[i].release) m->callbacks[i].release(m->callbacks[i].arg);
+    }
     delete m;
 }
 
@@ -843,16 +848,20 @@ MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out) {
     }
 }
 
-MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg) {
+MALL_EXPORT int mall_on_resize_with_release(mall_t *m, mall_resize_fn fn, void *arg, mall_release_fn release) {
     if (!m || !fn) return MALL_ERR_INVAL;
     try {
         std::lock_guard<std::mutex> lock(m->callbacks_mu);
         if (m->ncallbacks >= kMaxCallbacks) return MALL_ERR_FULL;
-        m->callbacks[m->ncallbacks++] = ResizeCallback{fn, arg};
+        m->callbacks[m->ncallbacks++] = ResizeCallback{fn, arg, release};
         return MALL_SUCCESS;
     } catch (...) {
         return MALL_ERR_SYSTEM;
     }
+}
+
+MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg) {
+    return mall_on_resize_with_release(m, fn, arg, nullptr);
 }
 
 MALL_EXPORT int mall_bind_thread(mall_t *m) {

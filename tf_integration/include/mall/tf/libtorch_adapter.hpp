@@ -116,7 +116,8 @@ inline void apply_allocation_to_libtorch_callback(const mall_alloc_t* alloc, voi
 // Call mall_step() on the thread that runs the model (libtorch's intra-op regions are opened by
 // the thread that calls the operator), between operators. Do not attach the OpenMP adapter as
 // well: this one already drives OpenMP.
-// *out (may be null) receives the attachment, whose `last` tells what the latest change did.
+// *out (may be null) receives the attachment, whose `last` tells what the latest change did; m owns
+// it and mall_close(m) frees it.
 // Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL.
 inline int attach_libtorch(mall_t* m, LibtorchAttachment** out = nullptr,
                            const LibtorchAdapterOptions& options = {}) {
@@ -133,7 +134,9 @@ inline int attach_libtorch(mall_t* m, LibtorchAttachment** out = nullptr,
   }
   attachment->openmp.pool_high_water = std::max(omp_get_max_threads(), torch_threads);
 #endif
-  const int rc = mall_on_resize(m, &apply_allocation_to_libtorch_callback, attachment);
+  const int rc = mall_on_resize_with_release(
+      m, &apply_allocation_to_libtorch_callback, attachment,
+      [](void* arg) { delete static_cast<LibtorchAttachment*>(arg); });  // freed by mall_close(m)
   if (rc != MALL_SUCCESS) {
     delete attachment;
     return rc;

@@ -43,15 +43,17 @@ inline void apply_allocation_to_pools(const mall_alloc_t* alloc, void* arg) {
 }
 
 // Makes every mall_step() on m that brings a new allocation resize intra_op (and inter_op, when
-// given) before it acks. The pools must outlive every later mall_step() on m. libmall has no call
-// to remove a callback, so the small PoolAttachment is intentionally never freed.
+// given) before it acks. The pools must outlive every later mall_step() on m; the small
+// PoolAttachment is owned by the handle and freed by mall_close(m).
 // Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL (16
 // callbacks already registered on m).
 inline int attach_pool(mall_t* m, ResizablePool& intra_op, ResizablePool* inter_op = nullptr) {
   if (m == nullptr) return MALL_ERR_INVAL;
   auto* attachment = new (std::nothrow) PoolAttachment{&intra_op, inter_op};
   if (attachment == nullptr) return MALL_ERR_NOMEM;
-  const int rc = mall_on_resize(m, &apply_allocation_to_pools, attachment);
+  const int rc = mall_on_resize_with_release(
+      m, &apply_allocation_to_pools, attachment,
+      [](void* arg) { delete static_cast<PoolAttachment*>(arg); });  // freed by mall_close(m)
   if (rc != MALL_SUCCESS) delete attachment;
   return rc;
 }

@@ -184,7 +184,8 @@ inline void warn_if_openmp_binds(std::FILE* warnings) {
 // Makes every mall_step() on m that brings a new allocation set the stepping thread's OpenMP
 // thread count to the allocation's cpu count and pin its OpenMP threads to the allocation, before
 // the ack. Call mall_step() on the thread that opens the parallel regions, outside any region.
-// *out (may be null) receives the attachment, whose `last` tells what the latest change did.
+// *out (may be null) receives the attachment, whose `last` tells what the latest change did; m owns
+// it and mall_close(m) frees it.
 // Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL (16
 // callbacks already registered on m).
 inline int attach_openmp(mall_t* m, OpenMPAttachment** out = nullptr,
@@ -194,7 +195,9 @@ inline int attach_openmp(mall_t* m, OpenMPAttachment** out = nullptr,
   if (attachment == nullptr) return MALL_ERR_NOMEM;
   attachment->options = options;
   attachment->pool_high_water = omp_get_max_threads();
-  const int rc = mall_on_resize(m, &apply_allocation_to_openmp_callback, attachment);
+  const int rc = mall_on_resize_with_release(
+      m, &apply_allocation_to_openmp_callback, attachment,
+      [](void* arg) { delete static_cast<OpenMPAttachment*>(arg); });  // freed by mall_close(m)
   if (rc != MALL_SUCCESS) {
     delete attachment;
     return rc;
