@@ -1,7 +1,8 @@
 // test_client_main.cpp — mall_test_client, the small training-process stand-in that integration
 // tests and benchmarks start under malld. Uses the public C API only. Prints "open rc=<rc> job=<id>",
 // then "change step=<n> gen=<g> ncpus=<c> cpus=<list>" for each applied allocation (line-buffered).
-// Exits 0 on SIGTERM/SIGINT or when --duration-s has passed.
+// Exits 0 on SIGTERM/SIGINT or when --duration-s has passed. With --usage N, SIGUSR1 makes it call
+// mall_set_usage(N) and SIGUSR2 mall_set_usage(0) at its next step (printing "usage <n> rc=<rc>").
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -75,6 +76,10 @@ private:
     timespec next_{};
 };
 
+// Set by SIGUSR1 (1) and SIGUSR2 (0); the stepping loop consumes it (-1: nothing asked).
+std::atomic<int> g_usage_request{-1};
+void on_usage_signal(int sig) { g_usage_request.store(sig == SIGUSR1 ? 1 : 0); }
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -82,6 +87,7 @@ int main(int argc, char **argv) {
     long step_us = 1000;
     double duration_s = 60;
     bool no_step = false, spin = false;
+    int usage = 0;
     std::string socket;
 
     po::options_description opts("mall_test_client options");
@@ -91,7 +97,8 @@ int main(int argc, char **argv) {
         "no-step", po::bool_switch(&no_step), "never call mall_step() (a process that never acks)")(
         "duration-s", po::value<double>(&duration_s)->default_value(60), "exit 0 after this many seconds")(
         "spin", po::bool_switch(&spin), "workers busy-loop instead of sleeping")(
-        "socket", po::value<std::string>(&socket), "malld's socket (default: $MALL_SOCKET, then the default)");
+        "socket", po::value<std::string>(&socket), "malld's socket (default: $MALL_SOCKET, then the default)")(
+        "usage", po::value<int>(&usage), "on SIGUSR1 call mall_set_usage(N); on SIGUSR2 mall_set_usage(0)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -117,6 +124,9 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
+    sa.sa_handler = on_usage_signal;
+    sigaction(SIGUSR1, &sa, nullptr);
+    sigaction(SIGUSR2, &sa, nullptr);
 
     mall_t *m = nullptr;
     mall_error_t err{};
@@ -142,6 +152,10 @@ int main(int argc, char **argv) {
         }
         ++step;
         mall_report_progress(m, 1);
+        if (int wanted = g_usage_request.exchange(-1); wanted >= 0) {
+            const int value = wanted == 1 ? usage : 0;
+            std::printf("usage %d rc=%d\n", value, mall_set_usage(m, value));
+        }
         if (mall_step(m) == MALL_SUCCESS && mall_get_allocation(m, &alloc) == MALL_SUCCESS) {
             std::printf("change step=%llu gen=%llu ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
                         static_cast<unsigned long long>(alloc.generation), alloc.ncpus, alloc.cpus);

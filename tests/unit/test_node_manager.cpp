@@ -717,3 +717,51 @@ TEST_F(NodeManagerTest, ReclaimForOwnerThenRegisterJoinAndRelease) {
     EXPECT_TRUE(released.empty());
     EXPECT_EQ(effects_.events.size(), events_before);  // nothing released, nothing reported
 }
+
+// mall_set_usage: a job that uses fewer cpus than it holds is planned with that max, so the surplus
+// (above its min) becomes free and is lent; raising or clearing the cap gives it back.
+TEST_F(NodeManagerTest, UsageCapLendsTheSurplusAndRaisingItTakesItBack) {
+    ok(nm().register_job(spec("a", 2, 4), at(0us)));
+    ASSERT_TRUE(nm().settled("a"));
+    EXPECT_EQ(job("a").published.count(), 4);
+
+    ok(nm().set_usage("a", 3, at(10us)));  // no attachment: the shrink needs no ack
+    EXPECT_EQ(job("a").published.count(), 3);
+    EXPECT_EQ(nm().free_cpus().count(), 1);
+    EXPECT_EQ(nm().status()["jobs"][0]["usage_cap"], 3);
+    EXPECT_EQ(nm().status()["jobs"][0]["planned_max"], 3);
+    ASSERT_EQ(effects_.events_named("usage").size(), 1u);
+    EXPECT_EQ(effects_.events_named("usage")[0]["cpus_used"], 3);
+
+    ok(nm().set_usage("a", 1, at(20us)));  // below its min of 2: planned with its min
+    EXPECT_EQ(job("a").published.count(), 2);
+    EXPECT_EQ(nm().status()["jobs"][0]["planned_max"], 2);
+
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(30us)));  // the surplus goes to b
+    EXPECT_EQ(job("a").published.count(), 2);
+    EXPECT_EQ(job("b").published.count(), 2);
+
+    ok(nm().set_usage("a", 0, at(40us)));  // no cap: equal shares again (2 and 2: no change)
+    EXPECT_EQ(job("a").published.count(), 2);
+    ok(nm().deregister_job("b", at(50us)));
+    EXPECT_EQ(job("a").published.count(), 4) << "without b and without a cap, a takes the pool back";
+
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_usage("nobody", 1, at(60us)); });
+    refused(MALL_ERR_INVAL, [&] { return nm().set_usage("a", -1, at(60us)); });
+}
+
+// A capped job waits for its processes to ack the smaller allocation before the cpus are lent.
+TEST_F(NodeManagerTest, UsageCapShrinkIsTwoPhase) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().attach("a", 7, at(0us)));
+    nm().ack("a", 7, job("a").generation, at(1us));
+    effects_.take();
+    ok(nm().set_usage("a", 1, at(10us)));
+    EXPECT_TRUE(job("a").awaiting_ack);
+    EXPECT_EQ(job("a").cpuset.count(), 4) << "still enforced wide until the ack";
+    EXPECT_TRUE(nm().free_cpus().empty());
+    nm().ack("a", 7, job("a").generation, at(20us));
+    check();
+    EXPECT_EQ(job("a").cpuset.count(), 1);
+    EXPECT_EQ(nm().free_cpus().count(), 3);
+}

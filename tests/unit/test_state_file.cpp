@@ -63,6 +63,7 @@ protected:
         a.job.pinned = *CpuSet::parse("0-1");
         a.job.transitions = 7;
         a.job.ack_timeouts = 1;
+        a.job.usage_cap = 3;
         a.job.last_ack_latency_us = 41.5;
         a.job.work_units = 1000;
         a.job.steps = 10;
@@ -115,6 +116,7 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
     EXPECT_EQ(a.job.generation, 7u);
     ASSERT_TRUE(a.job.pinned.has_value());
     EXPECT_EQ(a.job.pinned->to_string(), "0-1");
+    EXPECT_EQ(a.job.usage_cap, 3);
     EXPECT_EQ(a.job.transitions, 7u);
     EXPECT_EQ(a.job.ack_timeouts, 1u);
     EXPECT_DOUBLE_EQ(a.job.last_ack_latency_us, 41.5);

@@ -143,6 +143,17 @@ MALL_EXPORT int mall_fd(mall_t *m);
  * Returns MALL_SUCCESS or MALL_ERR_INVAL. */
 MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units);
 
+/* Tells the node manager how many of the job's allocated cpus the job actually uses; 0 means all
+ * of them (no cap). A balanced multi-rank job runs every rank at the count its most constrained rank
+ * can run; its other ranks call this so their nodes lend the surplus to other jobs. The node manager
+ * then plans the job as if its max were ncpus (and its min at most ncpus, never below the cpus Slurm
+ * guaranteed it); the smaller, or after a raise the larger, allocation arrives as a normal change at
+ * a later mall_step(). Kept across reconnects. Sends one message when attached (a system call, no
+ * reply): call it when the value changes, not every step. Since API 0.2.0.
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL (NULL handle, ncpus < 0 or > MALL_MAX_CPUS) or
+ * MALL_ERR_SYSTEM (out of memory). */
+MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus);
+
 /* MALL_SUCCESS when attached to a node manager now, MALL_ERR_DETACHED when not, MALL_ERR_INVAL
  * for NULL. */
 MALL_EXPORT int mall_attached(mall_t *m);

@@ -88,6 +88,8 @@ struct mall_handle {
     std::atomic<uint64_t> seen_generation{0};
 
     // --- progress counters, bumped by mall_report_progress() (lock-free, relaxed) ---
+    // mall_set_usage(): the cap, re-sent after every (re)attach; 0 = none.
+    std::atomic<int> usage_cap{0};
     alignas(64) std::atomic<uint64_t> work_units{0};
     std::atomic<uint64_t> progress_calls{0};
 
@@ -531,6 +533,9 @@ void monitor_loop(mall_handle *m) {
                 std::string why;
                 int rc = attach_once(m, &why);
                 if (rc == MALL_SUCCESS) {
+                    // A new connection (maybe a restarted malld): tell it the usage cap again.
+                    if (int cap = m->usage_cap.load(); cap > 0)
+                        send_nonblocking(m, mall::proto::Type::Usage, {{"cpus_used", cap}});
                     backoff = kFirstBackoff;
                     next_progress = Clock::now() + kProgressInterval;
                 } else {
@@ -914,6 +919,18 @@ MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units) {
     m->work_units.fetch_add(work_units, std::memory_order_relaxed);
     m->progress_calls.fetch_add(1, std::memory_order_relaxed);
     return MALL_SUCCESS;
+}
+
+MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus) {
+    if (!m || ncpus < 0 || ncpus > MALL_MAX_CPUS) return MALL_ERR_INVAL;
+    try {
+        m->usage_cap.store(ncpus);
+        // Detached: the monitor sends it after the next attach.
+        send_nonblocking(m, mall::proto::Type::Usage, {{"cpus_used", ncpus}});
+        return MALL_SUCCESS;
+    } catch (...) {
+        return MALL_ERR_SYSTEM;
+    }
 }
 
 MALL_EXPORT int mall_attached(mall_t *m) {

@@ -63,7 +63,7 @@ int64_t checked_int(const nlohmann::json &value, const char *field, int64_t min,
 }  // namespace
 
 bool is_known_type(uint16_t t) {
-    return (t >= static_cast<uint16_t>(Type::Register) && t <= static_cast<uint16_t>(Type::Watch)) ||
+    return (t >= static_cast<uint16_t>(Type::Register) && t <= static_cast<uint16_t>(Type::Usage)) ||
            (t >= static_cast<uint16_t>(Type::Reply) && t <= static_cast<uint16_t>(Type::Notify));
 }
 
@@ -80,6 +80,7 @@ const char *type_name(Type t) {
         case Type::Reclaim: return "Reclaim";
         case Type::Release: return "Release";
         case Type::Watch: return "Watch";
+        case Type::Usage: return "Usage";
         case Type::Reply: return "Reply";
         case Type::Event: return "Event";
         case Type::Notify: return "Notify";

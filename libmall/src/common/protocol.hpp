@@ -38,6 +38,8 @@ enum class Type : uint16_t {
     Release = 10,    // admin: {cpus} -> reply {cpus}; or {owner} -> releases the owner's cpus and
                      //   ends its job if still registered -> reply {owner, cpus}
     Watch = 11,      // any:   {} -> reply {} then Event messages until the client hangs up
+    Usage = 12,      // owner: {cpus_used:uint}  the job uses only that many of its cpus (0 = all):
+                     //   plan it with max = max(min, cpus_used) (no reply)
     // from malld
     Reply = 64,      // {ok:bool, error?:str, code?:int, ...}
     Event = 65,      // {event:str, time:float (s since epoch), ...}

@@ -143,6 +143,32 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
     return Outcome::success();
 }
 
+int Job::planned_max() const {
+    if (usage_cap <= 0) return spec.max;
+    return std::clamp(usage_cap, spec.min, spec.max);
+}
+
+Outcome NodeManager::set_usage(const std::string &job, int cpus_used, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    if (cpus_used < 0 || cpus_used > CpuSet::kMaxCpus) {
+        return invalid("cpus_used must be 0 (all) to " + std::to_string(CpuSet::kMaxCpus) + ", got " +
+                       std::to_string(cpus_used));
+    }
+    Job &self = it->second;
+    if (self.usage_cap == cpus_used) return Outcome::success();
+    const int planned_before = self.planned_max();
+    self.usage_cap = cpus_used;
+    nlohmann::json ev = make_event("usage");
+    ev["job"] = job;
+    ev["cpus_used"] = cpus_used;
+    ev["planned_max"] = self.planned_max();
+    effects_.event(ev);
+    // The job's min is unchanged, so the plan stays feasible whatever the cap.
+    if (self.planned_max() != planned_before) replan(now);
+    return Outcome::success();
+}
+
 Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinned,
                               TimePoint now) {
     auto it = jobs_.find(job);
@@ -450,6 +476,8 @@ nlohmann::json NodeManager::status() const {
             {"generation", job->generation},
             {"acked_generation", job->acked_generation()},
             {"pinned", job->pinned.has_value()},
+            {"usage_cap", job->usage_cap},
+            {"planned_max", job->planned_max()},
             {"attached", job->attachments.size()},
             {"state", settled_now ? "settled" : "changing"},
             {"transitions", job->transitions},
@@ -502,7 +530,7 @@ std::map<std::string, CpuSet> NodeManager::plan() const {
         PolicyJob p;
         p.id = id;
         p.min = job.spec.min;
-        p.max = job.spec.max;
+        p.max = job.planned_max();
         p.weight = job.spec.weight;
         p.guaranteed = job.spec.guaranteed;
         p.current = job.published;  // what its processes use now: moves are counted against it

@@ -73,6 +73,10 @@ struct Job {
     CpuSet published;     // last published
     uint64_t generation = 0;
     std::optional<CpuSet> pinned;
+    // The job's processes use only this many of its cpus (mall_set_usage; 0 = all): it is
+    // planned with max = clamp(usage_cap, min, max), so the surplus above its min is lent.
+    int usage_cap = 0;
+    int planned_max() const;
     // transition in flight
     bool awaiting_ack = false;
     TimePoint publish_time{};
@@ -126,6 +130,9 @@ public:
     void detach(const std::string &job, uint64_t attach_id, TimePoint now);
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
     void progress(const std::string &job, uint64_t work_units, uint64_t steps);
+    // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
+    // job's min is unchanged); replans when the planned max changes.
+    Outcome set_usage(const std::string &job, int cpus_used, TimePoint now);
 
     // --- time ---
     void tick(TimePoint now);                    // handles ack timeouts, then advances transitions

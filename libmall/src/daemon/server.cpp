@@ -319,8 +319,8 @@ private:
 //   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs.
 //   owner:    Attach. The peer's uid owns the job (or is an admin) and the peer process is one of
 //             the job's registered processes or descends from one.
-//   attached: Ack and Progress, only on the connection that attached (so a process can only
-//             acknowledge and report for the job it proved it belongs to).
+//   attached: Ack, Progress and Usage, only on the connection that attached (so a process can
+//             only acknowledge and report for the job it proved it belongs to).
 //   any:      read-only requests.
 const Server::RequestRule Server::kRequestTable[] = {
     {proto::Type::Register, Role::Admin, &Server::handle_register},
@@ -334,6 +334,7 @@ const Server::RequestRule Server::kRequestTable[] = {
     {proto::Type::Reclaim, Role::Admin, &Server::handle_reclaim},
     {proto::Type::Release, Role::Admin, &Server::handle_release},
     {proto::Type::Watch, Role::Any, &Server::handle_watch},
+    {proto::Type::Usage, Role::Attached, &Server::handle_usage},
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1249,6 +1250,16 @@ void Server::handle_ack(Connection &c, const proto::Message &msg) {
 void Server::handle_progress(Connection &c, const proto::Message &msg) {
     manager_->progress(c.job, proto::get_uint(msg.body, "work_units"),
                        proto::get_uint(msg.body, "steps"));
+}
+
+void Server::handle_usage(Connection &c, const proto::Message &msg) {
+    const uint64_t cpus_used = proto::get_uint(msg.body, "cpus_used");
+    if (cpus_used > static_cast<uint64_t>(CpuSet::kMaxCpus)) {
+        throw proto::ProtocolError("field \"cpus_used\" is " + std::to_string(cpus_used) +
+                                   ", more than " + std::to_string(CpuSet::kMaxCpus));
+    }
+    Outcome outcome = manager_->set_usage(c.job, static_cast<int>(cpus_used), Clock::now());
+    if (!outcome.ok) throw proto::ProtocolError(outcome.error);
 }
 
 void Server::handle_status(Connection &c, const proto::Message &msg) {

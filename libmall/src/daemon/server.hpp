@@ -163,6 +163,7 @@ private:
     void handle_attach(Connection &c, const proto::Message &msg);
     void handle_ack(Connection &c, const proto::Message &msg);
     void handle_progress(Connection &c, const proto::Message &msg);
+    void handle_usage(Connection &c, const proto::Message &msg);
     void handle_status(Connection &c, const proto::Message &msg);
     void handle_set(Connection &c, const proto::Message &msg);
     void handle_policy(Connection &c, const proto::Message &msg);

@@ -39,6 +39,7 @@ nlohmann::json job_to_json(const SavedJob &saved) {
         {"published", job.published.to_string()},
         {"generation", job.generation},
         {"pinned", job.pinned ? nlohmann::json(job.pinned->to_string()) : nlohmann::json(nullptr)},
+        {"usage_cap", job.usage_cap},
         {"transitions", job.transitions},
         {"ack_timeouts", job.ack_timeouts},
         {"last_ack_latency_us", job.last_ack_latency_us},
@@ -117,6 +118,8 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     job.generation = r.unsigned_number("generation");
     const auto &pinned = r.field("pinned");
     if (!pinned.is_null()) job.pinned = r.cpus("pinned");
+    // Absent in state files of malld 0.1 (no usage caps then).
+    if (r.obj.contains("usage_cap")) job.usage_cap = static_cast<int>(r.integer("usage_cap", 0, CpuSet::kMaxCpus));
     job.transitions = r.unsigned_number("transitions");
     job.ack_timeouts = r.unsigned_number("ack_timeouts");
     job.last_ack_latency_us = r.real("last_ack_latency_us");

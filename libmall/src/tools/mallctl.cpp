@@ -403,6 +403,9 @@ void print_status_table(const json &s, std::ostream &out) {
         std::string state = f("state");
         if (j.contains("pinned") && j["pinned"].is_boolean() && j["pinned"].get<bool>())
             state += ",pinned";
+        // A usage cap (mall_set_usage) shows as "uses N": the job is planned with that max.
+        if (j.contains("usage_cap") && j["usage_cap"].is_number_integer() && j["usage_cap"].get<int>() > 0)
+            state += ",uses " + field_string(j, "usage_cap");
         rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"),
                         f("generation"), f("acked_generation"), state,
                         j.contains("pids") ? join_pids(j["pids"]) : "-"});
