@@ -72,7 +72,8 @@ TEST(Protocol, EveryKnownTypeRoundTrips) {
         EXPECT_STRNE(proto::type_name(decoded->type), "unknown");
     }
     EXPECT_FALSE(proto::is_known_type(0));
-    EXPECT_FALSE(proto::is_known_type(12));
+    EXPECT_TRUE(proto::is_known_type(12));  // Usage
+    EXPECT_FALSE(proto::is_known_type(13));
     EXPECT_FALSE(proto::is_known_type(63));
     EXPECT_FALSE(proto::is_known_type(67));
 }
