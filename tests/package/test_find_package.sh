@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test_find_package.sh — proves the install rule and package config: installs the build tree into a
 # temporary prefix, builds tests/package/consumer with find_package(mall) (a C program on mall::mall
-# and a C++ one on mall::tf), runs them. Cleans up.
+# a C++ one on mall::tf, and an MPI one on mall::mpi that is only linked), runs the first two. Cleans up.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d /tmp/mall-pkg.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/resizable_thread_pool.hpp \
-         include/mall/tf/mall_pool_glue.hpp bin/malld bin/mallctl bin/mallrun; do
+         include/mall/tf/mall_pool_glue.hpp include/mall/mall_mpi.h bin/malld bin/mallctl bin/mallrun; do
   [ -e "$tmp/prefix/$f" ] || { echo "not installed: $f" >&2; exit 1; }
 done
 cmake -G Ninja -S "$src/tests/package/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
