@@ -29,7 +29,7 @@ Options:
   --steps N    training steps per copy (default $steps)
   --batch B    images per step (default $batch) and
   --hidden H   hidden units (default $hidden): the size of each step's kernels. Small kernels (the
-               default, ~0.8 ms a step on one core here) make many short parallel regions per
+               default, ~0.5 ms a step on one core here) make many short parallel regions per
                second, where oversubscription hurts most; --batch 512 --hidden 1024 (the example's
                own default, ~8 ms a step) makes few long ones, where it hurts least.
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
