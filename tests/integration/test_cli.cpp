@@ -51,7 +51,10 @@ protected:
 TEST_F(Cli, BadMallctlArgumentsFailWithUsageErrorAndChangeNothing) {
     const json before = stable_status(socket());
     ASSERT_FALSE(before.is_null());
-    expect_usage_error(mallctl_argv(socket(), {"set", "cli"}), {"--cpus"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli"}), {"--cpus", "--weight"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--weight", "0"}), {"weight"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--weight", "2x"}), {"2x"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--weight", "nan"}), {"weight"});
     expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "3-1"}), {"3-1"});
     expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "0,,1"}), {"0,,1"});
     expect_usage_error(mallctl_argv(socket(), {"set", "--cpus", "0"}), {"job"});
@@ -71,6 +74,8 @@ TEST_F(Cli, MallctlRefusalsByMalldExitOne) {
     for (const auto &args : std::vector<std::vector<std::string>>{
              {"set", "nosuchjob", "--cpus", "0"},
              {"set", "cli", "--cpus", "7"},  // not in the pool
+             {"set", "cli", "--cpus", "7", "--weight", "2"},  // refused pin: the weight stays 1
+             {"set", "nosuchjob", "--weight", "2"},
              {"policy", "bogus"},
              {"release", "1"},  // never reclaimed
          }) {
@@ -247,6 +252,21 @@ TEST_F(Cli, PolicyChangeShowsInStatus) {
 
     ASSERT_EQ(run_command(mallctl_argv(socket(), {"policy", "equal"})).exit_code, 0);
     EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s));
+}
+
+TEST_F(Cli, WeightShowsInStatusAndTheWeightedPolicyIsSelectable) {
+    auto r = run_command(mallctl_argv(socket(), {"set", "cli", "--weight", "2.5"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("weight 2.5"), std::string::npos) << r.out;
+    auto j = job_status(socket(), "cli");
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->value("weight", 0.0), 2.5);
+    r = run_command(mallctl_argv(socket(), {"policy", "weighted"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(status_json(socket()).value_or(json()).value("policy", ""), "weighted");
+    // Alone, the weighted job still gets the whole pool.
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s))
+        << status_json(socket()).value_or(json()).dump(1);
 }
 
 TEST_F(Cli, ReclaimAndReleaseRoundTrip) {

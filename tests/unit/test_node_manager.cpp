@@ -1,5 +1,6 @@
 // Proves the two-phase protocol (shrink, ack or timeout, grow) and that bad requests change nothing.
 
+#include <cmath>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -764,4 +765,23 @@ TEST_F(NodeManagerTest, UsageCapShrinkIsTwoPhase) {
     check();
     EXPECT_EQ(job("a").cpuset.count(), 1);
     EXPECT_EQ(nm().free_cpus().count(), 3);
+}
+
+// set_weight: under the weighted policy the pool follows the new weights at once; bad weights and
+// unknown jobs are refused and change nothing.
+TEST_F(NodeManagerTest, WeightChangesReplanUnderTheWeightedPolicy) {
+    make("pack:1 core:8 pu:1", "0-7", PolicyKind::Weighted);
+    ok(nm().register_job(spec("a", 1, 8), at(0us)));
+    ok(nm().register_job(spec("b", 1, 8, "", {200}), at(0us)));
+    EXPECT_EQ(job("a").published.count(), 4);
+    EXPECT_EQ(job("b").published.count(), 4);
+    ok(nm().set_weight("a", 3.0, at(10us)));  // no attachments: moves need no ack
+    EXPECT_EQ(job("a").published.count(), 6);
+    EXPECT_EQ(job("b").published.count(), 2);
+    EXPECT_EQ(nm().status()["jobs"][0]["weight"], 3.0);
+    ASSERT_EQ(effects_.events_named("weight").size(), 1u);
+    refused(MALL_ERR_INVAL, [&] { return nm().set_weight("a", 0.0, at(20us)); });
+    refused(MALL_ERR_INVAL, [&] { return nm().set_weight("a", -1.0, at(20us)); });
+    refused(MALL_ERR_INVAL, [&] { return nm().set_weight("a", std::nan(""), at(20us)); });
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_weight("c", 2.0, at(20us)); });
 }

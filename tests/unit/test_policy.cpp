@@ -98,11 +98,13 @@ protected:
 TEST(PolicyNames, ParseAndName) {
     EXPECT_EQ(parse_policy("static"), PolicyKind::Static);
     EXPECT_EQ(parse_policy("equal"), PolicyKind::Equal);
+    EXPECT_EQ(parse_policy("weighted"), PolicyKind::Weighted);
     EXPECT_FALSE(parse_policy("Equal").has_value());
     EXPECT_FALSE(parse_policy("").has_value());
     EXPECT_STREQ(policy_name(PolicyKind::Static), "static");
     EXPECT_STREQ(policy_name(PolicyKind::Equal), "equal");
-    EXPECT_EQ(policy_names(), (std::vector<std::string>{"equal", "static"}));
+    EXPECT_STREQ(policy_name(PolicyKind::Weighted), "weighted");
+    EXPECT_EQ(policy_names(), (std::vector<std::string>{"equal", "static", "weighted"}));
 }
 
 TEST_F(PolicyTest, LoneJobGetsWholePoolUnderEqualAndItsMinUnderStatic) {
@@ -340,4 +342,47 @@ TEST_F(PolicyTest, Handles1024CpusAndNoJobs) {
     jobs.erase(jobs.begin() + 3);
     auto after = checked(PolicyKind::Equal, *big, big->all_cpus(), jobs);
     EXPECT_EQ(moves(jobs, after), move_lower_bound(jobs, after));
+}
+
+// weighted: idle cpus in proportion to the weights (as nearly as whole cpus allow), within each
+// job's min..max; with equal weights it is exactly equal; placement keeps every promise.
+TEST_F(PolicyTest, WeightedSharesInProportionWithinLimits) {
+    auto weighted = [](PolicyJob j, double weight) {
+        j.weight = weight;
+        return j;
+    };
+    std::vector<PolicyJob> jobs{weighted(job("a", 1, 32, 1), 3.0), weighted(job("b", 1, 32, 2), 1.0)};
+    auto counts = compute_counts(PolicyKind::Weighted, 32, jobs);
+    EXPECT_EQ(counts["a"], 24);
+    EXPECT_EQ(counts["b"], 8);
+    checked(PolicyKind::Weighted, *cores_, cores_->all_cpus(), jobs);
+
+    // 1:2:5 on 32 cpus -> 4 / 8 / 20 exactly.
+    std::vector<PolicyJob> three{weighted(job("a", 1, 32, 1), 1.0), weighted(job("b", 1, 32, 2), 2.0),
+                                 weighted(job("c", 1, 32, 3), 5.0)};
+    counts = compute_counts(PolicyKind::Weighted, 32, three);
+    EXPECT_EQ(counts["a"], 4);
+    EXPECT_EQ(counts["b"], 8);
+    EXPECT_EQ(counts["c"], 20);
+
+    // A max caps the heavy job; the rest goes to the others by weight. A min is honoured first.
+    std::vector<PolicyJob> capped{weighted(job("a", 1, 6, 1), 10.0), weighted(job("b", 4, 32, 2), 1.0),
+                                  weighted(job("c", 1, 32, 3), 1.0)};
+    counts = compute_counts(PolicyKind::Weighted, 32, capped);
+    EXPECT_EQ(counts["a"], 6);
+    EXPECT_EQ(counts["b"], 13);
+    EXPECT_EQ(counts["c"], 13);
+    checked(PolicyKind::Weighted, *cores_, cores_->all_cpus(), capped);
+
+    // Equal weights: the same as equal, cpu for cpu.
+    std::vector<PolicyJob> same{job("a", 1, 4, 1), job("b", 1, 20, 2), job("c", 1, 32, 3)};
+    EXPECT_EQ(compute_allocation(PolicyKind::Weighted, *cores_, cores_->all_cpus(), same),
+              compute_allocation(PolicyKind::Equal, *cores_, cores_->all_cpus(), same));
+
+    // Guarantees hold under weights too.
+    std::vector<PolicyJob> guaranteed{weighted(job("a", 2, 32, 1, "", "30-31"), 1.0),
+                                      weighted(job("b", 1, 32, 2), 7.0)};
+    auto result = checked(PolicyKind::Weighted, *cores_, cores_->all_cpus(), guaranteed);
+    EXPECT_EQ(result["a"].count(), 4);
+    EXPECT_EQ(result["b"].count(), 28);
 }

@@ -143,6 +143,22 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
     return Outcome::success();
 }
 
+Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    if (!(weight > 0) || !(weight <= 1e6)) {
+        return invalid("weight must be a number above 0 and at most 1000000, got " + std::to_string(weight));
+    }
+    if (it->second.spec.weight == weight) return Outcome::success();
+    it->second.spec.weight = weight;
+    nlohmann::json ev = make_event("weight");
+    ev["job"] = job;
+    ev["weight"] = weight;
+    effects_.event(ev);
+    replan(now);  // only the weighted policy reads weights; the others plan the same
+    return Outcome::success();
+}
+
 int Job::planned_max() const {
     if (usage_cap <= 0) return spec.max;
     return std::clamp(usage_cap, spec.min, spec.max);

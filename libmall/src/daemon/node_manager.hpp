@@ -113,6 +113,8 @@ public:
     Outcome remove_pid(const std::string &job, pid_t pid, TimePoint now);  // job ends with its last pid
     Outcome set_cpus(const std::string &job, std::optional<CpuSet> pinned, TimePoint now);  // nullopt = auto
     Outcome set_policy(const std::string &name, TimePoint now);
+    // The job's weight for the weighted policy (> 0, finite, at most 1e6); replans.
+    Outcome set_weight(const std::string &job, double weight, TimePoint now);
     // Takes cpus out of the lending pool (a Slurm job prolog: Slurm gave them to a job). With an
     // owner ("slurm-<jobid>") they stay reserved for that owner: when a job of that name registers
     // with them as guaranteed cpus, they come back into the pool as its own.

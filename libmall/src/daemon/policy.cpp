@@ -53,13 +53,22 @@ void count_into(PolicyKind kind, int pool_size, std::vector<Prepared> &prepared)
         p.count += grant;
         left -= grant;
     }
-    if (kind != PolicyKind::Equal) return;
+    if (kind == PolicyKind::Static) return;
+    // equal: the job with the fewest cpus gets the next one. weighted: the job whose weight per
+    // cpu after the grant is largest (weight / (count + 1), the divisor method of Jefferson and
+    // D'Hondt), so cpus end in proportion to the weights as nearly as whole cpus allow; equal is
+    // weighted with every weight 1. Ties: the job that holds more now (saves moves), then the
+    // earlier job.
+    auto claim = [kind](const Prepared &p) {
+        const double weight = kind == PolicyKind::Weighted ? p.job->weight : 1.0;
+        return weight / (p.count + 1);
+    };
     while (left > 0) {
         Prepared *best = nullptr;
         for (auto &p : prepared) {
             if (p.pinned || p.count >= p.max) continue;
-            if (best == nullptr || p.count < best->count ||
-                (p.count == best->count && p.held > best->held)) {
+            if (best == nullptr || claim(p) > claim(*best) ||
+                (claim(p) == claim(*best) && p.held > best->held)) {
                 best = &p;  // prepared is in order, so a full tie keeps the earlier job
             }
         }
@@ -228,6 +237,7 @@ int choose_seed(const Topology &topology, const std::vector<int> &order, const C
 std::optional<PolicyKind> parse_policy(const std::string &name) {
     if (name == "static") return PolicyKind::Static;
     if (name == "equal") return PolicyKind::Equal;
+    if (name == "weighted") return PolicyKind::Weighted;
     return std::nullopt;
 }
 
@@ -235,11 +245,12 @@ const char *policy_name(PolicyKind kind) {
     switch (kind) {
         case PolicyKind::Static: return "static";
         case PolicyKind::Equal: return "equal";
+        case PolicyKind::Weighted: return "weighted";
     }
     return "unknown";
 }
 
-std::vector<std::string> policy_names() { return {"equal", "static"}; }
+std::vector<std::string> policy_names() { return {"equal", "static", "weighted"}; }
 
 std::map<std::string, int> compute_counts(PolicyKind kind, int pool_size,
                                           const std::vector<PolicyJob> &jobs) {

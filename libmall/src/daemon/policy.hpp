@@ -27,7 +27,9 @@ struct PolicyJob {
     uint64_t order = 0;             // registration order: earlier jobs win ties
 };
 
-enum class PolicyKind { Static, Equal };
+// static: each job keeps its guaranteed/min cpus. equal: idle cpus lent evenly within min..max.
+// weighted: idle cpus lent in proportion to each job's weight within min..max.
+enum class PolicyKind { Static, Equal, Weighted };
 
 std::optional<PolicyKind> parse_policy(const std::string &name);
 const char *policy_name(PolicyKind kind);

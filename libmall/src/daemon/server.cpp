@@ -1270,21 +1270,43 @@ void Server::handle_set(Connection &c, const proto::Message &msg) {
     const std::string job = proto::get_string(msg.body, "job");
     // Checked before the name is echoed back (every registered job has a valid name).
     if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
-    const std::string text = proto::get_string(msg.body, "cpus");
+    const bool has_cpus = msg.body.contains("cpus"), has_weight = msg.body.contains("weight");
+    if (!has_cpus && !has_weight) throw proto::ProtocolError("give field \"cpus\", \"weight\" or both");
     std::optional<CpuSet> pinned;
-    if (text != "auto") {
-        std::string why;
-        pinned = CpuSet::parse(text, &why);
-        if (!pinned) throw proto::ProtocolError("field \"cpus\": " + why + " (or \"auto\")");
-        if (pinned->empty()) throw proto::ProtocolError("field \"cpus\" is empty; give cpus or \"auto\"");
+    if (has_cpus) {
+        const std::string text = proto::get_string(msg.body, "cpus");
+        if (text != "auto") {
+            std::string why;
+            pinned = CpuSet::parse(text, &why);
+            if (!pinned) throw proto::ProtocolError("field \"cpus\": " + why + " (or \"auto\")");
+            if (pinned->empty()) throw proto::ProtocolError("field \"cpus\" is empty; give cpus or \"auto\"");
+        }
     }
-    Outcome outcome = manager_->set_cpus(job, pinned, Clock::now());
-    if (!outcome.ok) {
-        reply_error(c, msg.request_id, outcome.code, outcome.error);
-        return;
+    double weight = 0;
+    if (has_weight) {
+        const auto &w = msg.body["weight"];
+        if (!w.is_number() || !(w.get<double>() > 0) || !(w.get<double>() <= 1e6))
+            throw proto::ProtocolError("field \"weight\" must be a number above 0 and at most 1000000");
+        weight = w.get<double>();
+        if (!manager_->find(job)) {
+            reply_error(c, msg.request_id, MALL_ERR_NOJOB,
+                        "no job named \"" + job + "\" is registered (see `mallctl status`)");
+            return;
+        }
     }
-    reply(c, msg.request_id,
-          proto::ok_reply({{"job", job}, {"cpus", pinned ? pinned->to_string() : "auto"}}));
+    // The pin is the request that can be refused: it goes first, so a refusal changes nothing.
+    if (has_cpus) {
+        Outcome outcome = manager_->set_cpus(job, pinned, Clock::now());
+        if (!outcome.ok) {
+            reply_error(c, msg.request_id, outcome.code, outcome.error);
+            return;
+        }
+    }
+    if (has_weight) (void)manager_->set_weight(job, weight, Clock::now());  // validated above
+    nlohmann::json result{{"job", job}};
+    if (has_cpus) result["cpus"] = pinned ? pinned->to_string() : "auto";
+    if (const Job *j = manager_->find(job)) result["weight"] = j->spec.weight;
+    reply(c, msg.request_id, proto::ok_reply(result));
 }
 
 void Server::handle_policy(Connection &c, const proto::Message &msg) {

@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -64,24 +66,31 @@ const Command kCommands[] = {
      "Examples:\n"
      "  mallctl status\n"
      "  mallctl status --json | jq '.jobs[].cpus'\n"},
-    {"set", "set JOB --cpus LIST|auto", "pin a job to given cores, or hand it back to the policy",
+    {"set", "set JOB [--cpus LIST|auto] [--weight W]",
+     "pin a job to given cores or hand it back to the policy; set its weight",
      "Pins JOB to the cores in LIST (an administrator's override): malld moves the job there with\n"
      "the usual two-phase protocol (shrink, wait for the ack, grow) and the policy leaves it there.\n"
      "`--cpus auto` removes the pin and lets the policy decide again. LIST must lie inside the\n"
-     "pool and must not take cores that other pinned jobs hold.\n"
+     "pool and must not take cores that other pinned jobs hold. --weight sets the job's share for\n"
+     "the weighted policy (malld re-plans at once). Give --cpus, --weight or both; when the pin is\n"
+     "refused nothing changes.\n"
      "\n"
      "Options:\n"
      "  --cpus LIST|auto   the cores, in Linux list format (\"0-3,8\"), or auto\n"
+     "  --weight W         the job's weight (a number above 0, at most 1000000; default 1)\n"
      "\n"
      "Needs root or an admin uid of malld (--admin-uid).\n"
      "\n"
      "Examples:\n"
      "  sudo mallctl set train-42 --cpus 0-3\n"
-     "  sudo mallctl set train-42 --cpus auto\n"},
-    {"policy", "policy NAME", "switch the allocation policy (equal, static)",
+     "  sudo mallctl set train-42 --cpus auto\n"
+     "  sudo mallctl set train-42 --weight 3\n"},
+    {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted)",
      "Switches the policy malld uses to share the pool between jobs, and re-plans at once:\n"
      "  equal    idle cores are lent out evenly, each job within its MIN..MAX\n"
      "  static   each job keeps its guaranteed (or MIN) cores; nothing is lent (the baseline)\n"
+     "  weighted idle cores are lent in proportion to each job's weight (mallrun --weight),\n"
+     "           each job within its MIN..MAX\n"
      "\n"
      "Needs root or an admin uid of malld.\n"
      "\n"
@@ -469,7 +478,8 @@ int cmd_status(const Globals &g, const std::vector<std::string> &args) {
 
 int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     po::options_description opts;
-    opts.add_options()("job", po::value<std::string>(), "")("cpus", po::value<std::string>(), "");
+    opts.add_options()("job", po::value<std::string>(), "")("cpus", po::value<std::string>(), "")(
+        "weight", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("job", 1);
     po::variables_map vm;
@@ -479,21 +489,39 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("set", e.what());
     }
     if (!vm.count("job")) return usage_error("set", "name the job to set, e.g. mallctl set train-42 --cpus 0-3");
-    if (!vm.count("cpus")) return usage_error("set", "--cpus LIST|auto is required, e.g. --cpus 0-3 or --cpus auto");
+    if (!vm.count("cpus") && !vm.count("weight"))
+        return usage_error("set", "give --cpus LIST|auto, --weight W or both, e.g. --cpus 0-3 or --weight 2");
     const std::string job = vm["job"].as<std::string>();
     if (auto why = mall::proto::invalid_job_name(job)) return usage_error("set", "bad job name '" + job + "': " + *why);
-    std::string cpus_text = vm["cpus"].as<std::string>();
-    if (cpus_text != "auto") {
-        auto cpus = parse_cpus_or_complain("set", cpus_text, "mallctl set " + job + " --cpus 0-3");
-        if (!cpus) return kExitUsage;
-        cpus_text = cpus->to_string();
+    json request{{"job", job}};
+    if (vm.count("cpus")) {
+        std::string cpus_text = vm["cpus"].as<std::string>();
+        if (cpus_text != "auto") {
+            auto cpus = parse_cpus_or_complain("set", cpus_text, "mallctl set " + job + " --cpus 0-3");
+            if (!cpus) return kExitUsage;
+            cpus_text = cpus->to_string();
+        }
+        request["cpus"] = cpus_text;
+    }
+    if (vm.count("weight")) {
+        const std::string text = vm["weight"].as<std::string>();
+        char *end = nullptr;
+        errno = 0;
+        const double weight = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno != 0 || !(weight > 0) || !(weight <= 1e6))
+            return usage_error("set", "--weight must be a number above 0 and at most 1000000, e.g. --weight 2 (got '" +
+                                          text + "')");
+        request["weight"] = weight;
     }
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
-    auto body = s.request(mall::proto::Type::Set, json{{"job", job}, {"cpus", cpus_text}}, &rc);
+    auto body = s.request(mall::proto::Type::Set, request, &rc);
     if (!body) return rc;
-    std::cout << "job " << job << ": cpus " << text_or_dash(field_string(*body, "cpus")) << "\n";
+    std::cout << "job " << job << ":";
+    if (body->contains("cpus")) std::cout << " cpus " << text_or_dash(field_string(*body, "cpus"));
+    if (body->contains("weight")) std::cout << " weight " << field_string(*body, "weight");
+    std::cout << "\n";
     return kExitOk;
 }
 
@@ -509,7 +537,7 @@ int cmd_policy(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("policy", e.what());
     }
     if (!vm.count("name") || vm["name"].as<std::string>().empty())
-        return usage_error("policy", "name the policy: equal or static");
+        return usage_error("policy", "name the policy: equal, static or weighted");
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
