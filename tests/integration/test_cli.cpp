@@ -267,6 +267,20 @@ TEST_F(Cli, WeightShowsInStatusAndTheWeightedPolicyIsSelectable) {
     // Alone, the weighted job still gets the whole pool.
     EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s))
         << status_json(socket()).value_or(json()).dump(1);
+
+    // The throughput policy: selectable, shown, and a lone job keeps the pool; its progress
+    // reports (the test client reports one unit per step) become measured rates in the status.
+    r = run_command(mallctl_argv(socket(), {"policy", "throughput"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(status_json(socket()).value_or(json()).value("policy", ""), "throughput");
+    EXPECT_TRUE(wait_until(
+        [&] {
+            auto job = job_status(socket(), "cli");
+            return job && job->contains("speedup") && (*job)["speedup"]["measured_rates"].contains("2");
+        },
+        20s))
+        << status_json(socket()).value_or(json()).dump(1);
+    EXPECT_TRUE(job_settled_on(socket(), "cli", "0-1", 1)) << status_json(socket()).value_or(json()).dump(1);
 }
 
 TEST_F(Cli, ReclaimAndReleaseRoundTrip) {

@@ -785,3 +785,37 @@ TEST_F(NodeManagerTest, WeightChangesReplanUnderTheWeightedPolicy) {
     refused(MALL_ERR_INVAL, [&] { return nm().set_weight("a", std::nan(""), at(20us)); });
     refused(MALL_ERR_NOJOB, [&] { return nm().set_weight("c", 2.0, at(20us)); });
 }
+
+// The throughput policy inside the manager: progress reports become rate samples at the jobs'
+// core counts, periodic replans move cores to the job that scales, dwell and damping stop it from
+// moving cores back and forth. A fake clock drives 90 s of two jobs reporting every 500 ms.
+TEST_F(NodeManagerTest, ThroughputPolicyLearnsFromProgressAndSettles) {
+    make("pack:1 core:8 pu:1", "0-7", PolicyKind::Throughput);
+    ok(nm().register_job(spec("scales", 1, 8), at(0us)));
+    ok(nm().register_job(spec("flat", 1, 8, "", {200}), at(0us)));
+    auto rate = [](const std::string &id, int cpus) {  // work units per second at `cpus`
+        return id == "scales" ? 100.0 * cpus : 100.0 * std::min(cpus, 2);
+    };
+    std::map<std::string, double> units{{"scales", 0}, {"flat", 0}};
+    std::vector<std::pair<int, int>> history;  // (scales, flat) cpus every second
+    for (int tick = 1; tick <= 180; ++tick) {
+        const TimePoint now = at(std::chrono::milliseconds(500) * tick);
+        for (auto &[id, total] : units) {
+            total += rate(id, job(id).published.count()) * 0.5;
+            nm().progress(id, static_cast<uint64_t>(total), static_cast<uint64_t>(tick), now);
+        }
+        nm().tick(now);
+        check();
+        if (tick % 2 == 0) history.push_back({job("scales").published.count(), job("flat").published.count()});
+        if (std::getenv("MALL_TEST_TRACE") && tick % 2 == 0) std::printf("t=%d scales %d flat %d\n", tick / 2, job("scales").published.count(), job("flat").published.count());
+    }
+    const auto [scales, flat] = history.back();
+    EXPECT_EQ(scales + flat, 8);
+    EXPECT_GE(scales, 6) << "the job that scales should hold most cores";
+    EXPECT_LE(flat, 2) << "cores beyond 2 add nothing to the flat job";
+    for (size_t i = history.size() - 30; i < history.size(); ++i)
+        EXPECT_EQ(history[i], history.back()) << "cores still moving at second " << i;
+    auto status = nm().status();
+    EXPECT_EQ(status["policy"], "throughput");
+    EXPECT_TRUE(status["jobs"][0].contains("speedup")) << status.dump(1);
+}

@@ -128,8 +128,9 @@ int main(int argc, char **argv) {
          "cgroup-v2, then affinity, and logs why")
         ("policy", po::value(&policy_text)->default_value("equal"),
          "how the pool is divided: equal (idle cores lent evenly within min..max), static "
-         "(each job keeps its guaranteed/min cores) or weighted (idle cores lent in proportion to "
-         "each job's weight); without this option a saved policy is kept")
+         "(each job keeps its guaranteed/min cores), weighted (idle cores lent in proportion to "
+         "each job's weight) or throughput (idle cores where the jobs' measured speedup gains "
+         "most); without this option a saved policy is kept")
         ("ack-timeout-ms", po::value(&ack_timeout_ms)->default_value(2000),
          "how long a shrinking job may take to acknowledge before malld enforces anyway (> 0)")
         ("topology", po::value(&topology_spec)->default_value("system"),

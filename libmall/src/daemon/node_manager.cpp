@@ -388,17 +388,55 @@ void NodeManager::ack(const std::string &job, uint64_t attach_id, uint64_t gener
     }
 }
 
-void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t steps) {
+void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return;
-    it->second.work_units = work_units;
-    it->second.steps = steps;
+    Job &j = it->second;
+    j.work_units = work_units;
+    j.steps = steps;
+    // A rate sample spans two reports while the job held the same settled cpus; totals restart
+    // at zero when a process re-attaches (the mark is then dropped).
+    const bool settled_now = !j.awaiting_ack && j.cpuset == j.published && !j.published.empty();
+    const int cpus = j.published.count();
+    if (settled_now && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
+        work_units >= j.rate_mark_units && now - *j.rate_mark_time >= kMinRateWindow) {
+        const double seconds = std::chrono::duration<double>(now - *j.rate_mark_time).count();
+        const double rate = static_cast<double>(work_units - j.rate_mark_units) / seconds;
+        if (rate > 0) {
+            j.rate_samples.push_back({cpus, rate});
+            if (j.rate_samples.size() > kMaxRateSamples) {
+                // Forget the oldest sample of the count measured most often, so that what was
+                // learnt at other counts is kept (dropping by age alone would forget whole counts
+                // and make the policy probe them again).
+                std::map<int, int> per_count;
+                for (const auto &s : j.rate_samples) ++per_count[s.cpus];
+                const int busiest = std::max_element(per_count.begin(), per_count.end(), [](auto &a, auto &b) {
+                                        return a.second < b.second;
+                                    })->first;
+                auto oldest = std::find_if(j.rate_samples.begin(), j.rate_samples.end(),
+                                           [&](const RateSample &s) { return s.cpus == busiest; });
+                j.rate_samples.erase(oldest);
+            }
+        }
+    }
+    if (!settled_now) {
+        j.rate_mark_time.reset();
+    } else if (!j.rate_mark_time || j.rate_mark_cpus != cpus || work_units < j.rate_mark_units ||
+               now - *j.rate_mark_time >= kMinRateWindow) {
+        j.rate_mark_time = now;
+        j.rate_mark_units = work_units;
+        j.rate_mark_cpus = cpus;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // time
 
 void NodeManager::tick(TimePoint now) {
+    if (policy_ == PolicyKind::Throughput && !jobs_.empty() && (!next_rate_replan_ || *next_rate_replan_ <= now)) {
+        next_rate_replan_ = now + kRateReplan;
+        replan(now);  // new rate samples may move cores
+    }
     for (auto &[id, job] : jobs_) {
         if (!job.awaiting_ack) continue;
         if (job.acked_generation() >= job.generation) {
@@ -416,6 +454,10 @@ std::optional<TimePoint> NodeManager::next_deadline() const {
         if (job.awaiting_ack && (!next || job.ack_deadline < *next)) next = job.ack_deadline;
         if (job.enforce_retry_at && (!next || *job.enforce_retry_at < *next))
             next = job.enforce_retry_at;
+    }
+    if (policy_ == PolicyKind::Throughput && !jobs_.empty()) {
+        const TimePoint replan_at = next_rate_replan_.value_or(TimePoint{});
+        if (!next || replan_at < *next) next = replan_at;
     }
     return next;
 }
@@ -502,6 +544,14 @@ nlohmann::json NodeManager::status() const {
             {"work_units", job->work_units},
             {"steps", job->steps},
         });
+        if (!job->rate_samples.empty()) {  // what the throughput policy believes about it
+            const SpeedupEstimate estimate = estimate_speedup(job->rate_samples);
+            nlohmann::json measured = nlohmann::json::object();
+            for (const auto &[cpus, rate] : estimate.measured) measured[std::to_string(cpus)] = rate;
+            jobs.back()["speedup"] = {{"serial_fraction", estimate.serial_fraction},
+                                      {"one_core_rate", estimate.one_core_rate},
+                                      {"measured_rates", measured}};
+        }
     }
     out["jobs"] = std::move(jobs);
     return out;
@@ -540,6 +590,11 @@ Outcome NodeManager::adopt(const Job &job) {
 // private
 
 std::map<std::string, CpuSet> NodeManager::plan() const {
+    // A job that holds nothing yet (just registered) gets its share now: dwell protects jobs from
+    // being moved back and forth, not from sharing with a newcomer.
+    const bool newcomer = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &entry) {
+        return entry.second.published.empty() && !entry.second.pinned;
+    });
     std::vector<PolicyJob> input;
     input.reserve(jobs_.size());
     for (const auto &[id, job] : jobs_) {
@@ -552,6 +607,10 @@ std::map<std::string, CpuSet> NodeManager::plan() const {
         p.current = job.published;  // what its processes use now: moves are counted against it
         p.pinned = job.pinned;
         p.order = job.order;
+        if (policy_ == PolicyKind::Throughput) {
+            p.samples = job.rate_samples;
+            p.in_dwell = !newcomer && job.generation > 0 && plan_time_ - job.last_change < kDwell;
+        }
         input.push_back(std::move(p));
     }
     return compute_allocation(policy_, topology_, available_pool(), input);
@@ -568,6 +627,7 @@ void NodeManager::end_job(const std::string &job, const char *reason) {
 }
 
 void NodeManager::replan(TimePoint now) {
+    plan_time_ = now;
     targets_ = plan();
     advance(now);
 }
@@ -678,6 +738,7 @@ void NodeManager::advance(TimePoint now) {
             ++job->generation;
             ++job->transitions;
             job->published = next;
+            job->last_change = now;
             effects_.publish(job->spec.id, job->generation, next);
             nlohmann::json ev = make_event("publish");
             ev["job"] = job->spec.id;

@@ -91,6 +91,13 @@ struct Job {
     double last_ack_latency_us = -1;
     uint64_t work_units = 0;
     uint64_t steps = 0;
+    // throughput policy: work rates measured between progress reports while the job held the same
+    // cpus (settled), newest last, at most kMaxRateSamples; and when its cpus last changed.
+    std::vector<RateSample> rate_samples;
+    TimePoint last_change{};
+    std::optional<TimePoint> rate_mark_time;  // the previous report that can start a sample
+    uint64_t rate_mark_units = 0;
+    int rate_mark_cpus = 0;
     uint64_t acked_generation() const;  // min over attachments, or generation if none
 };
 
@@ -131,7 +138,8 @@ public:
     Outcome attach(const std::string &job, uint64_t attach_id, TimePoint now);
     void detach(const std::string &job, uint64_t attach_id, TimePoint now);
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
-    void progress(const std::string &job, uint64_t work_units, uint64_t steps);
+    // Progress totals since the reporting process attached; `now` dates them for rate samples.
+    void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now = {});
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
     // job's min is unchanged); replans when the planned max changes.
     Outcome set_usage(const std::string &job, int cpus_used, TimePoint now);
@@ -191,6 +199,15 @@ private:
     std::map<std::string, Job> jobs_;
     std::map<std::string, CpuSet> targets_;
     uint64_t next_order_ = 1;
+    TimePoint plan_time_{};                  // `now` of the latest replan (dwell is judged at it)
+    std::optional<TimePoint> next_rate_replan_;  // throughput policy: the next periodic replan
 };
+
+// Throughput policy timing: samples shorter than kMinRateWindow are not taken, a job whose cpus
+// changed less than kDwell ago is not moved again, and the plan is recomputed every kRateReplan.
+inline constexpr std::chrono::milliseconds kMinRateWindow{400};
+inline constexpr std::chrono::seconds kDwell{6};
+inline constexpr std::chrono::seconds kRateReplan{2};
+inline constexpr size_t kMaxRateSamples = 64;
 
 }  // namespace mall

@@ -54,6 +54,30 @@ void count_into(PolicyKind kind, int pool_size, std::vector<Prepared> &prepared)
         left -= grant;
     }
     if (kind == PolicyKind::Static) return;
+    if (kind == PolicyKind::Throughput) {
+        // Every unpinned job already holds its guaranteed cpus and its min: those are the
+        // throughput core's floors; it divides what is left by measured speedup.
+        std::vector<ThroughputJob> input;
+        int share = left;
+        for (const auto &p : prepared) {
+            if (p.pinned) continue;
+            ThroughputJob t;
+            t.id = p.job->id;
+            t.min = p.count;
+            t.max = std::max(p.count, p.max);
+            t.order = p.job->order;
+            t.current = p.held;
+            t.in_dwell = p.job->in_dwell;
+            t.samples = p.job->samples;
+            input.push_back(std::move(t));
+            share += p.count;
+        }
+        const auto counts = compute_throughput_counts(share, input);
+        for (auto &p : prepared) {
+            if (auto it = counts.find(p.job->id); !p.pinned && it != counts.end()) p.count = it->second;
+        }
+        return;
+    }
     // equal: the job with the fewest cpus gets the next one. weighted: the job whose weight per
     // cpu after the grant is largest (weight / (count + 1), the divisor method of Jefferson and
     // D'Hondt), so cpus end in proportion to the weights as nearly as whole cpus allow; equal is
@@ -238,6 +262,7 @@ std::optional<PolicyKind> parse_policy(const std::string &name) {
     if (name == "static") return PolicyKind::Static;
     if (name == "equal") return PolicyKind::Equal;
     if (name == "weighted") return PolicyKind::Weighted;
+    if (name == "throughput") return PolicyKind::Throughput;
     return std::nullopt;
 }
 
@@ -246,11 +271,12 @@ const char *policy_name(PolicyKind kind) {
         case PolicyKind::Static: return "static";
         case PolicyKind::Equal: return "equal";
         case PolicyKind::Weighted: return "weighted";
+        case PolicyKind::Throughput: return "throughput";
     }
     return "unknown";
 }
 
-std::vector<std::string> policy_names() { return {"equal", "static", "weighted"}; }
+std::vector<std::string> policy_names() { return {"equal", "static", "throughput", "weighted"}; }
 
 std::map<std::string, int> compute_counts(PolicyKind kind, int pool_size,
                                           const std::vector<PolicyJob> &jobs) {

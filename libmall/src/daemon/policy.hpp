@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "throughput_policy.hpp"
 #include "topology.hpp"
 
 namespace mall {
@@ -25,11 +26,15 @@ struct PolicyJob {
     CpuSet current;                 // what the job holds now (for minimal moves)
     std::optional<CpuSet> pinned;   // admin override: the target is exactly this
     uint64_t order = 0;             // registration order: earlier jobs win ties
+    // throughput policy only (see throughput_policy.hpp):
+    std::vector<RateSample> samples;  // measured work rates at the core counts it ran on
+    bool in_dwell = false;            // changed too recently to be moved again
 };
 
 // static: each job keeps its guaranteed/min cpus. equal: idle cpus lent evenly within min..max.
 // weighted: idle cpus lent in proportion to each job's weight within min..max.
-enum class PolicyKind { Static, Equal, Weighted };
+// throughput: idle cpus to the jobs whose measured speedup gains most (throughput_policy.hpp).
+enum class PolicyKind { Static, Equal, Weighted, Throughput };
 
 std::optional<PolicyKind> parse_policy(const std::string &name);
 const char *policy_name(PolicyKind kind);

@@ -1249,7 +1249,7 @@ void Server::handle_ack(Connection &c, const proto::Message &msg) {
 
 void Server::handle_progress(Connection &c, const proto::Message &msg) {
     manager_->progress(c.job, proto::get_uint(msg.body, "work_units"),
-                       proto::get_uint(msg.body, "steps"));
+                       proto::get_uint(msg.body, "steps"), Clock::now());
 }
 
 void Server::handle_usage(Connection &c, const proto::Message &msg) {

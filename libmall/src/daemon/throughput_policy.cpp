@@ -135,6 +135,7 @@ std::map<std::string, int> compute_throughput_counts(int pool_size, const std::v
         left -= extra;
         fixed[i] = true;
         probing = true;
+        break;  // one probe at a time: the others share what it frees
     }
     // 4. Each further core to the job that gains most from it.
     while (left > 0) {

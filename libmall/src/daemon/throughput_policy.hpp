@@ -17,7 +17,8 @@
 //     most from it (ties: fewer cores, then earlier job), within max. When no job gains from the
 //     next core (all at max, or measured flat), it stays idle: lending it would only add contention.
 //   - Probing: a job measured at a single count (and still there) is moved by one core, down when
-//     above its min, else up, so that its next report gives the curve a second point.
+//     above its min, else up, so that its next report gives the curve a second point (one job per
+//     plan; the others share the core it frees).
 //   - Damping: a job inside its dwell time keeps its current count; and the new plan replaces the
 //     current counts only when it adds more than `gain_threshold` (in one-core speedups summed
 //     over the node) — otherwise the current counts stay, so measurement noise does not move cores.

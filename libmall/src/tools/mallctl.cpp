@@ -85,12 +85,15 @@ const Command kCommands[] = {
      "  sudo mallctl set train-42 --cpus 0-3\n"
      "  sudo mallctl set train-42 --cpus auto\n"
      "  sudo mallctl set train-42 --weight 3\n"},
-    {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted)",
+    {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted, throughput)",
      "Switches the policy malld uses to share the pool between jobs, and re-plans at once:\n"
      "  equal    idle cores are lent out evenly, each job within its MIN..MAX\n"
      "  static   each job keeps its guaranteed (or MIN) cores; nothing is lent (the baseline)\n"
      "  weighted idle cores are lent in proportion to each job's weight (mallrun --weight),\n"
      "           each job within its MIN..MAX\n"
+     "  throughput idle cores go where they add the most measured speedup: each job's work rate\n"
+     "           (mall_report_progress) at the core counts it ran on gives its speedup curve;\n"
+     "           a job is not moved again within 6 s, and small gains move nothing\n"
      "\n"
      "Needs root or an admin uid of malld.\n"
      "\n"
@@ -537,7 +540,7 @@ int cmd_policy(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("policy", e.what());
     }
     if (!vm.count("name") || vm["name"].as<std::string>().empty())
-        return usage_error("policy", "name the policy: equal, static or weighted");
+        return usage_error("policy", "name the policy: equal, static, weighted or throughput");
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
