@@ -104,7 +104,9 @@ TEST(PolicyNames, ParseAndName) {
     EXPECT_STREQ(policy_name(PolicyKind::Static), "static");
     EXPECT_STREQ(policy_name(PolicyKind::Equal), "equal");
     EXPECT_STREQ(policy_name(PolicyKind::Weighted), "weighted");
-    EXPECT_EQ(policy_names(), (std::vector<std::string>{"equal", "static", "weighted"}));
+    EXPECT_EQ(parse_policy("throughput"), PolicyKind::Throughput);
+    EXPECT_STREQ(policy_name(PolicyKind::Throughput), "throughput");
+    EXPECT_EQ(policy_names(), (std::vector<std::string>{"equal", "static", "throughput", "weighted"}));
 }
 
 TEST_F(PolicyTest, LoneJobGetsWholePoolUnderEqualAndItsMinUnderStatic) {
