@@ -13,7 +13,6 @@
 // Eigen could block a contraction differently for different thread counts, so losses may differ in
 // the last float bits between thread counts (at these sizes they are bit-identical for 1 and 2).
 #include <sched.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,14 +36,14 @@
 #include "mall/tf/mall_pool_glue.hpp"
 #include "mall/tf/resizable_thread_pool.hpp"
 
+#include "digits_data.hpp"
+#include "example_support.hpp"
+
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char *kDefaultDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
-constexpr int kFeatures = 64;  // 8x8 pixels, values 0..16
-constexpr int kClasses = 10;
-constexpr int kTestSamples = 360;
+using namespace mall::examples;
 
 using Matrix = Eigen::Tensor<float, 2, Eigen::RowMajor>;
 using Vector = Eigen::Tensor<float, 1, Eigen::RowMajor>;
@@ -52,74 +51,6 @@ using ContractDims = Eigen::array<Eigen::IndexPair<int>, 1>;
 const ContractDims kMatMul = {Eigen::IndexPair<int>(1, 0)};  // A[i,k] B[k,j]
 const ContractDims kATimesB = {Eigen::IndexPair<int>(0, 0)};  // A^T B
 const ContractDims kATimesBT = {Eigen::IndexPair<int>(1, 1)};  // A B^T
-
-// Seeded numbers from our own generator (std:: distributions differ between standard libraries).
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {  // splitmix64
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-    double normal() {
-        double u = std::max(uniform(), 1e-300), v = uniform();
-        return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-    }
-    uint64_t below(uint64_t n) { return next() % n; }
-
-private:
-    uint64_t state_;
-};
-
-struct Dataset {
-    std::vector<float> pixels;  // n x 64, scaled to 0..1
-    std::vector<int> labels;
-    int size() const { return static_cast<int>(labels.size()); }
-};
-
-// Reads sklearn's digits.csv.gz: 65 comma-separated integers per line, the label last.
-std::optional<Dataset> load_digits(const std::string &path, std::string *error) {
-    gzFile file = gzopen(path.c_str(), "rb");
-    if (file == nullptr) {
-        *error = "cannot open " + path + " (install python3-sklearn, which ships it, or pass --data FILE)";
-        return std::nullopt;
-    }
-    Dataset data;
-    char line[1024];
-    int line_number = 0;
-    while (gzgets(file, line, sizeof line) != nullptr) {
-        ++line_number;
-        const char *p = line;
-        float values[kFeatures + 1];
-        int count = 0;
-        while (count <= kFeatures) {
-            char *end = nullptr;
-            const long v = std::strtol(p, &end, 10);
-            if (end == p || v < 0 || v > 16) break;
-            values[count++] = static_cast<float>(v);
-            p = end;
-            if (*p == ',') ++p;
-        }
-        if (count == 0 && (*p == '\n' || *p == '\0')) continue;  // blank line
-        if (count != kFeatures + 1 || values[kFeatures] > 9) {
-            gzclose(file);
-            *error = path + ":" + std::to_string(line_number) + ": expected 64 pixel values 0..16 and a label 0..9";
-            return std::nullopt;
-        }
-        for (int i = 0; i < kFeatures; ++i) data.pixels.push_back(values[i] / 16.0f);
-        data.labels.push_back(static_cast<int>(values[kFeatures]));
-    }
-    gzclose(file);
-    if (data.size() <= kTestSamples) {
-        *error = path + ": only " + std::to_string(data.size()) + " samples; need more than " +
-                 std::to_string(kTestSamples);
-        return std::nullopt;
-    }
-    return data;
-}
 
 struct Model {
     Matrix w1, w2;    // 64 x H, H x 10
@@ -232,22 +163,6 @@ double accuracy(const Eigen::ThreadPoolDevice &device, const Model &m, const Dat
 }
 
 std::string cpu_list(const mall_alloc_t &alloc) { return alloc.cpus[0] != '\0' ? alloc.cpus : "-"; }
-
-std::string affinity_list() {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-    std::string text;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (!CPU_ISSET(cpu, &set)) continue;
-        int last = cpu;
-        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-        if (!text.empty()) text += ',';
-        text += std::to_string(cpu);
-        if (last > cpu) text += '-' + std::to_string(last);
-        cpu = last;
-    }
-    return text;
-}
 
 }  // namespace
 

@@ -12,7 +12,6 @@
 // lines are described in --help.
 #include <sched.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,14 +38,14 @@
 #include "mall/tf/mall_pool_glue.hpp"
 #include "mall/tf/resizable_thread_pool.hpp"
 
+#include "digits_data.hpp"
+#include "example_support.hpp"
+
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char *kDefaultDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
-constexpr int kFeatures = 64;
-constexpr int kClasses = 10;
-constexpr int kTestSamples = 360;
+using namespace mall::examples;
 
 using Matrix = Eigen::Tensor<float, 2, Eigen::RowMajor>;
 using MatrixMap = Eigen::TensorMap<Matrix>;
@@ -56,69 +55,6 @@ const Dims kMatMul = {Eigen::IndexPair<int>(1, 0)};    // A B
 const Dims kATimesB = {Eigen::IndexPair<int>(0, 0)};   // A^T B
 const Dims kATimesBT = {Eigen::IndexPair<int>(1, 1)};  // A B^T
 using Clock = std::chrono::steady_clock;
-
-class Rng {  // splitmix64: the same numbers on every rank and every standard library
-public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-    double normal() {
-        const double u = std::max(uniform(), 1e-300), v = uniform();
-        return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-    }
-    uint64_t below(uint64_t n) { return next() % n; }
-
-private:
-    uint64_t state_;
-};
-
-struct Dataset {
-    std::vector<float> pixels;  // n x 64, scaled to 0..1
-    std::vector<int> labels;
-    int size() const { return static_cast<int>(labels.size()); }
-};
-
-// sklearn's digits.csv.gz: 65 integers per line, the label last.
-std::optional<Dataset> load_digits(const std::string &path, std::string *error) {
-    gzFile file = gzopen(path.c_str(), "rb");
-    if (file == nullptr) {
-        *error = "cannot open " + path + " (install python3-sklearn, which ships it, or pass --data FILE)";
-        return std::nullopt;
-    }
-    Dataset data;
-    char line[1024];
-    while (gzgets(file, line, sizeof line) != nullptr) {
-        const char *p = line;
-        float values[kFeatures + 1];
-        int count = 0;
-        while (count <= kFeatures) {
-            char *end = nullptr;
-            const long v = std::strtol(p, &end, 10);
-            if (end == p || v < 0 || v > 16) break;
-            values[count++] = static_cast<float>(v);
-            p = *end == ',' ? end + 1 : end;
-        }
-        if (count == 0) continue;
-        if (count != kFeatures + 1 || values[kFeatures] > 9) {
-            gzclose(file);
-            *error = path + ": expected 64 pixel values 0..16 and a label 0..9 per line";
-            return std::nullopt;
-        }
-        for (int i = 0; i < kFeatures; ++i) data.pixels.push_back(values[i] / 16.0f);
-        data.labels.push_back(static_cast<int>(values[kFeatures]));
-    }
-    gzclose(file);
-    if (data.size() <= kTestSamples) {
-        *error = path + ": too few samples";
-        return std::nullopt;
-    }
-    return data;
-}
 
 // Parameters, momentum and gradients live in flat buffers (w1 | b1 | w2 | b2), so one
 // MPI_Allreduce sums every gradient; three extra floats carry the loss sum, the correct count and

@@ -31,6 +31,8 @@
 
 #include "mall/mall.hpp"
 
+#include "example_support.hpp"
+
 namespace po = boost::program_options;
 
 namespace {
@@ -39,28 +41,9 @@ namespace {
 constexpr int kBlocks = 32;
 
 // ---------------------------------------------------------------------------------------------
-// Seeded random numbers (own generator: std:: distributions differ between standard libraries).
-
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {  // splitmix64
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-    double normal() {  // Box-Muller
-        double u = uniform(), v = uniform();
-        if (u < 1e-300) u = 1e-300;
-        return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-    }
-    uint64_t below(uint64_t n) { return next() % n; }
-
-private:
-    uint64_t state_;
-};
+// The seeded generator and cpu-list text come from example_support.hpp.
+using mall::examples::affinity_list;
+using mall::examples::Rng;
 
 // ---------------------------------------------------------------------------------------------
 // Data: x ~ N(0, 1); the label is the argmax of a random teacher (a linear map plus a tanh layer).
@@ -293,23 +276,6 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
-
-std::string affinity_list() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-    std::string out;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (!CPU_ISSET(cpu, &set)) continue;
-        int last = cpu;
-        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-        if (!out.empty()) out += ",";
-        out += std::to_string(cpu);
-        if (last > cpu) out += "-" + std::to_string(last);
-        cpu = last;
-    }
-    return out;
-}
 
 int affinity_count() {
     cpu_set_t set;
