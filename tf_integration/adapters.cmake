@@ -78,25 +78,21 @@ if(MALL_BUILD_TESTS AND TARGET mall_tf_openmp)
   set_tests_properties(unit.tf_openmp_adapter_needs_openmp PROPERTIES
     LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "openmp_adapter.hpp needs OpenMP: compile with -fopenmp")
 
-  add_executable(mall_omp_probe ${PROJECT_SOURCE_DIR}/tests/support/omp_probe_main.cpp)
-  target_link_libraries(mall_omp_probe PRIVATE mall_tf_openmp)
+  # One probe program (tests/support/<probe>_main.cpp on `adapter`) and the integration test that
+  # drives it under malld (tests/integration/<test>.cpp).
+  function(mall_add_adapter_test probe adapter test)
+    add_executable(mall_${probe} ${PROJECT_SOURCE_DIR}/tests/support/${probe}_main.cpp)
+    target_link_libraries(mall_${probe} PRIVATE ${adapter})
+    target_include_directories(mall_${probe} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/examples)
+    add_executable(${test} ${PROJECT_SOURCE_DIR}/tests/integration/${test}.cpp)
+    target_link_libraries(${test} PRIVATE mall_test_support mall GTest::gtest_main)
+    add_dependencies(${test} malld mallctl mallrun mall_${probe})
+    add_test(NAME integration.${test} COMMAND ${test})
+    set_tests_properties(integration.${test} PROPERTIES LABELS integration TIMEOUT 300 RUN_SERIAL TRUE)
+  endfunction()
 
-  add_executable(tf_test_openmp_adapter ${PROJECT_SOURCE_DIR}/tests/integration/tf_test_openmp_adapter.cpp)
-  target_link_libraries(tf_test_openmp_adapter PRIVATE mall_test_support mall GTest::gtest_main)
-  add_dependencies(tf_test_openmp_adapter malld mallctl mallrun mall_omp_probe)
-  add_test(NAME integration.tf_test_openmp_adapter COMMAND tf_test_openmp_adapter)
-  set_tests_properties(integration.tf_test_openmp_adapter PROPERTIES
-    LABELS integration TIMEOUT 300 RUN_SERIAL TRUE)
-
+  mall_add_adapter_test(omp_probe mall_tf_openmp tf_test_openmp_adapter)
   if(MALL_LIBTORCH_ENABLED)
-    add_executable(mall_torch_probe ${PROJECT_SOURCE_DIR}/tests/support/torch_probe_main.cpp)
-    target_link_libraries(mall_torch_probe PRIVATE mall_tf_libtorch)
-
-    add_executable(tf_test_libtorch_adapter ${PROJECT_SOURCE_DIR}/tests/integration/tf_test_libtorch_adapter.cpp)
-    target_link_libraries(tf_test_libtorch_adapter PRIVATE mall_test_support mall GTest::gtest_main)
-    add_dependencies(tf_test_libtorch_adapter malld mallctl mallrun mall_torch_probe)
-    add_test(NAME integration.tf_test_libtorch_adapter COMMAND tf_test_libtorch_adapter)
-    set_tests_properties(integration.tf_test_libtorch_adapter PROPERTIES
-      LABELS integration TIMEOUT 300 RUN_SERIAL TRUE)
+    mall_add_adapter_test(torch_probe mall_tf_libtorch tf_test_libtorch_adapter)
   endif()
 endif()

@@ -11,88 +11,41 @@
 // Prints "start threads N malleable yes|no" first and "done steps S" last; exits 0 after
 // --seconds or as soon as --stop-file exists.
 #include <omp.h>
-#include <sched.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <mall/mall.h>
 #include <mall/tf/openmp_adapter.hpp>
 
+#include "support/probe_support.hpp"
+
 namespace {
 
-constexpr int kMaxTeam = 1024;
+using mall::test::TeamObservation;
 
-// Linux list text ("0-1,4") of a cpu set.
-std::string cpu_list(const cpu_set_t &set) {
-    std::string text;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (!CPU_ISSET(cpu, &set)) continue;
-        int last = cpu;
-        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-        if (!text.empty()) text += ",";
-        text += std::to_string(cpu);
-        if (last > cpu) text += "-" + std::to_string(last);
-        cpu = last;
-    }
-    return text.empty() ? "none" : text;
+// Every thread of an OpenMP region records itself.
+void record_team(TeamObservation &observation) {
+    observation.clear();
+#pragma omp parallel
+    observation.record(omp_get_thread_num());
 }
-
-// What each thread of one parallel region saw: its cpu and its affinity mask.
-struct TeamObservation {
-    int team = 0;
-    int cpu[kMaxTeam];
-    cpu_set_t mask[kMaxTeam];
-
-    // Called by every thread of the region.
-    void record() {
-        const int id = omp_get_thread_num();
-        if (id == 0) team = omp_get_num_threads();
-        if (id >= kMaxTeam) return;
-        cpu[id] = sched_getcpu();
-        CPU_ZERO(&mask[id]);
-        if (sched_getaffinity(0, sizeof mask[id], &mask[id]) != 0) CPU_ZERO(&mask[id]);
-    }
-    std::string ran_on() const {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        for (int i = 0; i < team && i < kMaxTeam; ++i)
-            if (cpu[i] >= 0 && cpu[i] < CPU_SETSIZE) CPU_SET(cpu[i], &set);
-        return cpu_list(set);
-    }
-    // The common mask, or "mixed:UNION".
-    std::string affinity() const {
-        if (team <= 0) return "none";
-        cpu_set_t all;
-        CPU_ZERO(&all);
-        bool equal = true;
-        for (int i = 0; i < team && i < kMaxTeam; ++i) {
-            CPU_OR(&all, &all, &mask[i]);
-            equal = equal && CPU_EQUAL(&mask[i], &mask[0]);
-        }
-        return equal ? cpu_list(all) : "mixed:" + cpu_list(all);
-    }
-};
 
 TeamObservation g_at_ack;  // filled by the callback that runs after the adapter's
 
-void observe_at_ack(const mall_alloc_t *, void *) {
-#pragma omp parallel
-    g_at_ack.record();
-}
+void observe_at_ack(const mall_alloc_t *, void *) { record_team(g_at_ack); }
 
-// One training-like step: a parallel-for reduction over data (a few hundred µs).
+// One training-like step: a parallel-for reduction over data (a few hundred µs); when observe is
+// given, the step's own team records itself.
 double step_work(std::vector<double> &data, TeamObservation *observe) {
     double sum = 0.0;
     const long n = static_cast<long>(data.size());
+    if (observe != nullptr) observe->clear();
 #pragma omp parallel
     {
-        if (observe != nullptr) observe->record();
+        if (observe != nullptr) observe->record(omp_get_thread_num());
 #pragma omp for reduction(+ : sum)
         for (long i = 0; i < n; ++i) {
             data[i] = data[i] * 0.999 + 0.001;
@@ -102,32 +55,15 @@ double step_work(std::vector<double> &data, TeamObservation *observe) {
     return sum;
 }
 
-void usage() {
-    std::fprintf(stderr, "usage: mall_omp_probe [--step-ms N] [--seconds N] [--stop-file PATH]\n");
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
-    long step_ms = 5, seconds = 120;
-    std::string stop_file;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (i + 1 >= argc) return usage(), 2;
-        if (arg == "--step-ms") step_ms = std::atol(argv[++i]);
-        else if (arg == "--seconds") seconds = std::atol(argv[++i]);
-        else if (arg == "--stop-file") stop_file = argv[++i];
-        else return usage(), 2;
-    }
+    mall::test::ProbeOptions options;
+    if (!mall::test::parse_probe_options(argc, argv, "mall_omp_probe", &options)) return 2;
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
-    mall_t *m = nullptr;
-    mall_error_t err{};
-    const int open_rc = mall_open(nullptr, &m, &err);
-    if (open_rc != MALL_SUCCESS) {
-        std::fprintf(stderr, "mall_omp_probe: not malleable (%s: %s); running with %d OpenMP threads\n",
-                     mall_strerror(open_rc), err.text, omp_get_max_threads());
-    }
+    int open_rc = 0;
+    mall_t *m = mall::test::open_probe_handle("mall_omp_probe", omp_get_max_threads(), &open_rc);
     mall::tf::OpenMPAttachment *adapter = nullptr;
     if (m != nullptr) {
         int rc = mall::tf::attach_openmp(m, &adapter);
@@ -138,13 +74,13 @@ int main(int argc, char **argv) {
                 open_rc == MALL_SUCCESS ? "yes" : "no");
 
     std::vector<double> data(1 << 16, 1.0);
-    TeamObservation observed;
+    static TeamObservation observed;  // 130 KiB: off the stack
     bool report_pending = false;
     std::string at_ack;
-    timespec start{}, now{};
+    timespec start{};
     clock_gettime(CLOCK_MONOTONIC, &start);
     long steps = 0;
-    for (;;) {
+    do {
         if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
             report_pending = true;
             at_ack = g_at_ack.affinity();
@@ -158,17 +94,12 @@ int main(int argc, char **argv) {
             std::printf("resize gen %llu cpus %s threads %d team %d ran_on %s affinity %s at_ack %s "
                         "pinned %d\n",
                         static_cast<unsigned long long>(alloc.generation), alloc.cpus,
-                        omp_get_max_threads(), observed.team, observed.ran_on().c_str(),
+                        omp_get_max_threads(), observed.team(), observed.ran_on().c_str(),
                         observed.affinity().c_str(), at_ack.c_str(),
                         adapter != nullptr ? adapter->last.pinned : -1);
         }
         ++steps;
-        if (!stop_file.empty() && access(stop_file.c_str(), F_OK) == 0) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec >= seconds) break;
-        timespec pause{step_ms / 1000, (step_ms % 1000) * 1000000L};
-        nanosleep(&pause, nullptr);
-    }
+    } while (!mall::test::probe_step_ends_run(options, start));
     std::printf("done steps %ld\n", steps);
     mall_close(m);
     return 0;

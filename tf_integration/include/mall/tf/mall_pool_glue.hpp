@@ -8,6 +8,7 @@
 #include <new>
 
 #include <mall/mall.h>
+#include <mall/tf/allocation_cpus.hpp>
 #include <mall/tf/resizable_thread_pool.hpp>
 
 namespace mall::tf {
@@ -17,16 +18,6 @@ struct PoolAttachment {
   ResizablePool* intra_op = nullptr;
   ResizablePool* inter_op = nullptr;
 };
-
-// The allocation's cpus as a cpu_set_t (cpus at or beyond CPU_SETSIZE are dropped).
-inline cpu_set_t cpu_set_from_allocation(const mall_alloc_t& alloc) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  for (int cpu = 0; cpu < MALL_MAX_CPUS && cpu < CPU_SETSIZE; ++cpu) {
-    if ((alloc.mask[cpu / 64] >> (cpu % 64)) & 1u) CPU_SET(cpu, &cpus);
-  }
-  return cpus;
-}
 
 // The mall_resize_fn that attach_pool() registers; arg is a PoolAttachment*. An allocation with no
 // cpus (ncpus <= 0: never attached) leaves the pools as they are. Each pool is pinned before it is

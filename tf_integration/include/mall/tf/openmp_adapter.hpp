@@ -23,6 +23,7 @@
 #include <new>
 
 #include <mall/mall.h>
+#include <mall/tf/allocation_cpus.hpp>
 
 namespace mall::tf {
 
@@ -58,15 +59,6 @@ struct OpenMPAttachment {
 };
 
 namespace detail {
-
-inline cpu_set_t openmp_cpu_set(const mall_alloc_t& alloc) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  for (int cpu = 0; cpu < MALL_MAX_CPUS && cpu < CPU_SETSIZE; ++cpu) {
-    if ((alloc.mask[cpu / 64] >> (cpu % 64)) & 1u) CPU_SET(cpu, &cpus);
-  }
-  return cpus;
-}
 
 inline void openmp_warn(std::FILE* to, const char* what, const mall_alloc_t& alloc) {
   if (to != nullptr) std::fprintf(to, "mall: OpenMP adapter: %s (allocation %s)\n", what, alloc.cpus);
@@ -141,7 +133,7 @@ inline OpenMPResizeResult apply_allocation_to_openmp(const mall_alloc_t& alloc,
   // (the program may have changed it) and the largest explicit team the program declared.
   const int team = std::max({attachment.pool_high_water, omp_get_max_threads(),
                              attachment.options.largest_explicit_team, alloc.ncpus});
-  const cpu_set_t cpus = detail::openmp_cpu_set(alloc);
+  const cpu_set_t cpus = cpu_set_from_allocation(alloc);
   if (CPU_COUNT(&cpus) > 0) pin_openmp_pool(cpus, result.in_parallel ? 1 : team, &result);
   if (!result.in_parallel) attachment.pool_high_water = team;
 
