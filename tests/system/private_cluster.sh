@@ -25,6 +25,24 @@ systest_begin() {
 }
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
+# Helpers every system test uses (status_json reads $mallctl, set by the test).
+note() { echo "      $*"; }
+wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds; false at the deadline
+  local limit=$1; shift
+  local deadline=$(( $(date +%s%N) + limit * 1000000000 ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s%N)" -lt $deadline ] || return 1
+    sleep 0.05
+  done
+}
+status_json() { timeout 10 "$mallctl" status --json 2>/dev/null; }
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+job_final() {
+  case $(job_state "$1") in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;;
+  esac
+  return 1
+}
 
 private_cluster_init() {
   local name=$1 first_port=$2

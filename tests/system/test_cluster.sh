@@ -46,7 +46,6 @@ else
 fi
 
 # ---- helpers --------------------------------------------------------------------------------------
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 wait_job_done() { # wait_job_done JOBID: polls until a final state; prints it
   local id=$1 state deadline=$(( SECONDS + job_timeout_s ))
   while :; do

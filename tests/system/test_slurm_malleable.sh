@@ -20,7 +20,6 @@ systest_begin 420 "$@"   # watchdog (MALL_SYSTEST_TIMEOUT_S), $build/$src/$clust
 mallctl=$build/bin/mallctl
 client=$build/bin/mall_test_client
 wait_default_s=30   # a deadline for each wait; every one here normally ends in well under a second
-note() { echo "      $*"; }
 for tool in slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
 done
@@ -48,15 +47,6 @@ trap 'echo "FAIL: interrupted"; exit 1' INT
 trap 'echo "FAIL: watchdog: the test ran longer than ${timeout_s}s (or was terminated)"; exit 1' TERM
 
 # ---- helpers --------------------------------------------------------------------------------------
-wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds; false at the deadline
-  local limit=$1; shift
-  local deadline=$(( $(date +%s%N) + limit * 1000000000 ))
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s%N)" -lt $deadline ] || return 1
-    sleep 0.05
-  done
-}
-status_json() { timeout 10 "$mallctl" status --json 2>/dev/null; }
 job_field() { # job_field JOB FIELD: a field of malld's job JOB ("" when malld does not list it)
   status_json | jq -r --arg j "$1" --arg f "$2" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null
 }
@@ -101,13 +91,6 @@ all_threads_on() { # all_threads_on PID MIN_THREADS LIST: every thread (at least
     n=$(( n + 1 ))
   done
   [ "$n" -ge "$min" ]
-}
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-job_final() {
-  case $(job_state "$1") in
-    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;;
-  esac
-  return 1
 }
 job_running() { [ "$(job_state "$1")" = RUNNING ]; }
 submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out

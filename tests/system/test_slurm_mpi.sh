@@ -15,7 +15,6 @@ set -uo pipefail
 systest_begin 300 "$@"
 mallctl=$build/bin/mallctl
 trainer=$build/bin/mall_train_mpi
-note() { echo "      $*"; }
 for tool in slurmctld slurmd sbatch srun scontrol scancel jq; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
 done
@@ -38,23 +37,7 @@ trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT
 trap 'echo "FAIL: watchdog: the test ran longer than ${timeout_s}s (or was terminated)"; exit 1' TERM
 
-wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds; false at the deadline
-  local limit=$1; shift
-  local deadline=$(( $(date +%s%N) + limit * 1000000000 ))
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s%N)" -lt $deadline ] || return 1
-    sleep 0.05
-  done
-}
-status_json() { timeout 10 "$mallctl" status --json 2>/dev/null; }
 job_view() { status_json | jq -c --arg j "$1" '.jobs[] | select(.job == $j) | {cpus, cpuset, state, attached, npids: (.pids | length)}' 2>/dev/null; }
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-job_final() {
-  case $(job_state "$1") in
-    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;;
-  esac
-  return 1
-}
 change_lines() { grep -E '^rank [0-9]+ change step ' "$work/mpi.out" 2>/dev/null; }
 dump_job() {
   note "--- job $1: state $(job_state "$1"); output:"; sed 's/^/        /' "$work/mpi.out" 2>/dev/null | tail -n 20
