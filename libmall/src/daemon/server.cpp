@@ -1288,21 +1288,17 @@ void Server::handle_set(Connection &c, const proto::Message &msg) {
         if (!w.is_number() || !(w.get<double>() > 0) || !(w.get<double>() <= 1e6))
             throw proto::ProtocolError("field \"weight\" must be a number above 0 and at most 1000000");
         weight = w.get<double>();
-        if (!manager_->find(job)) {
-            reply_error(c, msg.request_id, MALL_ERR_NOJOB,
-                        "no job named \"" + job + "\" is registered (see `mallctl status`)");
-            return;
-        }
     }
-    // The pin is the request that can be refused: it goes first, so a refusal changes nothing.
+    // The weight is valid (checked above), so once the pin is accepted the weight can only be
+    // refused for an unknown job, which the pin would have refused first: a refusal changes nothing.
     if (has_cpus) {
         Outcome outcome = manager_->set_cpus(job, pinned, Clock::now());
-        if (!outcome.ok) {
-            reply_error(c, msg.request_id, outcome.code, outcome.error);
-            return;
-        }
+        if (!outcome.ok) return reply_error(c, msg.request_id, outcome.code, outcome.error);
     }
-    if (has_weight) (void)manager_->set_weight(job, weight, Clock::now());  // validated above
+    if (has_weight) {
+        Outcome outcome = manager_->set_weight(job, weight, Clock::now());
+        if (!outcome.ok) return reply_error(c, msg.request_id, outcome.code, outcome.error);
+    }
     nlohmann::json result{{"job", job}};
     if (has_cpus) result["cpus"] = pinned ? pinned->to_string() : "auto";
     if (const Job *j = manager_->find(job)) result["weight"] = j->spec.weight;
