@@ -101,7 +101,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     job.spec = spec;
     job.order = next_order_++;
     jobs_.emplace(spec.id, std::move(job));
-    if (Outcome check = feasible("registering job \"" + spec.id + "\""); !check.ok) {
+    if (Outcome check = feasible("registering job \"" + spec.id + "\"", now); !check.ok) {
         jobs_.erase(spec.id);
         --next_order_;
         return check;
@@ -220,7 +220,8 @@ Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinn
     const std::optional<CpuSet> previous = it->second.pinned;
     it->second.pinned = pinned;
     if (Outcome check = feasible("moving job \"" + job + "\" to cpus " +
-                                 (pinned ? pinned->to_string() : std::string("chosen by the policy")));
+                                 (pinned ? pinned->to_string() : std::string("chosen by the policy")),
+                                 now);
         !check.ok) {
         it->second.pinned = previous;
         return check;
@@ -242,7 +243,7 @@ Outcome NodeManager::set_policy(const std::string &name, TimePoint now) {
     }
     const PolicyKind previous = policy_;
     policy_ = *kind;
-    if (Outcome check = feasible(std::string("switching to policy ") + policy_name(*kind)); !check.ok) {
+    if (Outcome check = feasible(std::string("switching to policy ") + policy_name(*kind), now); !check.ok) {
         policy_ = previous;
         return check;
     }
@@ -272,7 +273,7 @@ Outcome NodeManager::reclaim(const CpuSet &cpus, TimePoint now, const std::strin
     const auto previous_reserved = reserved_;
     reclaimed_ |= cpus;
     if (!owner.empty()) reserved_[owner] |= cpus;
-    if (Outcome check = feasible("reclaiming cpus " + cpus.to_string()); !check.ok) {
+    if (Outcome check = feasible("reclaiming cpus " + cpus.to_string(), now); !check.ok) {
         reclaimed_ = previous;
         reserved_ = previous_reserved;
         return check;
@@ -589,7 +590,7 @@ Outcome NodeManager::adopt(const Job &job) {
 // ---------------------------------------------------------------------------------------------
 // private
 
-std::map<std::string, CpuSet> NodeManager::plan() const {
+std::map<std::string, CpuSet> NodeManager::plan(TimePoint now) const {
     // A job that holds nothing yet (just registered) gets its share now: dwell protects jobs from
     // being moved back and forth, not from sharing with a newcomer.
     const bool newcomer = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &entry) {
@@ -609,7 +610,7 @@ std::map<std::string, CpuSet> NodeManager::plan() const {
         p.order = job.order;
         if (policy_ == PolicyKind::Throughput) {
             p.samples = job.rate_samples;
-            p.in_dwell = !newcomer && job.generation > 0 && plan_time_ - job.last_change < kDwell;
+            p.in_dwell = !newcomer && job.generation > 0 && now - job.last_change < kDwell;
         }
         input.push_back(std::move(p));
     }
@@ -627,13 +628,12 @@ void NodeManager::end_job(const std::string &job, const char *reason) {
 }
 
 void NodeManager::replan(TimePoint now) {
-    plan_time_ = now;
-    targets_ = plan();
+    targets_ = plan(now);
     advance(now);
 }
 
-Outcome NodeManager::feasible(const std::string &change) const {
-    const auto targets = plan();
+Outcome NodeManager::feasible(const std::string &change, TimePoint now) const {
+    const auto targets = plan(now);
     for (const auto &[id, job] : jobs_) {
         auto target = targets.find(id);
         const int given = target == targets.end() ? 0 : target->second.count();

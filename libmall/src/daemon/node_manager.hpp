@@ -179,14 +179,15 @@ private:
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     CpuSet held_by_others(const std::string &job) const;
-    std::map<std::string, CpuSet> plan() const;  // the policy's targets for the current state
+    // The policy's targets for the current state (`now` decides which jobs are in their dwell).
+    std::map<std::string, CpuSet> plan(TimePoint now) const;
     // Whether every job can reach `targets` through steps that never publish an empty set nor
     // let two jobs hold a cpu at once; names a job that would be stuck otherwise.
     bool reachable(const std::map<std::string, CpuSet> &targets, std::string *stuck) const;
     // Plans with the current state and checks that every job gets at least its min and can reach
     // its target; on failure the words start with `change` ("registering job x", ...). Requests
     // apply their change tentatively, call this, and undo the change when it fails.
-    Outcome feasible(const std::string &change) const;
+    Outcome feasible(const std::string &change, TimePoint now) const;
     void enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now);
 
     const Topology &topology_;
@@ -199,7 +200,6 @@ private:
     std::map<std::string, Job> jobs_;
     std::map<std::string, CpuSet> targets_;
     uint64_t next_order_ = 1;
-    TimePoint plan_time_{};                  // `now` of the latest replan (dwell is judged at it)
     std::optional<TimePoint> next_rate_replan_;  // throughput policy: the next periodic replan
 };
 
