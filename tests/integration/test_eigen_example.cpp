@@ -44,19 +44,6 @@ Curve parse_curve(const std::vector<std::string> &lines) {
     return curve;
 }
 
-std::vector<std::string> split_lines(const std::string &text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-}
-
-std::string joined(const std::vector<std::string> &lines) {
-    std::string s;
-    for (const auto &l : lines) s += l + "\n";
-    return s;
-}
-
 std::vector<std::string> trainer_argv() {
     return {bin_path("mall_train_digits"), "--steps", "6000", "--batch", "256", "--hidden", "256",
             "--print-every", "200", "--log-changes"};
@@ -87,7 +74,7 @@ TEST_P(EigenExample, PoolFollowsMallctlSetAndTheLossCurveIsUnchanged) {
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
     Child trainer(mallrun_argv(malld.socket(), "1:2", "digits", trainer_argv()));
-    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 60s)) << joined(trainer.all_lines());
+    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 60s)) << joined_lines(trainer.all_lines());
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "digits", "0-1", 1); }, 20s))
         << status_text(malld);
 
@@ -97,7 +84,7 @@ TEST_P(EigenExample, PoolFollowsMallctlSetAndTheLossCurveIsUnchanged) {
         ASSERT_EQ(set.exit_code, 0) << set.err;
         ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "digits", cpus, 1); }, 30s))
             << "the trainer did not ack " << cpus << " (did it finish first?)\n"
-            << status_text(malld) << joined(trainer.all_lines());
+            << status_text(malld) << joined_lines(trainer.all_lines());
         // The example's own report: the pool now has as many active workers as the allocation has cpus.
         const auto resized = trainer.wait_for_line(
             [&](const std::string &l) {
@@ -107,7 +94,7 @@ TEST_P(EigenExample, PoolFollowsMallctlSetAndTheLossCurveIsUnchanged) {
             },
             20s);
         EXPECT_TRUE(resized) << "no resize to " << expected_threads << " threads on " << cpus << ":\n"
-                             << joined(trainer.all_lines());
+                             << joined_lines(trainer.all_lines());
         // Every thread — the training thread and all pool workers, parked or not — on exactly those cpus.
         auto job = job_status(malld.socket(), "digits");
         ASSERT_TRUE(job);
@@ -124,22 +111,22 @@ TEST_P(EigenExample, PoolFollowsMallctlSetAndTheLossCurveIsUnchanged) {
                        l.compare(l.size() - tail.size(), tail.size(), tail) == 0;
             },
             20s))
-            << joined(trainer.all_lines());
+            << joined_lines(trainer.all_lines());
     }
-    ASSERT_EQ(trainer.wait_exit(200s), 0) << joined(trainer.all_lines());
+    ASSERT_EQ(trainer.wait_exit(200s), 0) << joined_lines(trainer.all_lines());
 
     const auto lines = trainer.all_lines();
     const Curve resized = parse_curve(lines);
-    ASSERT_EQ(resized.loss_at_step.size(), reference.loss_at_step.size()) << joined(lines);
+    ASSERT_EQ(resized.loss_at_step.size(), reference.loss_at_step.size()) << joined_lines(lines);
     // The same curve: every printed loss matches the plain run's (Eigen's contractions may block
     // differently for another thread count, so allow float rounding, nothing more).
     for (const auto &[step, loss] : reference.loss_at_step) {
-        ASSERT_TRUE(resized.loss_at_step.count(step)) << "step " << step << " missing\n" << joined(lines);
+        ASSERT_TRUE(resized.loss_at_step.count(step)) << "step " << step << " missing\n" << joined_lines(lines);
         EXPECT_NEAR(resized.loss_at_step.at(step), loss, 1e-4 * std::max(1.0, loss)) << "at step " << step;
     }
     EXPECT_NEAR(resized.final_loss, reference.final_loss, 1e-4);
-    EXPECT_GE(resized.test_accuracy, 0.95) << joined(lines);
-    EXPECT_LT(resized.final_loss, 0.2 * resized.loss_at_step.begin()->second) << joined(lines);
+    EXPECT_GE(resized.test_accuracy, 0.95) << joined_lines(lines);
+    EXPECT_LT(resized.final_loss, 0.2 * resized.loss_at_step.begin()->second) << joined_lines(lines);
 
     auto status = status_json(malld.socket());
     ASSERT_TRUE(status);

@@ -44,12 +44,6 @@ TrainingResult parse_output(const std::vector<std::string> &lines) {
     return r;
 }
 
-std::string all_text(const std::vector<std::string> &lines) {
-    std::string s;
-    for (const auto &l : lines) s += l + "\n";
-    return s;
-}
-
 std::vector<std::string> trainer_argv() {
     return {bin_path("mall_train_sgd"), "--steps", kSteps, "--seed", kSeed, "--print-every", "20", "--log-changes"};
 }
@@ -62,12 +56,7 @@ TEST(Example, ResizedRunGivesTheSameResultAsAPlainRun) {
     plain_argv.insert(plain_argv.end(), {"--threads", "2"});
     auto plain = run_command(plain_argv, RunOptions{{}, false, 180s});
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
-    std::vector<std::string> plain_lines;
-    {
-        std::istringstream in(plain.out);
-        for (std::string l; std::getline(in, l);) plain_lines.push_back(l);
-    }
-    const TrainingResult reference = parse_output(plain_lines);
+    const TrainingResult reference = parse_output(split_lines(plain.out));
     ASSERT_FALSE(reference.checksum.empty()) << "no final line in:\n" << plain.out;
     EXPECT_LT(reference.final_loss, reference.first_loss) << plain.out;
 
@@ -78,7 +67,7 @@ TEST(Example, ResizedRunGivesTheSameResultAsAPlainRun) {
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
     Child trainer(mallrun_argv(malld.socket(), "1:2", "sgd", trainer_argv()));
-    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 60s)) << all_text(trainer.all_lines());
+    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 60s)) << joined_lines(trainer.all_lines());
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "sgd", "0-1", 1); }, 20s))
         << status_json(malld.socket()).value_or(json()).dump(1);
 
@@ -87,7 +76,7 @@ TEST(Example, ResizedRunGivesTheSameResultAsAPlainRun) {
         ASSERT_EQ(set.exit_code, 0) << set.err;
         ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "sgd", cpus, 1); }, 30s))
             << "the trainer did not ack the change to " << cpus << " (did it finish first?)\n"
-            << status_json(malld.socket()).value_or(json()).dump(1) << all_text(trainer.all_lines());
+            << status_json(malld.socket()).value_or(json()).dump(1) << joined_lines(trainer.all_lines());
         auto job = job_status(malld.socket(), "sgd");
         ASSERT_TRUE(job);
         auto pids = job_pids(*job);
@@ -98,27 +87,27 @@ TEST(Example, ResizedRunGivesTheSameResultAsAPlainRun) {
                        l.compare(l.size() - cpus.size() - 5, std::string::npos, "cpus " + cpus) == 0;
             },
             20s))
-            << "no resize line for cpus " << cpus << ":\n" << all_text(trainer.all_lines());
+            << "no resize line for cpus " << cpus << ":\n" << joined_lines(trainer.all_lines());
     }
-    ASSERT_EQ(trainer.wait_exit(180s), 0) << all_text(trainer.all_lines());
+    ASSERT_EQ(trainer.wait_exit(180s), 0) << joined_lines(trainer.all_lines());
 
     const auto lines = trainer.all_lines();
     const TrainingResult resized = parse_output(lines);
-    ASSERT_FALSE(resized.checksum.empty()) << all_text(lines);
+    ASSERT_FALSE(resized.checksum.empty()) << joined_lines(lines);
     int resize_lines = 0;
     for (const auto &l : lines) resize_lines += l.rfind("resize ", 0) == 0;
-    EXPECT_GE(resize_lines, 4) << "the initial allocation and three forced changes:\n" << all_text(lines);
+    EXPECT_GE(resize_lines, 4) << "the initial allocation and three forced changes:\n" << joined_lines(lines);
 
     EXPECT_EQ(resized.checksum, reference.checksum) << "resizes changed the result\nplain:\n"
-                                                    << plain.out << "resized:\n" << all_text(lines);
+                                                    << plain.out << "resized:\n" << joined_lines(lines);
     EXPECT_EQ(resized.final_loss, reference.final_loss);
     EXPECT_EQ(resized.accuracy, reference.accuracy);
 
     // It learned: the loss goes down over the run.
-    EXPECT_LT(resized.final_loss, resized.first_loss) << all_text(lines);
+    EXPECT_LT(resized.final_loss, resized.first_loss) << joined_lines(lines);
     ASSERT_GE(resized.step_losses.size(), 2u);
-    EXPECT_LT(resized.step_losses.back(), resized.step_losses.front()) << all_text(lines);
-    EXPECT_LT(resized.final_loss, 0.5 * resized.first_loss) << all_text(lines);
+    EXPECT_LT(resized.step_losses.back(), resized.step_losses.front()) << joined_lines(lines);
+    EXPECT_LT(resized.final_loss, 0.5 * resized.first_loss) << joined_lines(lines);
 
     auto status = status_json(malld.socket());
     ASSERT_TRUE(status);

@@ -92,19 +92,6 @@ std::vector<std::string> example_argv(const std::vector<std::string> &options) {
     return argv;
 }
 
-std::vector<std::string> split_lines(const std::string &text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-    return lines;
-}
-
-std::string all_text(const std::vector<std::string> &lines) {
-    std::string s;
-    for (const auto &l : lines) s += l + "\n";
-    return s;
-}
-
 struct Resize {
     unsigned long generation = 0;
     std::string cpus;
@@ -154,7 +141,7 @@ TEST(PythonTorch, ThreadsFollowTheAllocationUnderMalld) {
                                example_argv({"--steps", "300", "--print-every", "25", "--until-resizes",
                                              "4", "--max-steps", "200000"})),
                   ChildOptions{python_env(), false, false});
-    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 120s)) << all_text(trainer.all_lines());
+    ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 120s)) << joined_lines(trainer.all_lines());
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "torch", "0-1", 1); }, 20s))
         << status_json(malld.socket()).value_or(json()).dump(1);
 
@@ -164,7 +151,7 @@ TEST(PythonTorch, ThreadsFollowTheAllocationUnderMalld) {
         ASSERT_EQ(set.exit_code, 0) << set.err;
         ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "torch", cpus, 1); }, 30s))
             << "the trainer did not ack the change to " << cpus << "\n"
-            << status_json(malld.socket()).value_or(json()).dump(1) << all_text(trainer.all_lines());
+            << status_json(malld.socket()).value_or(json()).dump(1) << joined_lines(trainer.all_lines());
         auto job = job_status(malld.socket(), "torch");
         ASSERT_TRUE(job);
         auto pids = job_pids(*job);
@@ -178,30 +165,30 @@ TEST(PythonTorch, ThreadsFollowTheAllocationUnderMalld) {
                        l.compare(l.size() - expected.size(), std::string::npos, expected) == 0;
             },
             30s))
-            << "no '" << expected << "' line:\n" << all_text(trainer.all_lines());
+            << "no '" << expected << "' line:\n" << joined_lines(trainer.all_lines());
     }
-    ASSERT_EQ(trainer.wait_exit(180s), 0) << all_text(trainer.all_lines());
+    ASSERT_EQ(trainer.wait_exit(180s), 0) << joined_lines(trainer.all_lines());
 
     const auto lines = trainer.all_lines();
     const ExampleOutput out = parse_output(lines);
     // Torch's thread count after each applied allocation: the whole pool, then the three moves.
-    ASSERT_EQ(out.resizes.size(), 4u) << all_text(lines);
+    ASSERT_EQ(out.resizes.size(), 4u) << joined_lines(lines);
     const std::vector<std::pair<std::string, int>> expected{{"0-1", 2}, {"0", 1}, {"0-1", 2}, {"1", 1}};
     for (size_t i = 0; i < expected.size(); ++i) {
-        EXPECT_EQ(out.resizes[i].cpus, expected[i].first) << all_text(lines);
-        EXPECT_EQ(out.resizes[i].threads, expected[i].second) << all_text(lines);
+        EXPECT_EQ(out.resizes[i].cpus, expected[i].first) << joined_lines(lines);
+        EXPECT_EQ(out.resizes[i].threads, expected[i].second) << joined_lines(lines);
         if (i > 0) {
             EXPECT_GT(out.resizes[i].generation, out.resizes[i - 1].generation);
         }
     }
     // Every step printed after a resize ran with the thread count of that resize.
-    ASSERT_FALSE(out.step_threads.empty()) << all_text(lines);
+    ASSERT_FALSE(out.step_threads.empty()) << joined_lines(lines);
     for (const auto &[threads, resizes_before] : out.step_threads) {
         if (resizes_before == 0) continue;
-        EXPECT_EQ(threads, out.resizes[resizes_before - 1].threads) << all_text(lines);
+        EXPECT_EQ(threads, out.resizes[resizes_before - 1].threads) << joined_lines(lines);
     }
-    EXPECT_EQ(out.final_resizes, 4) << all_text(lines);
-    EXPECT_GE(out.accuracy, kAccuracyTarget) << all_text(lines);
+    EXPECT_EQ(out.final_resizes, 4) << joined_lines(lines);
+    EXPECT_GE(out.accuracy, kAccuracyTarget) << joined_lines(lines);
 
     auto status = status_json(malld.socket());
     ASSERT_TRUE(status);

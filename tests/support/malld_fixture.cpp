@@ -305,6 +305,19 @@ std::map<pid_t, std::string> thread_cpus_allowed(pid_t pid) {
     return result;
 }
 
+std::vector<std::string> split_lines(const std::string &text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+std::string joined_lines(const std::vector<std::string> &lines) {
+    std::string s;
+    for (const auto &l : lines) s += l + "\n";
+    return s;
+}
+
 std::optional<std::vector<int>> parse_cpu_list(const std::string &text) {
     std::vector<int> cpus;
     std::string t = trim(text);

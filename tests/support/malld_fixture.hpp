@@ -84,6 +84,9 @@ bool threads_all_on(const std::vector<pid_t> &pids, const std::string &cpus);
 std::string describe_threads(const std::vector<pid_t> &pids);
 // A cgroup's cpuset.cpus (trimmed), nullopt when the folder or file is missing.
 std::optional<std::string> cgroup_cpus(const std::string &cgroup_dir);
+// A program's output split into lines, and lines joined back (one per line) for failure messages.
+std::vector<std::string> split_lines(const std::string &text);
+std::string joined_lines(const std::vector<std::string> &lines);
 // Parses Linux list text ("0-3,8") into cpu numbers; nullopt on bad text.
 std::optional<std::vector<int>> parse_cpu_list(const std::string &text);
 

@@ -24,12 +24,6 @@ namespace mall::test {
 // The "key value" pairs of a probe's "resize gen G cpus LIST threads N ..." line.
 using ProbeFields = std::map<std::string, std::string>;
 
-inline std::string joined_lines(const std::vector<std::string> &lines) {
-    std::string s;
-    for (const auto &l : lines) s += l + "\n";
-    return s;
-}
-
 inline std::optional<ProbeFields> resize_fields(const std::string &line) {
     std::istringstream in(line);
     std::string word, key, value;
