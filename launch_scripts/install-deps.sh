@@ -19,6 +19,11 @@ packages=(
   # The Python module's tests and examples/train_torch.py: Debian's PyTorch (OpenMP build), numpy,
   # and scikit-learn for the digits data it ships.
   python3-torch python3-numpy python3-sklearn
+  # The libtorch adapter and its test (tf_integration/, MALL_WITH_LIBTORCH): headers and CMake files.
+  # Named here because --no-install-recommends leaves out python3-torch's recommendation of it.
+  libtorch-dev
+  # launch_scripts/bench-cosched.sh draws its timeline plot (PNG) with gnuplot.
+  gnuplot-nox
 )
 
 missing=()

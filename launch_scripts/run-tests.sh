@@ -15,7 +15,10 @@ echo "== run-tests: dependencies"
 "$repo/launch_scripts/install-deps.sh"
 
 echo "== run-tests: configure ($build)"
-cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# install-deps.sh brought Slurm, Open MPI and libtorch, so their parts are required (ON), not AUTO:
+# a missing one fails here instead of silently dropping its tests.
+parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON)
+cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${parts[@]}" >/dev/null
 
 echo "== run-tests: build"
 ninja -C "$build" -j "$jobs"
@@ -37,7 +40,7 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
   # Optimised (-O2 -g): the Eigen kernels of the examples are ~50x slower at -O0, and ASan/UBSan
   # find the same defects at -O2 (stack traces keep their lines with -g).
   cmake -G Ninja -S "$repo" -B "$repo/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DMALL_SANITIZE='address;undefined' -DMALL_BUILD_BENCHMARKS=OFF >/dev/null
+        -DMALL_SANITIZE='address;undefined' -DMALL_BUILD_BENCHMARKS=OFF "${parts[@]}" >/dev/null
   ninja -C "$repo/build-asan" -j "$jobs"
   # Left out there: find_package (it links an uninstrumented consumer against the instrumented
   # library), the Python tests (an uninstrumented python3 cannot dlopen an instrumented libmall:
