@@ -33,11 +33,11 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "mall/mall.h"
-#include "mall/tf/mall_pool_glue.hpp"
 #include "mall/tf/resizable_thread_pool.hpp"
 
 #include "digits_data.hpp"
 #include "example_support.hpp"
+#include "malleable_pool.hpp"
 
 namespace po = boost::program_options;
 
@@ -162,8 +162,6 @@ double accuracy(const Eigen::ThreadPoolDevice &device, const Model &m, const Dat
     return static_cast<double>(correct) / static_cast<double>(indices.size());
 }
 
-std::string cpu_list(const mall_alloc_t &alloc) { return alloc.cpus[0] != '\0' ? alloc.cpus : "-"; }
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -274,21 +272,9 @@ int main(int argc, char **argv) {
 
     // Attach to malld when launched under it; on failure, one warning and a fixed-size run.
     mall_t *m = nullptr;
-    const bool under_mall = std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr;
-    if (under_mall && resizable) {
-        mall_error_t err{};
-        const int rc = mall_open(nullptr, &m, &err);
-        if (rc != MALL_SUCCESS) {
-            std::fprintf(stderr, "mall_train_digits: not malleable (%s); running on %d threads\n", err.text,
-                         pool->NumThreads());
-            m = nullptr;
-        } else if (mall::tf::attach_pool(m, *resizable) != MALL_SUCCESS || mall_bind_thread(m) != MALL_SUCCESS) {
-            std::fprintf(stderr, "mall_train_digits: could not attach the pool to libmall; running on %d threads\n",
-                         pool->NumThreads());
-            mall_close(m);
-            m = nullptr;
-        }
-    } else if (under_mall) {
+    if (resizable) {
+        m = mall::examples::attach_if_launched("mall_train_digits", *resizable);
+    } else if (mall::examples::launched_under_malld()) {
         std::fprintf(stderr, "mall_train_digits: --pool eigen cannot be resized; not attaching to malld\n");
     }
 
@@ -312,7 +298,7 @@ int main(int argc, char **argv) {
             if (generation != 0) ++resizes;
             if (log_changes && !quiet)
                 std::printf("resize step %d gen %" PRIu64 " threads %d -> %d cpus %s\n", step, alloc.generation,
-                            threads_before, pool->NumThreads(), cpu_list(alloc).c_str());
+                            threads_before, pool->NumThreads(), mall::examples::allocation_text(alloc));
             generation = alloc.generation;
         }
         // Like DirectSession at each Run: the device takes the pool's current size.
