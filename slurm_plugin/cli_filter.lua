@@ -1,9 +1,10 @@
 -- cli_filter.lua — mall's submission filter for sbatch/salloc/srun (Slurm's cli_filter/lua plugin).
 -- A SPANK plugin cannot change a job's request in Slurm 22.05, so this filter does the part of
--- `--malleable=MIN[:MAX]` that must happen at submission: with no -c/--cpus-per-task it asks Slurm
--- for MIN cpus per task (the cores the job is guaranteed); with -c it refuses values outside
--- MIN..MAX, saying how to fix the command. Install it as cli_filter.lua next to slurm.conf and set
--- CliFilterPlugins=cli_filter/lua. Bad --malleable values are refused earlier by the plugin itself.
+-- `--malleable=MIN[:MAX][,weight=W]` that must happen at submission: with no -c/--cpus-per-task it
+-- asks Slurm for MIN cpus per task (the cores the job is guaranteed); with -c it refuses values
+-- outside MIN..MAX, saying how to fix the command (the weight is the plugin's business). Install it
+-- as cli_filter.lua next to slurm.conf and set CliFilterPlugins=cli_filter/lua. Bad --malleable
+-- values are refused earlier by the plugin itself.
 
 function slurm_cli_setup_defaults(options, early)
   return slurm.SUCCESS
@@ -13,8 +14,11 @@ function slurm_cli_pre_submit(options, offset)
   local spank = options["spank"]
   local value = spank and spank["mall"] and spank["mall"]["malleable"]
   if value == nil then return slurm.SUCCESS end
-  local min, max = string.match(value, "^(%d+):(%d+)$")
-  if min == nil then min = string.match(value, "^(%d+)$") end
+  -- The cores come first, before any ",weight=W"; "weight=W" alone means the bare option's cores.
+  local cores = string.match(value, "^([^,]*)")
+  if string.find(cores, "=", 1, true) then cores = "" end
+  local min, max = string.match(cores, "^(%d+):(%d+)$")
+  if min == nil then min = string.match(cores, "^(%d+)$") end
   if min == nil then return slurm.SUCCESS end  -- bare --malleable: MIN is 1, Slurm's default
   min = tonumber(min)
   max = max and tonumber(max)

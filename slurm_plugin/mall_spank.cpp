@@ -1,7 +1,8 @@
-// mall_spank.cpp — the Slurm SPANK plugin "mall": the `--malleable[=MIN[:MAX]]` option, and the
-// malld requests around a job's life (Reclaim before its tasks run, Register/Deregister per task,
-// Release at the end). Contract: never fails a job because malld is away (unless the admin chose
-// on_daemon_down=fail, and then only the task), never drains a node, never lets an exception out.
+// mall_spank.cpp — the Slurm SPANK plugin "mall": the `--malleable[=MIN[:MAX]][,weight=W]` option,
+// and the malld requests around a job's life (Reclaim before its tasks run, Register/Deregister per
+// task, with the job's weight; Release at the end). Contract: never fails a job because malld is
+// away (unless the admin chose on_daemon_down=fail, and then only the task), never drains a node,
+// never lets an exception out.
 //
 // What Slurm 22.05 lets a SPANK plugin do, and how this file copes (checked on this machine kind):
 // - Changing the job request: not possible. spank.h (22.05) has no call that edits the job's
@@ -229,10 +230,12 @@ MalleableLimits limits_here(bool on_node) {
 int malleable_option_cb(int val, const char *optarg, int remote);
 
 char kOptName[] = "malleable";
-char kOptArgInfo[] = "MIN[:MAX]";
+char kOptArgInfo[] = "MIN[:MAX][,weight=W]";
 char kOptUsage[] =
     "let mall grow and shrink this job's cores between MIN and MAX while it runs (MIN is guaranteed "
-    "by Slurm, like -c MIN; MAX defaults to the node's cores)";
+    "by Slurm, like -c MIN; MAX defaults to the node's cores); weight=W (above 0, at most 1000000, "
+    "default 1) is the job's share of idle cores under malld's weighted policy, e.g. 2:8,weight=3 "
+    "or weight=2";
 struct spank_option g_malleable_option = {kOptName, kOptArgInfo, kOptUsage, 2, 0, malleable_option_cb};
 
 // A bare `--malleable` reaches the job environment as the text "(null)" (sbatch formats the missing
@@ -493,6 +496,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
                                {"min", min},
                                {"max", max},
                                {"guaranteed", guaranteed->to_string()},
+                               {"weight", request->weight},
                                {"join", true}};
         bool unreachable = false;
         auto result = ask_malld(mall::proto::Type::Register, body, &unreachable, &error);
@@ -512,8 +516,9 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
                       result->error.c_str());
             return 0;
         }
-        log_info("job %u task pid %d registered: min %u max %u guaranteed %s, cpus %s", *id, pid, min, max,
-                 guaranteed->to_string().c_str(), result->body.value("cpus", std::string()).c_str());
+        log_info("job %u task pid %d registered: min %u max %u weight %g guaranteed %s, cpus %s", *id, pid, min,
+                 max, request->weight, guaranteed->to_string().c_str(),
+                 result->body.value("cpus", std::string()).c_str());
         return 0;
     } catch (const std::exception &e) {
         slurm_error("mall: task_post_fork: %s; this job runs non-malleable", e.what());

@@ -1,10 +1,14 @@
-// malleable_option.cpp — strict parser for `--malleable[=MIN[:MAX]]` (see malleable_option.hpp).
-// Contract: never throws; accepts only plain decimal digits; every rejection names the bad part and
-// ends with malleable_allowed_text() so the user learns what to type instead.
+// malleable_option.cpp — strict parser for `--malleable[=MIN[:MAX]][,weight=W]` (see
+// malleable_option.hpp). Contract: never throws; accepts only plain decimal digits (and one '.' in
+// W); every rejection names the bad part and ends with malleable_allowed_text() so the user learns
+// what to type instead.
 #include "malleable_option.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <system_error>
+#include <vector>
 
 namespace mall::slurm {
 
@@ -42,6 +46,49 @@ std::optional<unsigned> parse_count(std::string_view text, const char *what, std
     return static_cast<unsigned>(value);
 }
 
+// Parses W of weight=W: digits, optionally '.' and more digits. The characters are checked here and
+// std::from_chars converts them, so the result never depends on the locale.
+std::optional<double> parse_weight(std::string_view text, std::string *why) {
+    const std::string quoted = "weight \"" + std::string(text) + "\"";
+    if (text.empty()) {
+        *why = "weight is empty (write weight=W with a number, e.g. weight=2.5)";
+        return std::nullopt;
+    }
+    size_t dot = text.find('.');
+    bool digits_only =
+        std::all_of(text.begin(), text.end(), [](char c) { return c == '.' || (c >= '0' && c <= '9'); });
+    if (!digits_only || dot == 0 || dot + 1 == text.size() ||
+        (dot != std::string_view::npos && text.find('.', dot + 1) != std::string_view::npos)) {
+        *why = quoted + " is not a plain decimal number (digits with an optional fraction, e.g. 2 or 0.5)";
+        return std::nullopt;
+    }
+    std::string_view whole = text.substr(0, dot);
+    whole.remove_prefix(std::min(whole.find_first_not_of('0'), whole.size()));
+    if (whole.size() > 7) {  // 10000000 or more: above the bound, and no overflow below
+        *why = quoted + " is above " + std::to_string(static_cast<long>(kMaxMalleableWeight));
+        return std::nullopt;
+    }
+    double weight = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), weight, std::chars_format::fixed);
+    if (ec == std::errc::result_out_of_range) {  // only underflow is left: a value too close to 0
+        *why = quoted + " is too close to 0";
+        return std::nullopt;
+    }
+    if (ec != std::errc() || end != text.data() + text.size()) {
+        *why = quoted + " is not a plain decimal number (digits with an optional fraction, e.g. 2 or 0.5)";
+        return std::nullopt;
+    }
+    if (!(weight > 0)) {
+        *why = quoted + " must be above 0";
+        return std::nullopt;
+    }
+    if (weight > kMaxMalleableWeight) {
+        *why = quoted + " is above " + std::to_string(static_cast<long>(kMaxMalleableWeight));
+        return std::nullopt;
+    }
+    return weight;
+}
+
 }  // namespace
 
 std::string malleable_allowed_text(const MalleableLimits &limits) {
@@ -58,7 +105,9 @@ std::string malleable_allowed_text(const MalleableLimits &limits) {
             bound += limits.largest_node ? " (the largest node's cores)" : " (this node's cores)";
     }
     return "allowed: --malleable, --malleable=MIN or --malleable=MIN:MAX with whole numbers " + lo +
-           " <= MIN <= MAX <= " + bound + "; MAX defaults to the node's cores";
+           " <= MIN <= MAX <= " + bound + "; MAX defaults to the node's cores; each form may end in " +
+           ",weight=W (--malleable=weight=W keeps the default cores) with W a decimal number above 0 " +
+           "and at most 1000000 (default 1), the job's share under malld's weighted policy";
 }
 
 unsigned resolve_max(const MalleableRequest &request, const MalleableLimits &limits) {
@@ -80,27 +129,75 @@ std::optional<MalleableRequest> parse_malleable(const char *value, const Malleab
     MalleableRequest request;
     request.min = lowest_min(limits);
     request.max = 0;
-    if (value == nullptr) {  // bare --malleable
+    auto check_default_cores = [&]() -> std::optional<std::string> {
         unsigned hi = highest_max(limits);
         if (hi != 0 && request.min > hi)
-            return fail("the administrator's min_cpus (" + std::to_string(request.min) +
-                        ") is above the cores available (" + std::to_string(hi) + ")");
+            return "the administrator's min_cpus (" + std::to_string(request.min) +
+                   ") is above the cores available (" + std::to_string(hi) + ")";
+        return std::nullopt;
+    };
+    if (value == nullptr) {  // bare --malleable
+        if (auto bad = check_default_cores()) return fail(*bad);
         return request;
     }
 
     std::string_view text(value);
     if (text.empty()) return fail("the value is empty (write --malleable alone, or give MIN or MIN:MAX)");
-    size_t colon = text.find(':');
+
+    // Comma-separated items: the cores (MIN or MIN:MAX) first when given, then key=value items.
+    std::vector<std::string_view> items;
+    for (size_t start = 0;;) {
+        size_t comma = text.find(',', start);
+        items.push_back(text.substr(start, comma == std::string_view::npos ? comma : comma - start));
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    std::string_view cores;
+    bool weight_given = false;
+    for (size_t i = 0; i < items.size(); ++i) {
+        std::string_view item = items[i];
+        if (item.empty())
+            return fail("item " + std::to_string(i + 1) +
+                        " is empty (a stray ',' at the start, the end or doubled)");
+        if (item == "weight") return fail("weight has no value (write weight=W, e.g. weight=2)");
+        size_t eq = item.find('=');
+        if (eq == std::string_view::npos) {
+            if (i == 0) {
+                cores = item;
+                continue;
+            }
+            bool looks_like_cores = item.find_first_not_of("0123456789:") == std::string_view::npos;
+            if (looks_like_cores)
+                return fail("\"" + std::string(item) +
+                            "\" after ',' is not key=value (the cores MIN[:MAX] come first, and MIN:MAX is "
+                            "written with ':')");
+            return fail("\"" + std::string(item) + "\" after ',' is not key=value (the only key is weight=)");
+        }
+        std::string_view key = item.substr(0, eq);
+        if (key != "weight")
+            return fail("unknown key \"" + std::string(key) + "\" (the only key is weight=)");
+        if (weight_given) return fail("weight is given more than once");
+        weight_given = true;
+        auto weight = parse_weight(item.substr(eq + 1), &why);
+        if (!weight) return fail(why);
+        request.weight = *weight;
+    }
+    if (cores.empty()) {  // weight=W alone: the bare option's cores
+        if (auto bad = check_default_cores()) return fail(*bad);
+        return request;
+    }
+
+    size_t colon = cores.find(':');
     std::optional<unsigned> min, max;
     if (colon == std::string_view::npos) {
-        min = parse_count(text, "MIN", &why);
+        min = parse_count(cores, "MIN", &why);
         if (!min) return fail(why);
     } else {
-        if (text.find(':', colon + 1) != std::string_view::npos)
+        if (cores.find(':', colon + 1) != std::string_view::npos)
             return fail("there is more than one ':' (write MIN:MAX)");
-        min = parse_count(text.substr(0, colon), "MIN", &why);
+        min = parse_count(cores.substr(0, colon), "MIN", &why);
         if (!min) return fail(why);
-        max = parse_count(text.substr(colon + 1), "MAX", &why);
+        max = parse_count(cores.substr(colon + 1), "MAX", &why);
         if (!max) return fail(why);
     }
 

@@ -1,6 +1,7 @@
-// malleable_option.hpp — strict parser for the user's `--malleable[=MIN[:MAX]]` value (SPANK plugin).
-// Pure logic, no Slurm: accepts "" (bare option), "N" (MIN=N) and "MIN:MAX"; rejects everything
-// else with words that say what is allowed. MAX 0 in the result means "the node's cores" (unknown yet).
+// malleable_option.hpp — strict parser for the user's `--malleable[=MIN[:MAX]][,weight=W]` value
+// (SPANK plugin). Pure logic, no Slurm: accepts the bare option, "N" (MIN=N), "MIN:MAX", either
+// followed by ",weight=W", and "weight=W" alone; rejects everything else with words that say what is
+// allowed. MAX 0 in the result means "the node's cores" (unknown yet).
 #pragma once
 
 #include <optional>
@@ -21,15 +22,19 @@ struct MalleableLimits {
 struct MalleableRequest {
     unsigned min = 1;  // cores the job always keeps (Slurm guarantees them, like -c MIN)
     unsigned max = 0;  // most cores mall may lend it; 0 = the node's cores (resolved on the node)
+    double weight = 1.0;  // its share under malld's weighted policy, in (0, kMaxMalleableWeight]
     bool operator==(const MalleableRequest &) const = default;
 };
 
 // The largest value accepted for MIN or MAX, whatever the limits (a sanity bound against typos).
 constexpr unsigned kMaxMalleableCpus = 65536;
+// The largest weight accepted (the bound mallrun --weight and mallctl set --weight use).
+constexpr double kMaxMalleableWeight = 1e6;
 
 // value: nullptr or "" is invalid only when `present_with_equals` is true ("--malleable=" with
 // nothing after it); a bare `--malleable` passes nullptr. Defaults: MIN = max(1, admin_min),
-// MAX = 0 ("the node's cores", capped by admin_max when given).
+// MAX = 0 ("the node's cores", capped by admin_max when given), weight 1. W is digits with an
+// optional '.' and fraction (no sign, exponent, hex, nan or inf), read without the locale.
 // On failure returns nullopt and *error says what was wrong and what is allowed.
 std::optional<MalleableRequest> parse_malleable(const char *value, const MalleableLimits &limits,
                                                 std::string *error);

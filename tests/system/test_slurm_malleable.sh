@@ -6,7 +6,8 @@
 # cores; a job killed before it ever acks, or while malld waits for its ack, does not wedge malld;
 # bad --malleable values are refused; malld --slurm ends a registration Slurm does not run; with
 # malld stopped a --malleable job still runs and the node stays up; an srun --mpi=pmix step runs
-# inside a malleable allocation. Label `system`.
+# inside a malleable allocation; --malleable=MIN:MAX,weight=W reaches malld as the job's weight.
+# Label `system`.
 # Usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, jq)
 # Prints one PASS/FAIL/SKIP line per check; exits non-zero when any check fails. Always brings its
 # private cluster down (trap); a watchdog ends the run after MALL_SYSTEST_TIMEOUT_S (default 420).
@@ -335,9 +336,9 @@ kill "$watch_pid" 2>/dev/null; wait "$watch_pid" 2>/dev/null; watch_pid=''
 
 # ---- 5. bad --malleable values are refused and no job is submitted --------------------------------
 declare -A bad_words=([x]='MIN "x" is not a whole number' [3:1]='MAX (1) is below MIN (3)' [0:2]='MIN must be at least 1'
-                      [1:3]="MAX (3) is above the largest node's 2 cores")
+                      [1:3]="MAX (3) is above the largest node's 2 cores" [1:2,wieght=2]='unknown key "wieght"')
 jobs_before=$(squeue -h -o %A | sort | tr '\n' ' ')
-for value in x 3:1 0:2 1:3; do
+for value in x 3:1 0:2 1:3 1:2,wieght=2; do
   out=$(sbatch --parsable --malleable="$value" -c 1 --wrap true 2>&1); rc=$?
   if [ $rc -ne 0 ] && ! grep -qE '^[0-9]+(;.*)?$' <<<"$out" && grep -qF -- "--malleable=$value: ${bad_words[$value]}" <<<"$out" &&
      grep -qF 'allowed: --malleable' <<<"$out"; then
@@ -374,6 +375,35 @@ if [ $rc -ne 0 ] && grep -qF 'guarantees 2 cpus per task, but -c 1' <<<"$out" &&
   pass "(9) -c 1 with --malleable=2:2 refused at submission: $(grep -m1 -F 'guarantees' <<<"$out")"
 else
   fail "(9) -c 1 with --malleable=2:2: exit $rc, output: $out"
+fi
+# The filter finds MIN before a ",weight=W" too (a held job: only its request is looked at).
+held=$(sbatch --parsable --hold --malleable=2:2,weight=2 --wrap true 2>"$work/held.sbatch.err")
+held=${held%%;*}
+per_task=$( [ -n "$held" ] && scontrol show job "$held" | grep -o 'CPUs/Task=[0-9]*' | head -n1)
+if [ "$per_task" = 'CPUs/Task=2' ]; then
+  pass "(9) sbatch --malleable=2:2,weight=2 without -c got $per_task"
+else
+  fail "(9) --malleable=2:2,weight=2 without -c: job '${held}' has '$per_task' ($(cat "$work/held.sbatch.err"))"
+fi
+[ -n "$held" ] && scancel "$held" && wait_for $wait_default_s job_final "$held"
+
+# ---- 10. the job's weight reaches malld ------------------------------------------------------------
+job_weight_is() { # job_weight_is JOB W: malld lists JOB with weight W (compared as numbers)
+  status_json | jq -e --arg j "$1" --argjson w "$2" '[.jobs[] | select(.job == $j) | .weight == $w] == [true]' >/dev/null
+}
+j10=$(submit weighted --malleable=1:2,weight=3 -c 1 --wrap "$(client_cmd)") ||
+  fail "(10) sbatch refused --malleable=1:2,weight=3: $(cat "$work/weighted.sbatch.err")"
+if [ -n "${j10:-}" ]; then
+  if wait_for $wait_default_s job_weight_is "slurm-$j10" 3; then
+    pass "(10) job $j10 (--malleable=1:2,weight=3) is in mallctl status with $(status_json | jq -c --arg j "slurm-$j10" '.jobs[] | select(.job == $j) | {job, weight, min, max}')"
+  else
+    fail "(10) job $j10 (--malleable=1:2,weight=3) not listed with weight 3: $(status_json | jq -c '[.jobs[] | {job, weight}]')"
+    dump_job weighted "$j10"
+  fi
+  scancel "$j10"
+  if ! { wait_for $wait_default_s job_final "$j10" && wait_for $wait_default_s job_gone_and_released "slurm-$j10"; }; then
+    fail "(10) after scancel $j10: $(status_json | jq -c '{reserved, jobs: [.jobs[].job]}')"
+  fi
 fi
 
 # ---- 8. malld --slurm: a registration Slurm does not run is ended ---------------------------------
