@@ -29,8 +29,9 @@ running jobs' MIN cores leave room for its own MIN):
   oversub     no mall: every job runs as many threads as the node has cpus, unpinned
   equal       a private malld, --policy equal; jobs under mallrun --malleable=MIN:MAX
   throughput  the same with --policy throughput (measured speedup curves)
-The built-in mix, per 2 cpus: a long compute-bound job and a short memory-bound one at 0 s, a
-compute-bound job at 10 s, a memory-bound one at 20 s (each MIN 1, MAX all cpus). Work is counted
+The built-in mix, per 2 cpus: a long compute-bound run (40 one-core s) with a short memory-bound job
+at 0 s, a short compute-bound one at 8 s, a memory-bound one at 16 s (6 s each; MIN 1, MAX all cpus:
+cores fall idle when short jobs end, static leaves them idle). Work is counted
 in one-core seconds (steps / the kind's one-core step rate, measured first), so "work/s" is the
 number of cores' worth of work finished per second of makespan.
 

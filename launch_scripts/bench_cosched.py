@@ -215,9 +215,10 @@ class Bench:
             jobs = self.read_scenario(self.args.scenario)
         else:
             # A template for 2 cores, repeated once per 2 cores (offset 1 s each): a long
-            # compute-bound job and a short memory-bound one arrive together; a second
-            # compute-bound job arrives at 10 s, another memory-bound one at 20 s.
-            template = [("dense", 0.0, 24.0), ("linear", 0.0, 8.0), ("dense", 10.0, 12.0), ("linear", 20.0, 8.0)]
+            # compute-bound training run shares the node with short jobs that come and go (a
+            # memory-bound one with it at 0 s, a short compute-bound one at 8 s, another
+            # memory-bound one at 16 s), so cores fall idle between and after them.
+            template = [("dense", 0.0, 40.0), ("linear", 0.0, 6.0), ("dense", 8.0, 6.0), ("linear", 16.0, 6.0)]
             jobs = []
             for replica in range(max(1, self.ncpu // 2)):
                 for index, (kind, arrival, work) in enumerate(template):
