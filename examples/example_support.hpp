@@ -1,7 +1,7 @@
 // example_support.hpp — what the example trainers (and the adapter test probes) share: a seeded
 // generator that gives the same numbers with every standard library, Linux cpu-list text of a
-// cpu set, and the handwritten digits python3-sklearn ships (loader, sizes, default path).
-// Header-only; load_digits() needs zlib (link ZLIB::ZLIB).
+// cpu set, the count of cpus this process may use, and the FNV-1a checksum the trainers print.
+// Header-only.
 #pragma once
 
 #include <sched.h>
@@ -58,6 +58,25 @@ inline std::string affinity_list() {
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
     return cpu_list(set);
+}
+
+// How many cpus this process may use (1 when that cannot be read).
+inline int affinity_count() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    return std::max(1, CPU_COUNT(&set));
+}
+
+// FNV-1a over raw bytes: the trainers' "checksum" of their final weights.
+inline uint64_t fnv1a(const void *data, size_t size) {
+    const auto *bytes = static_cast<const unsigned char *>(data);
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < size; ++i) {
+        hash ^= bytes[i];
+        hash *= 0x100000001b3ull;
+    }
+    return hash;
 }
 
 }  // namespace mall::examples

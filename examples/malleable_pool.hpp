@@ -1,11 +1,12 @@
-// malleable_pool.hpp — how the Eigen-pool examples (train_digits, train_linear) join malld: when the
-// process was launched under it (MALL_JOB_ID or MALL_SOCKET set), open libmall, attach the
-// resizable pool (resized and pinned inside mall_step() before the ack) and pin the main thread.
-//
-// Contract: returns the open handle, or nullptr after ONE warning on stderr naming the program and
-// the thread count it will keep; never exits. Not launched under malld: nullptr, silently.
+// malleable_pool.hpp — how the Eigen-pool examples (train_digits, train_linear) join malld and
+// cross a step boundary. attach_if_launched(): when the process was launched under malld
+// (MALL_JOB_ID or MALL_SOCKET set), open libmall, attach the resizable pool (resized and pinned
+// inside mall_step() before the ack) and pin the main thread; returns the handle, or nullptr after
+// ONE warning naming the program and the thread count it keeps (never exits); not launched under
+// malld: nullptr, silently. StepBoundary: mall_step() at each step, counting and logging changes.
 #pragma once
 
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 
@@ -38,5 +39,34 @@ inline mall_t *attach_if_launched(const char *program, mall::tf::ResizableThread
     }
     return m;
 }
+
+// Calls mall_step() (nothing when m is nullptr: a plain run). When it brought an allocation, the glue
+// has already resized and re-pinned the pool; a change after the first allocation counts as a
+// resize, and with `log` a line "resize step <n> gen <g> threads <a> -> <b> cpus <list>" is printed.
+class StepBoundary {
+public:
+    StepBoundary(mall_t *m, const Eigen::ThreadPoolInterface &pool, bool log) : m_(m), pool_(pool), log_(log) {}
+
+    void cross(int step) {
+        if (m_ == nullptr) return;
+        const int threads_before = pool_.NumThreads();
+        if (mall_step(m_) != MALL_SUCCESS) return;  // no change: one load
+        mall_alloc_t alloc;
+        mall_get_allocation(m_, &alloc);
+        if (generation_ != 0) ++resizes_;
+        generation_ = alloc.generation;
+        if (log_)
+            std::printf("resize step %d gen %" PRIu64 " threads %d -> %d cpus %s\n", step, alloc.generation,
+                        threads_before, pool_.NumThreads(), allocation_text(alloc));
+    }
+    int resizes() const { return resizes_; }
+
+private:
+    mall_t *m_;
+    const Eigen::ThreadPoolInterface &pool_;
+    bool log_;
+    uint64_t generation_ = 0;
+    int resizes_ = 0;
+};
 
 }  // namespace mall::examples

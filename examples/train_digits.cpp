@@ -36,6 +36,7 @@
 #include "mall/tf/resizable_thread_pool.hpp"
 
 #include "digits_data.hpp"
+#include "example_options.hpp"
 #include "example_support.hpp"
 #include "malleable_pool.hpp"
 
@@ -189,13 +190,7 @@ int main(int argc, char **argv) {
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation applied")(
         "quiet,q", po::bool_switch(&quiet), "print only the last two lines");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error &e) {
-        std::fprintf(stderr, "mall_train_digits: %s\nsee `mall_train_digits --help`\n", e.what());
-        return 2;
-    }
+    if (!mall::examples::parse_options("mall_train_digits", argc, argv, opts, vm)) return 2;
     if (vm.count("help")) {
         std::printf(
             "mall_train_digits - a malleable Eigen training loop: an MLP on Eigen::Tensor, evaluated on an\n"
@@ -251,12 +246,7 @@ int main(int argc, char **argv) {
     for (size_t j = order.size() - 1; j > 0; --j) std::swap(order[j], order[split_rng.below(j + 1)]);
     std::vector<int> train(order.begin(), order.begin() + train_size), test(order.begin() + train_size, order.end());
 
-    int start_threads = fixed_threads;
-    if (!vm.count("threads")) {
-        cpu_set_t allowed;
-        start_threads = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-    }
-    start_threads = std::max(1, start_threads);
+    const int start_threads = vm.count("threads") ? fixed_threads : mall::examples::affinity_count();
 
     // The pool under the device: the resizable one (follows malld) or Eigen's own fixed pool.
     std::unique_ptr<mall::tf::ResizableThreadPool> resizable;
@@ -283,24 +273,14 @@ int main(int argc, char **argv) {
     std::vector<int> batch_indices(batch);
     Rng batch_rng(seed * 0xD1342543DE82EF95ull + 7);
     size_t cursor = train.size();  // forces a shuffle at the first step
-    uint64_t generation = 0;
-    int resizes = 0;
+    mall::examples::StepBoundary boundary(m, *pool, log_changes && !quiet);
     double loss = 0, first_loss = -1;
     const auto started = std::chrono::steady_clock::now();
 
     for (int step = 1; step <= steps; ++step) {
         // The step boundary: when malld changed the allocation, the glue has resized and re-pinned
         // the pool when this returns MALL_SUCCESS; otherwise it cost one load.
-        const int threads_before = pool->NumThreads();
-        if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
-            mall_alloc_t alloc;
-            mall_get_allocation(m, &alloc);
-            if (generation != 0) ++resizes;
-            if (log_changes && !quiet)
-                std::printf("resize step %d gen %" PRIu64 " threads %d -> %d cpus %s\n", step, alloc.generation,
-                            threads_before, pool->NumThreads(), mall::examples::allocation_text(alloc));
-            generation = alloc.generation;
-        }
+        boundary.cross(step);
         // Like DirectSession at each Run: the device takes the pool's current size.
         const Eigen::ThreadPoolDevice device(pool, pool->NumThreads());
 
@@ -331,7 +311,7 @@ int main(int argc, char **argv) {
     std::printf("final loss %.6f train_accuracy %.4f test_accuracy %.4f first_loss %.6f\n", loss, train_accuracy,
                 test_accuracy, first_loss);
     std::printf("done steps %d seconds %.3f images_per_s %.1f resizes %d\n", steps, seconds,
-                static_cast<double>(steps) * batch / seconds, resizes);
+                static_cast<double>(steps) * batch / seconds, boundary.resizes());
     if (m != nullptr) mall_close(m);
     return 0;
 }

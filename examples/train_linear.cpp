@@ -36,11 +36,14 @@
 #include "mall/mall.h"
 #include "mall/tf/resizable_thread_pool.hpp"
 
+#include "example_options.hpp"
 #include "example_support.hpp"
 #include "malleable_pool.hpp"
 
 namespace po = boost::program_options;
+using mall::examples::affinity_count;
 using mall::examples::affinity_list;
+using mall::examples::fnv1a;
 using mall::examples::Rng;
 
 namespace {
@@ -135,16 +138,6 @@ double accuracy(const Dataset &ds, int64_t first, int64_t last, const Eigen::Vec
     return last > first ? static_cast<double>(correct) / static_cast<double>(last - first) : 0.0;
 }
 
-uint64_t fnv1a(const void *data, size_t size) {
-    const auto *bytes = static_cast<const unsigned char *>(data);
-    uint64_t hash = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < size; ++i) {
-        hash ^= bytes[i];
-        hash *= 0x100000001b3ull;
-    }
-    return hash;
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -169,13 +162,7 @@ int main(int argc, char **argv) {
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation applied")(
         "quiet,q", po::bool_switch(&quiet), "print only the last two lines");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error &e) {
-        std::fprintf(stderr, "mall_train_linear: %s\nsee `mall_train_linear --help`\n", e.what());
-        return 2;
-    }
+    if (!mall::examples::parse_options("mall_train_linear", argc, argv, opts, vm)) return 2;
     if (vm.count("help")) {
         std::printf(
             "mall_train_linear - a malleable, memory-bound training loop: logistic regression streaming over\n"
@@ -216,11 +203,7 @@ int main(int argc, char **argv) {
     }
     setvbuf(stdout, nullptr, _IOLBF, 0);
 
-    int start_threads = fixed_threads;
-    if (!vm.count("threads")) {
-        cpu_set_t allowed;
-        start_threads = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-    }
+    const int start_threads = vm.count("threads") ? fixed_threads : affinity_count();
     mall::tf::ResizableThreadPool pool(max_threads, std::clamp(start_threads, 1, max_threads));
     mall_t *m = mall::examples::attach_if_launched("mall_train_linear", pool);
 
@@ -240,24 +223,14 @@ int main(int argc, char **argv) {
     Eigen::VectorXf grad(features);
     std::vector<double> block_loss(kBlocks, 0.0);
     int64_t cursor = 0;
-    uint64_t generation = 0;
-    int resizes = 0;
+    mall::examples::StepBoundary boundary(m, pool, log_changes && !quiet);
     double loss = 0;
     const auto started = std::chrono::steady_clock::now();
 
     for (int step = 1; step <= steps; ++step) {
         // The step boundary: a changed allocation resized and re-pinned the pool when this returns
         // MALL_SUCCESS; otherwise it cost one load.
-        const int threads_before = pool.NumThreads();
-        if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
-            mall_alloc_t alloc;
-            mall_get_allocation(m, &alloc);
-            if (generation != 0) ++resizes;
-            if (log_changes && !quiet)
-                std::printf("resize step %d gen %" PRIu64 " threads %d -> %d cpus %s\n", step, alloc.generation,
-                            threads_before, pool.NumThreads(), mall::examples::allocation_text(alloc));
-            generation = alloc.generation;
-        }
+        boundary.cross(step);
         if (cursor + batch > train_rows) cursor = 0;
         const bool want_loss = step == steps || (!quiet && print_every > 0 && (step % print_every == 0 || step == 1));
         const double step_loss = gradient(pool, data, cursor, batch, w, block_grads, block_loss, want_loss);
@@ -279,7 +252,7 @@ int main(int argc, char **argv) {
     std::printf("final loss %.6f test_accuracy %.4f checksum %016" PRIx64 "\n", loss,
                 accuracy(data, train_rows, rows, w), fnv1a(w.data(), sizeof(float) * static_cast<size_t>(features)));
     std::printf("done steps %d seconds %.3f rows_per_s %.1f resizes %d\n", steps, seconds,
-                static_cast<double>(steps) * static_cast<double>(batch) / seconds, resizes);
+                static_cast<double>(steps) * static_cast<double>(batch) / seconds, boundary.resizes());
     if (m != nullptr) mall_close(m);
     return 0;
 }

@@ -39,6 +39,7 @@
 #include "mall/tf/resizable_thread_pool.hpp"
 
 #include "digits_data.hpp"
+#include "example_options.hpp"
 #include "example_support.hpp"
 
 namespace po = boost::program_options;
@@ -223,11 +224,7 @@ int main(int argc, char **argv) {
         "bench-collectives", po::value<int>(&bench)->default_value(0),
         "after training, time N back-to-back mall_mpi_step() and N gradient allreduces");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error &e) {
-        if (rank == 0) std::fprintf(stderr, "mall_train_mpi: %s\nsee `mall_train_mpi --help`\n", e.what());
+    if (!mall::examples::parse_options("mall_train_mpi", argc, argv, opts, vm, rank == 0)) {
         MPI_Finalize();
         return 2;
     }

@@ -31,6 +31,7 @@
 
 #include "mall/mall.hpp"
 
+#include "example_options.hpp"
 #include "example_support.hpp"
 
 namespace po = boost::program_options;
@@ -42,7 +43,9 @@ constexpr int kBlocks = 32;
 
 // ---------------------------------------------------------------------------------------------
 // The seeded generator and cpu-list text come from example_support.hpp.
+using mall::examples::affinity_count;
 using mall::examples::affinity_list;
+using mall::examples::fnv1a;
 using mall::examples::Rng;
 
 // ---------------------------------------------------------------------------------------------
@@ -277,23 +280,6 @@ private:
 
 // ---------------------------------------------------------------------------------------------
 
-int affinity_count() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-    return std::max(1, CPU_COUNT(&set));
-}
-
-uint64_t fnv1a(const void *data, size_t size) {
-    const auto *bytes = static_cast<const unsigned char *>(data);
-    uint64_t hash = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < size; ++i) {
-        hash ^= bytes[i];
-        hash *= 0x100000001b3ull;
-    }
-    return hash;
-}
-
 // What the resize callback saw last; applied by the main loop once step() has returned (the
 // callback runs before libmall re-pins, and new workers should pin to the new cpus).
 struct ResizeRequest {
@@ -324,13 +310,7 @@ int main(int argc, char **argv) {
         "threads", po::value<int>(&fixed_threads), "worker count when not under malld (default: the cpus this process may use)")(
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation change applied");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error &e) {
-        std::cerr << "mall_train_sgd: " << e.what() << "\nsee `mall_train_sgd --help`\n";
-        return 2;
-    }
+    if (!mall::examples::parse_options("mall_train_sgd", argc, argv, opts, vm)) return 2;
     if (vm.count("help")) {
         std::cout << "mall_train_sgd - a malleable training loop: an MLP trained by mini-batch SGD on\n"
                      "seeded synthetic data, whose worker threads follow the cpus malld allocates.\n"
