@@ -433,6 +433,24 @@ class Bench:
         self.report(jobs, results)
 
 
+def default_linear_rows(cpus: int) -> int:
+    """1 GiB per memory-bound job, unless the built-in mix's (one per 2 cpus, at most two at a time
+    per 2 cpus) would take more than half of MemAvailable; then less, in steps of 64 Ki rows."""
+    available = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    at_once = 2 * max(1, cpus // 2)
+    rows = 1 << 20
+    if available:
+        rows = min(rows, available // 2 // at_once // 1024 // 65536 * 65536)
+    return max(rows, 1 << 17)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      description=__doc__.split("\n\n", 1)[1].split("\nEverything")[0])
@@ -447,8 +465,10 @@ def main() -> int:
                         "name,kind,arrival_s,work_core_s,min,max (kind dense|linear; empty max = all cpus)")
     parser.add_argument("--dense-batch", type=int, metavar="B", default=128, help="images per step of the dense jobs (default 128)")
     parser.add_argument("--dense-hidden", type=int, metavar="H", default=256, help="hidden units of the dense jobs (default 256)")
-    parser.add_argument("--linear-rows", type=int, metavar="R", default=1 << 20,
-                        help="dataset rows of each memory-bound job, 1 KiB each (default 1048576 = 1 GiB)")
+    parser.add_argument("--linear-rows", type=int, metavar="R",
+                        help="dataset rows of each memory-bound job, 1 KiB each (default 1048576 = 1 GiB, "
+                        "less when the memory-bound jobs of the built-in mix would not fit in half the "
+                        "available memory at once)")
     parser.add_argument("--linear-batch", type=int, metavar="R", default=1 << 16, help="rows per step of the memory-bound jobs")
     parser.add_argument("--out", metavar="DIR", default="bench-cosched-out", help="folder for the CSVs and the PNG (default %(default)s)")
     parser.add_argument("--timeout", type=float, metavar="S", default=900, help="seconds one way may take before the run fails")
@@ -462,6 +482,8 @@ def main() -> int:
         parser.error(f"--cpus must be 1..{online}")
     if not args.work_scale > 0 or args.dense_batch < 1 or args.dense_hidden < 1 or args.linear_batch < 64:
         parser.error("--work-scale must be > 0, --dense-batch and --dense-hidden >= 1, --linear-batch >= 64")
+    if args.linear_rows is None:
+        args.linear_rows = default_linear_rows(args.cpus)
     if args.linear_rows < args.linear_batch * 16 // 15 + 1:
         parser.error("--linear-rows must exceed --linear-batch by the held-out 1/16")
     # About 2 s a kind on one core here at --work-scale 1; shorter with a smaller scale.
