@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-cosched.sh — does mall's co-scheduling raise a node's throughput? Replays one scenario of
-# real training jobs (compute-bound mall_train_digits, memory-bound mall_train_linear) arriving on
+# real training jobs (mall_train_digits with large or small kernels, memory-bound mall_train_linear) on
 # this node four ways — static partition, oversubscription, mall `equal`, mall `throughput` — and
 # prints makespan, mean job completion, total work per second and ratios; writes timeline.csv,
 # summary.csv and timeline.png (gnuplot) into --out. Last line:
@@ -29,11 +29,14 @@ running jobs' MIN cores leave room for its own MIN):
   oversub     no mall: every job runs as many threads as the node has cpus, unpinned
   equal       a private malld, --policy equal; jobs under mallrun --malleable=MIN:MAX
   throughput  the same with --policy throughput (measured speedup curves)
-The built-in mix, per 2 cpus: a long compute-bound run (40 one-core s) with a short memory-bound job
-at 0 s, a short compute-bound one at 8 s, a memory-bound one at 16 s (6 s each; MIN 1, MAX all cpus:
-cores fall idle when short jobs end, static leaves them idle). Work is counted
-in one-core seconds (steps / the kind's one-core step rate, measured first), so "work/s" is the
-number of cores' worth of work finished per second of makespan.
+The kinds of job: dense (mall_train_digits, batch 512, 1024 hidden units: compute-bound), small
+(mall_train_digits, batch 128, 256 hidden units: short parallel regions bound by their
+synchronisation, so it scales poorly) and linear (mall_train_linear: memory-bound).
+The built-in mix, per 2 cpus: a long dense run (40 one-core s) with a small job at 0 s, a linear
+job at 8 s and a small one at 16 s (6 one-core s each; all MIN 1, MAX all cpus): cores fall idle
+when short jobs end, which a static partition cannot use. Work is counted in one-core seconds
+(steps / the kind's one-core step rate, measured first), so "work/s" is the number of cores' worth
+of work finished per second of makespan.
 
 Needs a build (MALL_BUILD_DIR, default build/; built here if missing), python3, python3-sklearn's
 digits, ~1 GiB of memory per memory-bound job, gnuplot for the PNG. As root malld enforces with

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """bench_cosched.py — the co-scheduling benchmark behind launch_scripts/bench-cosched.sh (run that).
 
-Replays one scenario of real training jobs arriving on this node (mall_train_digits: compute-bound,
-scales well; mall_train_linear: memory-bound, scales poorly) four ways, one after the other:
+Replays one scenario of real training jobs arriving on this node four ways, one after the other.
+The jobs are of three kinds: `dense` (mall_train_digits with large kernels: compute-bound),
+`small` (mall_train_digits with small kernels: many short parallel regions, bound by their
+synchronisation, so it scales poorly) and `linear` (mall_train_linear: memory-bound). The ways:
   static      each job pinned (taskset) to its guaranteed cores only, sized to them
   oversub     no mall: every job sized for the whole node, unpinned (Eigen's stock pool)
   equal       mall: a private malld with --policy equal, jobs under mallrun --malleable=MIN:NCPU
@@ -40,20 +42,22 @@ def fail(message: str) -> None:
 
 @dataclass
 class Kind:
-    name: str            # dense | linear
+    name: str            # dense | small | linear
     program: str         # executable name under bin/
     batch: int           # items per step (images, rows)
     rate_field: str      # the "done" line's items-per-second field
     extra: list[str]     # options every run of the kind gets
+    calibration_steps: int        # about 2 s on one core here
+    shades: list[str]    # plot colours, one per job of the kind in turn
+    stock_pool: bool = False      # outside mall it runs on Eigen's own ThreadPool (--pool eigen)
     steps_per_s_1: float = 0.0    # measured: one core
     steps_per_s_n: float = 0.0    # measured: every core
 
-    def command(self, bin_dir: str, steps: int, threads: int | None, pool: str | None) -> list[str]:
+    def command(self, bin_dir: str, steps: int, threads: int | None) -> list[str]:
+        """threads None: under mall (the resizable pool follows malld); else a fixed-size run."""
         cmd = [os.path.join(bin_dir, self.program), "--steps", str(steps), "--quiet", *self.extra]
-        if pool:
-            cmd += ["--pool", pool]
         if threads:
-            cmd += ["--threads", str(threads)]
+            cmd += ["--threads", str(threads)] + (["--pool", "eigen"] if self.stock_pool else [])
         return cmd
 
 
@@ -106,12 +110,16 @@ class Bench:
         if os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup/cpuset"):
             self.backend = "auto"
         self.kinds = {
-            "dense": Kind("dense", "mall_train_digits", args.dense_batch, "images_per_s",
-                          ["--batch", str(args.dense_batch), "--hidden", str(args.dense_hidden),
-                           "--print-every", "0"]),
+            "dense": Kind("dense", "mall_train_digits", 512, "images_per_s",
+                          ["--batch", "512", "--hidden", "1024", "--print-every", "0"], 250,
+                          ["#1f4e9c", "#3b7dd8", "#6fa8f0", "#a9cdf7"], stock_pool=True),
+            "small": Kind("small", "mall_train_digits", 128, "images_per_s",
+                          ["--batch", "128", "--hidden", "256", "--print-every", "0"], 4000,
+                          ["#2e7d32", "#5fae55", "#97d18b", "#c8e9bf"], stock_pool=True),
             "linear": Kind("linear", "mall_train_linear", args.linear_batch, "rows_per_s",
                            ["--rows", str(args.linear_rows), "--batch", str(args.linear_batch),
-                            "--print-every", "0"]),
+                            "--print-every", "0"], 150,
+                           ["#b34700", "#e6761a", "#f5a25d", "#f9c99a"]),
         }
 
     # -- processes ---------------------------------------------------------------------------
@@ -196,10 +204,9 @@ class Bench:
         """One-core and all-core step rates of each kind (Eigen's stock pool / fixed threads)."""
         for kind in self.kinds.values():
             rates = []
+            steps = max(10, round(kind.calibration_steps * min(1.0, self.args.work_scale)))
             for threads in (1, self.ncpu):
-                steps = self.args.calibration_steps[kind.name]
-                pool = "eigen" if kind.name == "dense" else None
-                cmd = ["taskset", "-c", f"0-{threads - 1}", *kind.command(self.bin, steps, threads, pool)]
+                cmd = ["taskset", "-c", f"0-{threads - 1}", *kind.command(self.bin, steps, threads)]
                 result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
                 if result.returncode != 0:
                     fail(f"calibration of {kind.program} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
@@ -216,9 +223,9 @@ class Bench:
         else:
             # A template for 2 cores, repeated once per 2 cores (offset 1 s each): a long
             # compute-bound training run shares the node with short jobs that come and go (a
-            # memory-bound one with it at 0 s, a short compute-bound one at 8 s, another
-            # memory-bound one at 16 s), so cores fall idle between and after them.
-            template = [("dense", 0.0, 40.0), ("linear", 0.0, 6.0), ("dense", 8.0, 6.0), ("linear", 16.0, 6.0)]
+            # small-kernel one with it at 0 s, a memory-bound one at 8 s, another small-kernel one
+            # at 16 s), so cores fall idle between and after them.
+            template = [("dense", 0.0, 40.0), ("small", 0.0, 6.0), ("linear", 8.0, 6.0), ("small", 16.0, 6.0)]
             jobs = []
             for replica in range(max(1, self.ncpu // 2)):
                 for index, (kind, arrival, work) in enumerate(template):
@@ -238,13 +245,13 @@ class Bench:
                 for row in csv.DictReader(f):
                     kind = row.get("kind", "").strip()
                     if kind not in self.kinds:
-                        fail(f"{path}: kind '{kind}' is not dense or linear")
+                        fail(f"{path}: kind '{kind}' is not one of {', '.join(self.kinds)}")
                     jobs.append(Job(row["name"].strip(), self.kinds[kind], float(row["arrival_s"]),
                                     float(row["work_core_s"]), int(row["min"]),
                                     int(row["max"]) if row.get("max", "").strip() else self.ncpu))
         except (OSError, KeyError, ValueError) as e:
             fail(f"cannot read the scenario {path}: {e} "
-                 "(columns: name,kind,arrival_s,work_core_s,min,max; kind dense|linear)")
+                 "(columns: name,kind,arrival_s,work_core_s,min,max; kind dense|small|linear)")
         if not jobs:
             fail(f"{path}: no jobs")
         return jobs
@@ -301,15 +308,14 @@ class Bench:
         kind = job.kind
         if way == "static":
             cpus = ",".join(map(str, cores))
-            cmd = ["taskset", "-c", cpus,
-                   *kind.command(self.bin, job.steps, len(cores), "eigen" if kind.name == "dense" else None)]
+            cmd = ["taskset", "-c", cpus, *kind.command(self.bin, job.steps, len(cores))]
             return self.spawn(cmd, out), len(cores), cpus
         if way == "oversub":
-            cmd = kind.command(self.bin, job.steps, self.ncpu, "eigen" if kind.name == "dense" else None)
+            cmd = kind.command(self.bin, job.steps, self.ncpu)
             return self.spawn(cmd, out), self.ncpu, f"0-{self.ncpu - 1}"
         cmd = [os.path.join(self.bin, "mallrun"), "--socket", sock, f"--malleable={job.min_cores}:{job.max_cores}",
                "--job", job.name, "--require", "--",
-               *kind.command(self.bin, job.steps, None, None), "--max-threads", str(job.max_cores)]
+               *kind.command(self.bin, job.steps, None), "--max-threads", str(job.max_cores)]
         return self.spawn(cmd, out), 0, ""  # its cores come from malld's status
 
     def read_events(self, name: str, wall_t0: float, result: WayResult) -> None:
@@ -368,19 +374,15 @@ class Bench:
             print(f"{PROG}: gnuplot not found: no timeline.png (apt-get install gnuplot-nox)")
             return
         names = [j.name for j in jobs]
-        colours = {}
-        dense_shades = ["#1f4e9c", "#3b7dd8", "#6fa8f0", "#a9cdf7"]
-        linear_shades = ["#b34700", "#e6761a", "#f5a25d", "#f9c99a"]
-        counters = {"dense": 0, "linear": 0}
+        colours, counters = {}, {name: 0 for name in self.kinds}
         for j in jobs:
-            shades = dense_shades if j.kind.name == "dense" else linear_shades
-            colours[j.name] = shades[counters[j.kind.name] % len(shades)]
+            colours[j.name] = j.kind.shades[counters[j.kind.name] % len(j.kind.shades)]
             counters[j.kind.name] += 1
         end = max(r.makespan() for r in results.values())
         script = [f"set terminal pngcairo size 1100,{260 * len(results) + 60} font ',9'",
                   f"set output '{os.path.join(self.args.out, 'timeline.png')}'",
                   f"set multiplot layout {len(results)},1 title 'mall co-scheduling benchmark: cores per job "
-                  f"over time ({self.ncpu} cpus; dense = blue, memory-bound = orange)'",
+                  f"over time ({self.ncpu} cpus; dense = blue, small kernels = green, memory-bound = orange)'",
                   f"set xrange [0:{end * 1.02:.2f}]", "set xlabel 'seconds'", "set key outside right",
                   "set style fill solid 0.85 noborder"]
         for way, r in results.items():
@@ -462,9 +464,7 @@ def main() -> int:
     parser.add_argument("--work-scale", type=float, metavar="X", default=1.0,
                         help="multiplies every job's work and arrival time: 0.5 halves the run (default 1)")
     parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the built-in mix: "
-                        "name,kind,arrival_s,work_core_s,min,max (kind dense|linear; empty max = all cpus)")
-    parser.add_argument("--dense-batch", type=int, metavar="B", default=128, help="images per step of the dense jobs (default 128)")
-    parser.add_argument("--dense-hidden", type=int, metavar="H", default=256, help="hidden units of the dense jobs (default 256)")
+                        "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear; empty max = all cpus)")
     parser.add_argument("--linear-rows", type=int, metavar="R",
                         help="dataset rows of each memory-bound job, 1 KiB each (default 1048576 = 1 GiB, "
                         "less when the memory-bound jobs of the built-in mix would not fit in half the "
@@ -480,15 +480,12 @@ def main() -> int:
     online = os.cpu_count() or 1
     if not 1 <= args.cpus <= online:
         parser.error(f"--cpus must be 1..{online}")
-    if not args.work_scale > 0 or args.dense_batch < 1 or args.dense_hidden < 1 or args.linear_batch < 64:
-        parser.error("--work-scale must be > 0, --dense-batch and --dense-hidden >= 1, --linear-batch >= 64")
+    if not args.work_scale > 0 or args.linear_batch < 64:
+        parser.error("--work-scale must be > 0 and --linear-batch >= 64")
     if args.linear_rows is None:
         args.linear_rows = default_linear_rows(args.cpus)
     if args.linear_rows < args.linear_batch * 16 // 15 + 1:
         parser.error("--linear-rows must exceed --linear-batch by the held-out 1/16")
-    # About 2 s a kind on one core here at --work-scale 1; shorter with a smaller scale.
-    args.calibration_steps = {"dense": max(50, round(4000 * min(1.0, args.work_scale))),
-                              "linear": max(10, round(150 * min(1.0, args.work_scale)))}
     bench = Bench(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -29,7 +29,7 @@ for way in static oversub equal throughput; do
 done
 [ "$(wc -l < "$tmp/out/summary.csv")" -eq 5 ] || fail "summary.csv should have a header and 4 ways"
 head -1 "$tmp/out/timeline.csv" | grep -qx 'way,time_s,job,kind,cores,cpus' || fail "timeline.csv header"
-jobs=$(grep -Eo '^  j[0-9]+-(dense|linear)' <<<"$out" | tr -d ' ' | sort -u)
+jobs=$(grep -Eo '^  j[0-9]+-(dense|small|linear)' <<<"$out" | tr -d ' ' | sort -u)
 [ "$(wc -l <<<"$jobs")" -eq 4 ] || fail "expected 4 jobs in the scenario: $jobs"
 for way in static oversub equal throughput; do
   for job in $jobs; do
