@@ -319,7 +319,8 @@ class Bench:
         return self.spawn(cmd, out), 0, ""  # its cores come from malld's status
 
     def read_events(self, name: str, wall_t0: float, result: WayResult) -> None:
-        """Each allocation malld published to a job (cores, cpus), on the scenario's clock."""
+        """Each allocation malld published to a job (cores, cpus) and the moment it saw the job end
+        (0 cores: before the cores it freed were published to others), on the scenario's clock."""
         for line in self.read(name).splitlines():
             try:
                 event = json.loads(line)
@@ -327,8 +328,12 @@ class Bench:
                 continue  # the line mallctl prints when malld stops
             outcome = result.outcomes.get(event.get("job"))
             t = event.get("time", 0.0) - wall_t0
-            if event.get("event") == "publish" and outcome is not None and t < outcome.end:
+            if outcome is None or t >= outcome.end:
+                continue
+            if event.get("event") == "publish":
                 result.samples.append((max(0.0, t), event["job"], int(event.get("ncpus", 0)), event.get("cpus", "")))
+            elif event.get("event") == "end":
+                result.samples.append((max(0.0, t), event["job"], 0, ""))
 
     # -- reports -----------------------------------------------------------------------------
     def report(self, jobs: list[Job], results: dict[str, WayResult]) -> None:

@@ -169,6 +169,18 @@ TEST(ThroughputPolicy, DwellKeepsACountAndSmallGainsMoveNothing) {
     EXPECT_EQ(counts.at("b"), 1);
     EXPECT_EQ(counts.at("a"), 7);
 
+    // A dwelling job is not shrunk, but it grows into cores that nobody else gains from: b (flat)
+    // left alone with a dwelling a at 4 of 8 cores gets 1, a takes the rest.
+    jobs[0].in_dwell = true;
+    jobs[0].current = 4;
+    jobs[1].current = 1;
+    counts = compute_throughput_counts(8, jobs);
+    EXPECT_EQ(counts.at("a"), 7);
+    EXPECT_EQ(counts.at("b"), 1);
+    jobs[0].in_dwell = false;
+    jobs[0].current = 6;
+    jobs[1].current = 2;
+
     // A gain below the threshold does not move cores; a larger threshold keeps even that one.
     ThroughputOptions sticky;
     sticky.gain_threshold = 2.0;

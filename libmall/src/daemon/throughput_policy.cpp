@@ -108,11 +108,12 @@ std::map<std::string, int> compute_throughput_counts(int pool_size, const std::v
         plan[i] = std::min(low[i], left);
         left -= plan[i];
     }
-    // 2. Jobs in their dwell time keep what they hold (within their limits, while the pool lasts).
+    // 2. Jobs in their dwell time keep at least what they hold (within their limits, while the
+    //    pool lasts): no core is taken from them, but they may still grow in step 4 into cores no
+    //    one else gains more from (a core freed by a job that ended is not an oscillation).
     std::vector<bool> fixed(jobs.size(), false);
     for (size_t i : order) {
         if (!jobs[i].in_dwell) continue;
-        fixed[i] = true;
         const int keep = std::clamp(jobs[i].current, plan[i], high[i]);
         const int extra = std::min(keep - plan[i], left);
         plan[i] += extra;
@@ -124,7 +125,8 @@ std::map<std::string, int> compute_throughput_counts(int pool_size, const std::v
     //    linear forever.
     bool probing = false;
     for (size_t i : order) {
-        if (fixed[i] || curves[i].measured.size() != 1 || curves[i].measured.begin()->first != jobs[i].current)
+        if (jobs[i].in_dwell || curves[i].measured.size() != 1 ||
+            curves[i].measured.begin()->first != jobs[i].current)
             continue;
         const int at = jobs[i].current;
         int probe = at > low[i] ? at - 1 : at + 1;

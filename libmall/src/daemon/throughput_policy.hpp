@@ -19,7 +19,8 @@
 //   - Probing: a job measured at a single count (and still there) is moved by one core, down when
 //     above its min, else up, so that its next report gives the curve a second point (one job per
 //     plan; the others share the core it frees).
-//   - Damping: a job inside its dwell time keeps its current count; and the new plan replaces the
+//   - Damping: a job inside its dwell time is neither shrunk nor probed (it may still grow into
+//     cores no other job gains more from, e.g. those of a job that ended); and the new plan replaces the
 //     current counts only when it adds more than `gain_threshold` (in one-core speedups summed
 //     over the node) — otherwise the current counts stay, so measurement noise does not move cores.
 //   - min/max are always respected; guaranteed cores (Slurm) are the caller's to honour through min.
@@ -43,7 +44,7 @@ struct ThroughputJob {
     int max = 1;
     uint64_t order = 0;               // registration order: earlier jobs win ties
     int current = 0;                  // cores it holds now
-    bool in_dwell = false;            // changed less than the dwell time ago: keeps `current`
+    bool in_dwell = false;            // changed less than the dwell time ago: keeps at least `current`
     std::vector<RateSample> samples;  // what it measured
 };
 
