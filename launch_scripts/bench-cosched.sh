@@ -32,11 +32,13 @@ running jobs' MIN cores leave room for its own MIN):
 The kinds of job: dense (mall_train_digits, batch 512, 1024 hidden units: compute-bound), small
 (mall_train_digits, batch 128, 256 hidden units: short parallel regions bound by their
 synchronisation, so it scales poorly) and linear (mall_train_linear: memory-bound).
-The built-in mix, per 2 cpus: a long dense run (40 one-core s) with a small job at 0 s, a linear
-job at 8 s and a small one at 16 s (6 one-core s each; all MIN 1, MAX all cpus): cores fall idle
-when short jobs end, which a static partition cannot use. Work is counted in one-core seconds
-(steps / the kind's one-core step rate, measured first), so "work/s" is the number of cores' worth
-of work finished per second of makespan.
+The built-in mixes (--mix), per 2 cpus, all jobs MIN 1 and MAX all cpus: a long run (40 one-core
+seconds) shares the node with three short jobs (6 each) arriving at 0, 8 and 16 s, so cores fall
+idle when short jobs end, which a static partition cannot use.
+  long-dense  the long run is dense (lending it idle cores pays); short: small, linear, small
+  long-small  the long run is small (lending it cores slows it); short: dense, linear, dense
+Work is counted in one-core seconds (steps / the kind's one-core step rate, measured first), so
+"work/s" is the number of cores' worth of work finished per second of makespan.
 
 Needs a build (MALL_BUILD_DIR, default build/; built here if missing), python3, python3-sklearn's
 digits, ~1 GiB of memory per memory-bound job, gnuplot for the PNG. As root malld enforces with

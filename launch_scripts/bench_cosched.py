@@ -33,6 +33,14 @@ import time
 from dataclasses import dataclass, field
 
 PROG = "bench-cosched.sh"
+# Built-in mixes, per 2 cpus: (kind, arrival s, work in one-core s). In both a long training run
+# shares the node with short jobs that come and go, so cores fall idle between and after them.
+MIXES = {
+    # The long run scales (dense): lending it the idle cores pays.
+    "long-dense": [("dense", 0.0, 40.0), ("small", 0.0, 6.0), ("linear", 8.0, 6.0), ("small", 16.0, 6.0)],
+    # The long run scales poorly (small kernels): lending it cores slows it down; the short ones scale.
+    "long-small": [("small", 0.0, 40.0), ("dense", 0.0, 6.0), ("linear", 8.0, 6.0), ("dense", 16.0, 6.0)],
+}
 WAYS = ("static", "oversub", "equal", "throughput")
 
 
@@ -221,11 +229,8 @@ class Bench:
         if self.args.scenario:
             jobs = self.read_scenario(self.args.scenario)
         else:
-            # A template for 2 cores, repeated once per 2 cores (offset 1 s each): a long
-            # compute-bound training run shares the node with short jobs that come and go (a
-            # small-kernel one with it at 0 s, a memory-bound one at 8 s, another small-kernel one
-            # at 16 s), so cores fall idle between and after them.
-            template = [("dense", 0.0, 40.0), ("small", 0.0, 6.0), ("linear", 8.0, 6.0), ("small", 16.0, 6.0)]
+            # A template for 2 cores, repeated once per 2 cores (offset 1 s each).
+            template = MIXES[self.args.mix]
             jobs = []
             for replica in range(max(1, self.ncpu // 2)):
                 for index, (kind, arrival, work) in enumerate(template):
@@ -468,6 +473,9 @@ def main() -> int:
                         help="comma-separated subset of static,oversub,equal,throughput (default: all)")
     parser.add_argument("--work-scale", type=float, metavar="X", default=1.0,
                         help="multiplies every job's work and arrival time: 0.5 halves the run (default 1)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="long-dense",
+                        help="the built-in mix: long-dense (a long dense run among short small and linear "
+                        "jobs; default) or long-small (a long small-kernel run among short dense and linear jobs)")
     parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the built-in mix: "
                         "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear; empty max = all cpus)")
     parser.add_argument("--linear-rows", type=int, metavar="R",
