@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -238,7 +239,6 @@ class Bench:
                                     (arrival + replica) * self.args.work_scale, work * self.args.work_scale,
                                     1, self.ncpu))
         for job in jobs:
-            job.steps = max(1, round(job.work * job.kind.steps_per_s_1))
             if job.min_cores > self.ncpu or job.min_cores > job.max_cores:
                 fail(f"job {job.name}: min {job.min_cores} max {job.max_cores} does not fit {self.ncpu} cpus")
         return sorted(jobs, key=lambda j: (j.arrival, j.name))
@@ -251,14 +251,21 @@ class Bench:
                     kind = row.get("kind", "").strip()
                     if kind not in self.kinds:
                         fail(f"{path}: kind '{kind}' is not one of {', '.join(self.kinds)}")
-                    jobs.append(Job(row["name"].strip(), self.kinds[kind], float(row["arrival_s"]),
-                                    float(row["work_core_s"]), int(row["min"]),
+                    scale = self.args.work_scale
+                    jobs.append(Job(row["name"].strip(), self.kinds[kind], float(row["arrival_s"]) * scale,
+                                    float(row["work_core_s"]) * scale, int(row["min"]),
                                     int(row["max"]) if row.get("max", "").strip() else self.ncpu))
-        except (OSError, KeyError, ValueError) as e:
+        except (OSError, KeyError, ValueError, TypeError, AttributeError) as e:
             fail(f"cannot read the scenario {path}: {e} "
                  "(columns: name,kind,arrival_s,work_core_s,min,max; kind dense|small|linear)")
         if not jobs:
             fail(f"{path}: no jobs")
+        names = [j.name for j in jobs]
+        for j in jobs:
+            if not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", j.name) or names.count(j.name) > 1:
+                fail(f"{path}: job name '{j.name}' must be unique, 1-64 characters from A-Z a-z 0-9 . _ : -")
+            if j.arrival < 0 or not j.work > 0 or j.min_cores < 1:
+                fail(f"{path}: job {j.name}: need arrival_s >= 0, work_core_s > 0 and min >= 1")
         return jobs
 
     # -- one way -----------------------------------------------------------------------------
@@ -315,13 +322,14 @@ class Bench:
             cpus = ",".join(map(str, cores))
             cmd = ["taskset", "-c", cpus, *kind.command(self.bin, job.steps, len(cores))]
             return self.spawn(cmd, out), len(cores), cpus
-        if way == "oversub":
-            cmd = kind.command(self.bin, job.steps, self.ncpu)
-            return self.spawn(cmd, out), self.ncpu, f"0-{self.ncpu - 1}"
+        if way == "oversub":  # unpinned within the node's cpus (all of them unless --cpus is given)
+            cpus = f"0-{self.ncpu - 1}"
+            cmd = ["taskset", "-c", cpus, *kind.command(self.bin, job.steps, self.ncpu)]
+            return self.spawn(cmd, out), self.ncpu, cpus
         cmd = [os.path.join(self.bin, "mallrun"), "--socket", sock, f"--malleable={job.min_cores}:{job.max_cores}",
                "--job", job.name, "--require", "--",
                *kind.command(self.bin, job.steps, None), "--max-threads", str(job.max_cores)]
-        return self.spawn(cmd, out), 0, ""  # its cores come from malld's status
+        return self.spawn(cmd, out), 0, ""  # its cores come from malld's events
 
     def read_events(self, name: str, wall_t0: float, result: WayResult) -> None:
         """Each allocation malld published to a job (cores, cpus) and the moment it saw the job end
@@ -429,9 +437,11 @@ class Bench:
     def run(self) -> None:
         print(f"{PROG}: {self.ncpu} cpus, enforcement by {'cgroup cpusets' if self.backend == 'auto' else 'thread affinity'}; "
               f"results in {self.args.out}/", flush=True)
+        jobs = self.scenario()  # checked before anything runs
         print("calibration (each kind alone):", flush=True)
         self.calibrate()
-        jobs = self.scenario()
+        for job in jobs:
+            job.steps = max(1, round(job.work * job.kind.steps_per_s_1))
         print(f"scenario: {len(jobs)} jobs (work in one-core seconds; MIN:MAX cores)", flush=True)
         for j in jobs:
             print(f"  {j.name:<16} {j.kind.name:<7} arrives {j.arrival:6.1f} s  work {j.work:6.1f}  "
@@ -476,7 +486,7 @@ def main() -> int:
     parser.add_argument("--mix", choices=sorted(MIXES), default="long-dense",
                         help="the built-in mix: long-dense (a long dense run among short small and linear "
                         "jobs; default) or long-small (a long small-kernel run among short dense and linear jobs)")
-    parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the built-in mix: "
+    parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the built-in mix (--work-scale applies): "
                         "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear; empty max = all cpus)")
     parser.add_argument("--linear-rows", type=int, metavar="R",
                         help="dataset rows of each memory-bound job, 1 KiB each (default 1048576 = 1 GiB, "

@@ -49,6 +49,13 @@ for bad in "--ways static,nonsense" "--work-scale 0" "--cpus 0" "--linear-batch 
   grep -q -- "${bad%% *}" <<<"$err" || fail "bench-cosched.sh $bad: the error does not name the option: $err"
 done
 
+# A bad scenario file: exit 1 naming the file and the rule, before anything runs.
+printf 'name,kind,arrival_s,work_core_s,min,max\nj one,dense,0,1,1,2\n' > "$tmp/bad.csv"
+set +e; err=$("$bench" --scenario "$tmp/bad.csv" --out "$tmp/bad" 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] || fail "a bad scenario: exit $rc, expected 1"
+grep -q "bad.csv: job name 'j one'" <<<"$err" || fail "a bad scenario: $err"
+grep -q calibration <<<"$err" && fail "a bad scenario was noticed only after the calibration: $err"
+
 # SIGTERM in the middle of a mall way: non-zero exit, nothing left behind.
 timeout 600 "$bench" --work-scale 0.5 --ways equal --linear-rows 65536 --linear-batch 4096 --out "$tmp/term" \
   > "$tmp/term.log" 2>&1 &
