@@ -14,9 +14,10 @@ MALL_TEST_WATCHDOG(290);
 namespace mall::test {
 namespace {
 
-// 128 MiB of data, 8 MiB a step: ~1-2 ms a step on one core here, a few seconds a run.
+// 128 MiB of data, 8 MiB a step: ~1-2 ms a step on one core here (~14 ms in a sanitizer build, so
+// 1500 steps there), several seconds a run: time for three changes on a loaded machine.
 std::vector<std::string> trainer_argv() {
-    return {bin_path("mall_train_linear"), "--rows", "131072", "--batch", "8192", "--steps", "6000",
+    return {bin_path("mall_train_linear"), "--rows", "131072", "--batch", "8192", "--steps", kUnderSanitizer ? "1500" : "6000",
             "--print-every", "500", "--log-changes"};
 }
 

@@ -67,6 +67,14 @@ private:
 // ---------------------------------------------------------------------------------------------
 // Small utilities.
 
+// True in an ASan/TSan build (GCC and clang define these): the example trainers run ~10x slower
+// there, so tests that drive a whole training run size it down to stay well inside their watchdog.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kUnderSanitizer = true;
+#else
+inline constexpr bool kUnderSanitizer = false;
+#endif
+
 // Polls pred every `interval` until it is true or the timeout passes; returns pred's last value.
 bool wait_until(const std::function<bool()> &pred, Millis timeout, Millis interval = 20ms);
 
