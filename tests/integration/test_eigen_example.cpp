@@ -47,7 +47,7 @@ Curve parse_curve(const std::vector<std::string> &lines) {
 
 std::vector<std::string> trainer_argv() {
     return {bin_path("mall_train_digits"), "--steps", kUnderSanitizer ? "1500" : "6000", "--batch", "256", "--hidden", "256",
-            "--print-every", "200", "--log-changes"};
+            "--print-every", kUnderSanitizer ? "100" : "200", "--log-changes"};
 }
 
 class EigenExample : public ::testing::TestWithParam<std::string> {
