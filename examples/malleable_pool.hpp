@@ -43,21 +43,24 @@ inline mall_t *attach_if_launched(const char *program, mall::tf::ResizableThread
 // Calls mall_step() (nothing when m is nullptr: a plain run). When it brought an allocation, the glue
 // has already resized and re-pinned the pool; a change after the first allocation counts as a
 // resize, and with `log` a line "resize step <n> gen <g> threads <a> -> <b> cpus <list>" is printed.
+// The pool changes size only inside mall_step() (the glue), so the size before a change is the one
+// read after the previous change: the no-change path is mall_step()'s one load and nothing else.
 class StepBoundary {
 public:
-    StepBoundary(mall_t *m, const Eigen::ThreadPoolInterface &pool, bool log) : m_(m), pool_(pool), log_(log) {}
+    StepBoundary(mall_t *m, const Eigen::ThreadPoolInterface &pool, bool log)
+        : m_(m), pool_(pool), log_(log), threads_(pool.NumThreads()) {}
 
     void cross(int step) {
-        if (m_ == nullptr) return;
-        const int threads_before = pool_.NumThreads();
-        if (mall_step(m_) != MALL_SUCCESS) return;  // no change: one load
+        if (m_ == nullptr || mall_step(m_) != MALL_SUCCESS) return;  // no change
         mall_alloc_t alloc;
         mall_get_allocation(m_, &alloc);
         if (generation_ != 0) ++resizes_;
         generation_ = alloc.generation;
+        const int threads_before = threads_;
+        threads_ = pool_.NumThreads();
         if (log_)
             std::printf("resize step %d gen %" PRIu64 " threads %d -> %d cpus %s\n", step, alloc.generation,
-                        threads_before, pool_.NumThreads(), allocation_text(alloc));
+                        threads_before, threads_, allocation_text(alloc));
     }
     int resizes() const { return resizes_; }
 
@@ -65,6 +68,7 @@ private:
     mall_t *m_;
     const Eigen::ThreadPoolInterface &pool_;
     bool log_;
+    int threads_;
     uint64_t generation_ = 0;
     int resizes_ = 0;
 };

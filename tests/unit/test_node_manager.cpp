@@ -436,6 +436,8 @@ TEST_F(NodeManagerTest, BadRegistrationsChangeNothing) {
     JobSpec heavy = spec("b", 1, 4);
     heavy.weight = 0;
     refused(MALL_ERR_INVAL, reg(heavy), "weight");
+    heavy.weight = 2e6;  // the bound set_weight, mallrun and mallctl also apply
+    refused(MALL_ERR_INVAL, reg(heavy), "at most 1000000");
     ok(nm().register_job(spec("b.1:x-y_z", 1, 4, "2-3"), at(0us)));
 }
 
@@ -462,8 +464,8 @@ TEST_F(NodeManagerTest, EnforceFailureIsReportedAndTheProtocolGoesOn) {
 
 TEST_F(NodeManagerTest, ProgressIsReported) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    nm().progress("a", 1000, 10);
-    nm().progress("zz", 1, 1);  // unknown job: ignored
+    nm().progress("a", 1000, 10, at(1ms));
+    nm().progress("zz", 1, 1, at(1ms));  // unknown job: ignored
     auto status = nm().status();
     EXPECT_EQ(status["jobs"][0]["work_units"], 1000);
     EXPECT_EQ(status["jobs"][0]["steps"], 10);

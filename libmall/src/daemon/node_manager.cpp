@@ -66,8 +66,8 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                        std::to_string(pool_.count()) + " cpus: " + quoted_set(pool_) +
                        "); use a max of at most " + std::to_string(pool_.count()));
     }
-    if (!(spec.weight > 0) || !std::isfinite(spec.weight)) {
-        return invalid("weight must be a positive number");
+    if (!proto::valid_weight(spec.weight)) {
+        return invalid(std::string("weight must be ") + proto::kWeightRule + ", got " + std::to_string(spec.weight));
     }
     if (!pool_.contains(spec.guaranteed)) {
         return invalid("guaranteed cpus " + (spec.guaranteed - pool_).to_string() +
@@ -146,8 +146,8 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
 Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint now) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return no_job(job);
-    if (!(weight > 0) || !(weight <= 1e6)) {
-        return invalid("weight must be a number above 0 and at most 1000000, got " + std::to_string(weight));
+    if (!proto::valid_weight(weight)) {
+        return invalid(std::string("weight must be ") + proto::kWeightRule + ", got " + std::to_string(weight));
     }
     if (it->second.spec.weight == weight) return Outcome::success();
     it->second.spec.weight = weight;

@@ -139,7 +139,7 @@ public:
     void detach(const std::string &job, uint64_t attach_id, TimePoint now);
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
     // Progress totals since the reporting process attached; `now` dates them for rate samples.
-    void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now = {});
+    void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now);
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
     // job's min is unchanged); replans when the planned max changes.
     Outcome set_usage(const std::string &job, int cpus_used, TimePoint now);
@@ -204,7 +204,8 @@ private:
 };
 
 // Throughput policy timing: samples shorter than kMinRateWindow are not taken, a job whose cpus
-// changed less than kDwell ago is not moved again, and the plan is recomputed every kRateReplan.
+// changed less than kDwell ago is neither shrunk nor probed, and the plan is recomputed every
+// kRateReplan.
 inline constexpr std::chrono::milliseconds kMinRateWindow{400};
 inline constexpr std::chrono::seconds kDwell{6};
 inline constexpr std::chrono::seconds kRateReplan{2};

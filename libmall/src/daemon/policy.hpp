@@ -28,7 +28,7 @@ struct PolicyJob {
     uint64_t order = 0;             // registration order: earlier jobs win ties
     // throughput policy only (see throughput_policy.hpp):
     std::vector<RateSample> samples;  // measured work rates at the core counts it ran on
-    bool in_dwell = false;            // changed too recently to be moved again
+    bool in_dwell = false;            // changed too recently to be shrunk or probed
 };
 
 // static: each job keeps its guaranteed/min cpus. equal: idle cpus lent evenly within min..max.

@@ -1285,8 +1285,8 @@ void Server::handle_set(Connection &c, const proto::Message &msg) {
     double weight = 0;
     if (has_weight) {
         const auto &w = msg.body["weight"];
-        if (!w.is_number() || !(w.get<double>() > 0) || !(w.get<double>() <= 1e6))
-            throw proto::ProtocolError("field \"weight\" must be a number above 0 and at most 1000000");
+        if (!w.is_number() || !proto::valid_weight(w.get<double>()))
+            throw proto::ProtocolError(std::string("field \"weight\" must be ") + proto::kWeightRule);
         weight = w.get<double>();
     }
     // The weight is valid (checked above), so once the pin is accepted the weight can only be

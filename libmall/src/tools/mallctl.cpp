@@ -93,7 +93,7 @@ const Command kCommands[] = {
      "           each job within its MIN..MAX\n"
      "  throughput idle cores go where they add the most measured speedup: each job's work rate\n"
      "           (mall_report_progress) at the core counts it ran on gives its speedup curve;\n"
-     "           a job is not moved again within 6 s, and small gains move nothing\n"
+     "           within 6 s of a change a job is not shrunk, and small gains move nothing\n"
      "\n"
      "Needs root or an admin uid of malld.\n"
      "\n"
@@ -511,9 +511,9 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
         char *end = nullptr;
         errno = 0;
         const double weight = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || errno != 0 || !(weight > 0) || !(weight <= 1e6))
-            return usage_error("set", "--weight must be a number above 0 and at most 1000000, e.g. --weight 2 (got '" +
-                                          text + "')");
+        if (text.empty() || *end != '\0' || errno != 0 || !mall::proto::valid_weight(weight))
+            return usage_error("set", std::string("--weight must be ") + mall::proto::kWeightRule +
+                                          ", e.g. --weight 2 (got '" + text + "')");
         request["weight"] = weight;
     }
     Session s(g.socket);

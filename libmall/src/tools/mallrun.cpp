@@ -421,8 +421,8 @@ int run(int argc, char **argv) {
     o.limits = *limits;
     if (vm.count("weight")) {
         o.weight = vm["weight"].as<double>();
-        if (!(o.weight > 0) || o.weight > 1e6)
-            return usage_error("--weight must be a number > 0 and <= 1e6 (e.g. 1 or 2.5)");
+        if (!mall::proto::valid_weight(o.weight))
+            return usage_error(std::string("--weight must be ") + mall::proto::kWeightRule + " (e.g. 1 or 2.5)");
     }
     if (o.command.empty()) return usage_error("no command given; put it after --, e.g. mallrun --malleable=1:2 -- ./train");
     o.job = vm.count("job") ? vm["job"].as<std::string>() : default_job_name(o.command[0]);
