@@ -82,20 +82,13 @@ class Job:
 
 
 @dataclass
-class Outcome:
-    start: float = 0.0
-    end: float = 0.0
-    cpus: str = ""
-
-
-@dataclass
 class WayResult:
     way: str
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    ends: dict[str, float] = field(default_factory=dict)  # job -> when it ended (s); started jobs only
     samples: list[tuple[float, str, int, str]] = field(default_factory=list)  # t, job, cores, cpus
 
     def makespan(self) -> float:
-        return max(o.end for o in self.outcomes.values())
+        return max(self.ends.values())
 
 
 def parse_done(text: str, field_name: str) -> float:
@@ -295,7 +288,7 @@ class Bench:
                 if proc.returncode != 0:
                     fail(f"{way}: job {name} exited with {proc.returncode}:\n{out}")
                 parse_done(out, job.kind.rate_field)  # it must have trained to the end
-                result.outcomes[name].end = now
+                result.ends[name] = now
                 result.samples.append((now, name, 0, ""))
                 free = sorted(free + cores)
                 del running[name]
@@ -305,7 +298,7 @@ class Bench:
                 cores, free = free[:job.min_cores], free[job.min_cores:]
                 proc, threads, cpus = self.launch(way, job, cores, sock)
                 running[job.name] = (job, proc, cores)
-                result.outcomes[job.name] = Outcome(start=now, cpus=cpus)
+                result.ends[job.name] = float("inf")
                 if threads:
                     result.samples.append((now, job.name, threads, cpus))
             time.sleep(0.05)
@@ -339,14 +332,13 @@ class Bench:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the line mallctl prints when malld stops
-            outcome = result.outcomes.get(event.get("job"))
-            t = event.get("time", 0.0) - wall_t0
-            if outcome is None or t >= outcome.end:
+            job, t = event.get("job"), event.get("time", 0.0) - wall_t0
+            if job not in result.ends or t >= result.ends[job]:  # not ours, or after the job ended
                 continue
             if event.get("event") == "publish":
-                result.samples.append((max(0.0, t), event["job"], int(event.get("ncpus", 0)), event.get("cpus", "")))
+                result.samples.append((max(0.0, t), job, int(event.get("ncpus", 0)), event.get("cpus", "")))
             elif event.get("event") == "end":
-                result.samples.append((max(0.0, t), event["job"], 0, ""))
+                result.samples.append((max(0.0, t), job, 0, ""))
 
     # -- reports -----------------------------------------------------------------------------
     def report(self, jobs: list[Job], results: dict[str, WayResult]) -> None:
@@ -354,7 +346,7 @@ class Bench:
         rows = {}
         for way, r in results.items():
             makespan = r.makespan()
-            mean = sum(r.outcomes[j.name].end - j.arrival for j in jobs) / len(jobs)
+            mean = sum(r.ends[j.name] - j.arrival for j in jobs) / len(jobs)
             rows[way] = (makespan, mean, work / makespan)
         print(f"\n{'way':<11} {'makespan_s':>10} {'mean_job_s':>10} {'work/s':>8} {'vs_static':>9} {'vs_oversub':>10}")
         for way, (makespan, mean, rate) in rows.items():
