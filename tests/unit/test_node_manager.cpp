@@ -7,7 +7,7 @@
 #include <random>
 
 #include "support/unit_helpers.hpp"
-#include "daemon/node_manager.hpp"
+#include "daemon/core/node_manager.hpp"
 
 using namespace mall;
 using namespace std::chrono_literals;

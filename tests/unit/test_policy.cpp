@@ -6,7 +6,7 @@
 #include <random>
 
 #include "support/unit_helpers.hpp"
-#include "daemon/policy.hpp"
+#include "daemon/core/policy.hpp"
 
 using namespace mall;
 

@@ -1,4 +1,4 @@
-// Unit tests of the throughput policy's counting core (libmall/src/daemon/throughput_policy.hpp):
+// Unit tests of the throughput policy's counting core (libmall/src/daemon/core/throughput_policy.hpp):
 // the Amdahl fit, allocations against a brute-force optimum for jobs with known speedup curves
 // (linear, Amdahl with serial fraction 0.3, flat after 4 cores), learning from its own
 // measurements without oscillating, dwell and gain damping, and min/max.
@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/throughput_policy.hpp"
+#include "daemon/core/throughput_policy.hpp"
 #include "support/unit_helpers.hpp"
 
 namespace mall {

@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "daemon/topology.hpp"
+#include "daemon/core/topology.hpp"
 
 using mall::CpuSet;
 using mall::Topology;

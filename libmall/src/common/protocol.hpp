@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rules.hpp"
+
 namespace mall::proto {
 
 constexpr uint32_t kMagic = 0x4C4C414D;  // bytes "MALL"
@@ -79,10 +81,9 @@ uint64_t get_uint(const nlohmann::json &body, const char *field);
 // Job names: 1-64 characters from [A-Za-z0-9._:-]. Returns an explanation when invalid.
 std::optional<std::string> invalid_job_name(std::string_view name);
 
-// Job weights (the weighted policy's shares): a number above 0 and at most kMaxWeight; the same
-// bound for Register, Set, mallrun --weight and mallctl set --weight. False for NaN.
-inline constexpr double kMaxWeight = 1e6;
-inline constexpr const char *kWeightRule = "a number above 0 and at most 1000000";
-inline bool valid_weight(double weight) { return weight > 0 && weight <= kMaxWeight; }
+// The weight rule lives in rules.hpp (one source for malld, the tools and the Slurm option).
+using mall::kMaxWeight;
+using mall::kWeightRule;
+using mall::valid_weight;
 
 }  // namespace mall::proto

@@ -16,9 +16,9 @@
 #include "../common/cpuset.hpp"
 #include "backend.hpp"
 #include "mall/mall.h"
-#include "policy.hpp"
+#include "core/policy.hpp"
 #include "server.hpp"
-#include "topology.hpp"
+#include "core/topology.hpp"
 
 namespace po = boost::program_options;
 

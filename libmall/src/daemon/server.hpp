@@ -24,11 +24,11 @@
 #include "../common/shared_page.hpp"
 #include "../common/unix_socket.hpp"
 #include "backend.hpp"
-#include "node_manager.hpp"
+#include "core/node_manager.hpp"
 #include "slurm_jobs.hpp"
-#include "policy.hpp"
+#include "core/policy.hpp"
 #include "state_file.hpp"
-#include "topology.hpp"
+#include "core/topology.hpp"
 
 namespace mall {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "node_manager.hpp"
+#include "core/node_manager.hpp"
 
 namespace mall {
 

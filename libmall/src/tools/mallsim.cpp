@@ -28,8 +28,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "../daemon/node_manager.hpp"
-#include "../daemon/topology.hpp"
+#include "../daemon/core/node_manager.hpp"
+#include "../daemon/core/topology.hpp"
 
 namespace po = boost::program_options;
 using namespace std::chrono_literals;

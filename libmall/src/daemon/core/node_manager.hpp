@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../common/cpuset.hpp"
+#include "../../common/cpuset.hpp"
 #include "policy.hpp"
 #include "topology.hpp"
 

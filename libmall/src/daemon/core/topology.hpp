@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/cpuset.hpp"
+#include "../../common/cpuset.hpp"
 
 struct hwloc_topology;
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../common/protocol.hpp"
+#include "../../common/protocol.hpp"
 
 namespace mall {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/cpuset.hpp"
+#include "../../common/cpuset.hpp"
 #include "throughput_policy.hpp"
 #include "topology.hpp"
 

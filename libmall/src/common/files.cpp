@@ -1,0 +1,60 @@
+// files.cpp — see files.hpp. Plain POSIX calls, EINTR retried, descriptors close-on-exec.
+#include "files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace mall {
+
+bool read_text_file(const std::string &path, std::string *out, int *err) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (err) *err = errno;
+        return false;
+    }
+    out->clear();
+    char buf[4096];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int saved = errno;
+            ::close(fd);
+            if (err) *err = saved;
+            errno = saved;
+            return false;
+        }
+        if (n == 0) break;
+        out->append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return true;
+}
+
+int write_file_once(const std::string &path, const std::string &value) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    ssize_t n;
+    do {
+        n = ::write(fd, value.data(), value.size());
+    } while (n < 0 && errno == EINTR);
+    const int err = n < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+}
+
+bool make_directories(const std::string &path, unsigned mode, std::string *failed) {
+    for (size_t pos = 1; pos <= path.size(); ++pos) {
+        if (pos != path.size() && path[pos] != '/') continue;
+        const std::string prefix = path.substr(0, pos);
+        if (::mkdir(prefix.c_str(), static_cast<mode_t>(mode)) == 0 || errno == EEXIST) continue;
+        if (failed) *failed = prefix;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace mall

@@ -1,0 +1,27 @@
+// rules.hpp — the values and bounds every part of mall must agree on, each defined once: the
+// default socket, malld's default ack timeout, the job weight bound. Header-only and free of
+// dependencies beyond the public mall.h, so pure parsers (the Slurm plugin's option logic) use
+// the same rule as malld without linking mall_common. Change a rule here and nowhere else.
+#pragma once
+
+#include <chrono>
+
+#include "mall/mall.h"
+
+namespace mall {
+
+// Where malld listens and clients look when neither --socket nor $MALL_SOCKET says otherwise.
+inline constexpr const char *kDefaultSocketPath = MALL_DEFAULT_SOCKET;
+
+// How long malld waits for a job's processes to acknowledge a smaller allocation before it
+// enforces anyway (malld --ack-timeout-ms; the plugin's plugstack.conf ack_timeout_ms= mirrors it).
+inline constexpr std::chrono::milliseconds kDefaultAckTimeout{2000};
+
+// Job weights (the weighted policy's shares): a number above 0 and at most kMaxWeight; the same
+// bound for Register, Set, the state file, mallrun --weight, mallctl set --weight and the Slurm
+// option's ",weight=W". False for NaN.
+inline constexpr double kMaxWeight = 1e6;
+inline constexpr const char *kWeightRule = "a number above 0 and at most 1000000";
+inline constexpr bool valid_weight(double weight) { return weight > 0 && weight <= kMaxWeight; }
+
+}  // namespace mall
