@@ -18,62 +18,20 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/files.hpp"
+#include "procfs.hpp"
+
 namespace mall {
 
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// --- small file helpers (cgroup files want one write() per value) ---
-
-bool read_text_file(const std::string &path, std::string *out, int *err) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (err) *err = errno;
-        return false;
-    }
-    out->clear();
-    char buf[4096];
-    for (;;) {
-        ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            if (err) *err = errno;
-            ::close(fd);
-            return false;
-        }
-        if (n == 0) break;
-        out->append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return true;
-}
-
 std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
     size_t i = 0;
     while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n')) ++i;
     return s.substr(i);
-}
-
-// Writes `value` with a single write(2), as cgroup files require. Returns errno (0 on success).
-int write_file_once(const std::string &path, const std::string &value) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return errno;
-    ssize_t n;
-    do {
-        n = ::write(fd, value.data(), value.size());
-    } while (n < 0 && errno == EINTR);
-    int err = n < 0 ? errno : 0;
-    ::close(fd);
-    return err;
-}
-
-bool is_number(const char *s) {
-    if (!*s) return false;
-    for (; *s; ++s)
-        if (*s < '0' || *s > '9') return false;
-    return true;
 }
 
 std::vector<pid_t> read_pid_list(const std::string &path) {
@@ -85,76 +43,6 @@ std::vector<pid_t> read_pid_list(const std::string &path) {
     while (in >> v)
         if (v > 0) pids.push_back(static_cast<pid_t>(v));
     return pids;
-}
-
-// Fields of /proc/PID/stat after the command name; element 0 is field 3 (state).
-std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
-    std::string text;
-    if (!read_text_file("/proc/" + std::to_string(pid) + "/stat", &text, nullptr)) return std::nullopt;
-    // The command name may contain spaces and parentheses: the fields start after the LAST ')'.
-    size_t close = text.rfind(')');
-    if (close == std::string::npos) return std::nullopt;
-    std::istringstream in(text.substr(close + 1));
-    std::vector<std::string> fields;
-    std::string f;
-    while (in >> f) fields.push_back(f);
-    if (fields.empty()) return std::nullopt;
-    return fields;
-}
-
-std::optional<pid_t> parent_of(pid_t pid) {
-    auto fields = stat_fields(pid);
-    if (!fields || fields->size() < 2) return std::nullopt;
-    try {
-        return static_cast<pid_t>(std::stol((*fields)[1]));
-    } catch (...) {
-        return std::nullopt;
-    }
-}
-
-// Unescapes the octal escapes (\040 for a space ...) of /proc/self/mountinfo paths.
-std::string unescape_mount_path(const std::string &s) {
-    std::string out;
-    for (size_t i = 0; i < s.size(); ++i) {
-        bool octal = s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7' &&
-                     s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7';
-        if (octal) {
-            out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
-            i += 3;
-        } else {
-            out.push_back(s[i]);
-        }
-    }
-    return out;
-}
-
-struct MountEntry {
-    std::string mount_point;
-    std::string mount_options;  // per-mount options ("rw,relatime")
-    std::string fstype;
-    std::string super_options;  // per-superblock options (for cgroup v1: the controllers)
-};
-
-std::vector<MountEntry> read_mountinfo() {
-    std::vector<MountEntry> mounts;
-    std::ifstream in("/proc/self/mountinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        // id parent maj:min root mount_point options [optional...] - fstype source super_options
-        std::istringstream ls(line);
-        std::vector<std::string> tok;
-        std::string t;
-        while (ls >> t) tok.push_back(t);
-        auto dash = std::find(tok.begin(), tok.end(), "-");
-        if (tok.size() < 6 || dash == tok.end() || tok.end() - dash < 4) continue;
-        MountEntry m;
-        m.mount_point = unescape_mount_path(tok[4]);
-        m.mount_options = tok[5];
-        m.fstype = *(dash + 1);
-        m.super_options = *(dash + 3);
-        mounts.push_back(std::move(m));
-    }
-    return mounts;
 }
 
 bool has_token(const std::string &list, const std::string &token, char sep) {
@@ -623,112 +511,9 @@ std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string 
     return nullptr;
 }
 
-std::vector<pid_t> threads_of(pid_t pid) {
-    std::vector<pid_t> tids;
-    std::string dir = "/proc/" + std::to_string(pid) + "/task";
-    DIR *d = ::opendir(dir.c_str());
-    if (!d) return tids;
-    while (dirent *e = ::readdir(d))
-        if (is_number(e->d_name)) tids.push_back(static_cast<pid_t>(std::atol(e->d_name)));
-    ::closedir(d);
-    std::sort(tids.begin(), tids.end());
-    return tids;
-}
-
-namespace {
-
-// Children via /proc/PID/task/TID/children (each thread lists the children it forked). Cheap,
-// but only exact when the kernel has CONFIG_PROC_CHILDREN; nullopt when the file is missing.
-std::optional<std::vector<pid_t>> children_from_task_files(pid_t pid) {
-    std::vector<pid_t> children;
-    const std::vector<pid_t> tids = threads_of(pid);
-    if (tids.empty()) return children;  // the process is gone: its children were re-parented
-    bool any_file = false;
-    for (pid_t tid : tids) {
-        std::string text;
-        if (!read_text_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) +
-                                "/children",
-                            &text, nullptr))
-            continue;
-        any_file = true;
-        std::istringstream in(text);
-        long child;
-        while (in >> child) children.push_back(static_cast<pid_t>(child));
-    }
-    if (!any_file) return std::nullopt;
-    return children;
-}
-
-// Children of every process, from a scan of /proc/*/stat (works on every kernel).
-std::multimap<pid_t, pid_t> children_by_scan() {
-    std::multimap<pid_t, pid_t> children;  // ppid -> pid
-    DIR *d = ::opendir("/proc");
-    if (!d) return children;
-    while (dirent *e = ::readdir(d)) {
-        if (!is_number(e->d_name)) continue;
-        pid_t p = static_cast<pid_t>(std::atol(e->d_name));
-        if (auto ppid = parent_of(p)) children.emplace(*ppid, p);
-    }
-    ::closedir(d);
-    return children;
-}
-
-}  // namespace
-
-std::vector<pid_t> descendants_of(pid_t pid) {
-    static const bool have_children_files = [] {
-        const std::string self = std::to_string(::getpid());
-        return ::access(("/proc/" + self + "/task/" + self + "/children").c_str(), R_OK) == 0;
-    }();
-    std::optional<std::multimap<pid_t, pid_t>> scanned;
-    std::vector<pid_t> out;
-    std::vector<pid_t> todo{pid};
-    std::set<pid_t> seen{pid};
-    while (!todo.empty()) {
-        pid_t cur = todo.back();
-        todo.pop_back();
-        std::vector<pid_t> kids;
-        std::optional<std::vector<pid_t>> listed;
-        if (have_children_files) listed = children_from_task_files(cur);
-        if (listed) {
-            kids = std::move(*listed);
-        } else {
-            if (!scanned) scanned = children_by_scan();
-            auto [lo, hi] = scanned->equal_range(cur);
-            for (auto it = lo; it != hi; ++it) kids.push_back(it->second);
-        }
-        for (pid_t kid : kids) {
-            if (!seen.insert(kid).second) continue;
-            out.push_back(kid);
-            todo.push_back(kid);
-        }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 bool set_thread_affinity(pid_t tid, const CpuSet &cpus) {
     cpu_set_t set = cpus.to_cpu_set();
     return ::sched_setaffinity(tid, sizeof set, &set) == 0;
-}
-
-std::optional<unsigned long long> process_start_time(pid_t pid) {
-    auto fields = stat_fields(pid);
-    // Field 22 (starttime) is element 19 when element 0 is field 3.
-    if (!fields || fields->size() < 20) return std::nullopt;
-    try {
-        return std::stoull((*fields)[19]);
-    } catch (...) {
-        return std::nullopt;
-    }
-}
-
-bool process_alive(pid_t pid) {
-    if (pid <= 0) return false;
-    auto fields = stat_fields(pid);
-    if (!fields) return false;
-    const std::string &state = (*fields)[0];
-    return !(state == "Z" || state == "X" || state == "x");
 }
 
 std::string cgroup_v1_cpuset_mount() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "procfs.hpp"
 
 namespace mall {
 
@@ -52,12 +53,9 @@ public:
 std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string &parent,
                                             std::string *why, std::string *error);
 
-// Thread and process helpers (shared with tests).
-std::vector<pid_t> threads_of(pid_t pid);                 // /proc/PID/task/*
-std::vector<pid_t> descendants_of(pid_t pid);             // children, grandchildren... (not pid)
-bool set_thread_affinity(pid_t tid, const CpuSet &cpus);  // sched_setaffinity; false on error
-std::optional<unsigned long long> process_start_time(pid_t pid);  // /proc/PID/stat field 22
-bool process_alive(pid_t pid);                             // exists and is not a zombie
+// sched_setaffinity on one thread; false on error. (The /proc readers the backends and tests use,
+// threads_of, descendants_of, process_start_time..., are in procfs.hpp.)
+bool set_thread_affinity(pid_t tid, const CpuSet &cpus);
 // Mount point of the cgroup v1 hierarchy holding the cpuset controller, "" when there is none.
 std::string cgroup_v1_cpuset_mount();
 

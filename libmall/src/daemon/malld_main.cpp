@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "../common/rules.hpp"
 #include "backend.hpp"
 #include "mall/mall.h"
 #include "core/policy.hpp"
+#include "log.hpp"
 #include "server.hpp"
 #include "core/topology.hpp"
 
@@ -131,7 +133,7 @@ int main(int argc, char **argv) {
          "(each job keeps its guaranteed/min cores), weighted (idle cores lent in proportion to "
          "each job's weight) or throughput (idle cores where the jobs' measured speedup gains "
          "most); without this option a saved policy is kept")
-        ("ack-timeout-ms", po::value(&ack_timeout_ms)->default_value(2000),
+        ("ack-timeout-ms", po::value(&ack_timeout_ms)->default_value(mall::kDefaultAckTimeout.count()),
          "how long a shrinking job may take to acknowledge before malld enforces anyway (> 0)")
         ("topology", po::value(&topology_spec)->default_value("system"),
          "\"system\", an hwloc XML file, or an hwloc synthetic description such as "
@@ -174,7 +176,7 @@ int main(int argc, char **argv) {
         return kExitOk;
     }
 
-    // --- validation (exit 2: nothing was started) ---
+    // --- validation: every exit 2 comes before anything is created, logged or started ---
     auto level = mall::parse_log_level(log_level_text);
     if (!level)
         return usage_error("bad --log-level '" + log_level_text + "': use error, warn, info or debug");
@@ -229,6 +231,32 @@ int main(int argc, char **argv) {
     }
     if (state_dir.empty()) state_dir = folder_of(socket_path);
 
+    std::unique_ptr<mall::SlurmQuery> slurm_query;
+    std::string slurm_note;  // what the Slurm query connects to, logged at start-up
+    const int slurm_interval = vm["slurm-interval-s"].as<int>();
+    if (slurm_interval < 1 || slurm_interval > 3600) {
+        std::cerr << "malld: --slurm-interval-s must be between 1 and 3600 (got " << slurm_interval << ")\n";
+        return kExitUsage;
+    }
+    if (vm["slurm"].as<bool>()) {
+        std::string node;
+        if (vm.count("slurm-node")) {
+            node = vm["slurm-node"].as<std::string>();
+        } else {
+            char host[256] = {};
+            ::gethostname(host, sizeof host - 1);
+            node = host;
+            node = node.substr(0, node.find('.'));
+        }
+        std::string slurm_why;
+        slurm_query = mall::make_libslurm_query(node, &slurm_why);
+        if (!slurm_query) {
+            std::cerr << "malld: --slurm: " << slurm_why << "\n";
+            return kExitUsage;
+        }
+        slurm_note = slurm_why;
+    }
+
     // --- start-up (exit 1 on failure) ---
     mall::log_line(mall::LogLevel::Info, version_text().substr(0, version_text().size() - 1) +
                                              " starting as uid " + std::to_string(::geteuid()));
@@ -251,6 +279,9 @@ int main(int argc, char **argv) {
                    "policy " + std::string(mall::policy_name(*policy)) + ", ack timeout " +
                        std::to_string(ack_timeout_ms) + " ms" +
                        (vm["allow-self-register"].as<bool>() ? ", self-registration allowed" : ""));
+    if (slurm_query)
+        mall::log_line(mall::LogLevel::Info, "checking Slurm jobs every " + std::to_string(slurm_interval) +
+                                                 " s (" + slurm_note + ")");
 
     mall::ServerOptions server_options;
     server_options.socket_path = socket_path;
@@ -261,32 +292,6 @@ int main(int argc, char **argv) {
     server_options.policy_given = !vm["policy"].defaulted();
     for (unsigned uid : admin_uids) server_options.admin_uids.insert(static_cast<uid_t>(uid));
     server_options.allow_self_register = vm["allow-self-register"].as<bool>();
-
-    std::unique_ptr<mall::SlurmQuery> slurm_query;
-    const int slurm_interval = vm["slurm-interval-s"].as<int>();
-    if (slurm_interval < 1 || slurm_interval > 3600) {
-        std::cerr << "malld: --slurm-interval-s must be between 1 and 3600 (got " << slurm_interval << ")\n";
-        return kExitUsage;
-    }
-    if (vm["slurm"].as<bool>()) {
-        std::string node;
-        if (vm.count("slurm-node")) {
-            node = vm["slurm-node"].as<std::string>();
-        } else {
-            char host[256] = {};
-            ::gethostname(host, sizeof host - 1);
-            node = host;
-            node = node.substr(0, node.find('.'));
-        }
-        std::string slurm_why;
-        slurm_query = mall::make_libslurm_query(node, &slurm_why);
-        if (!slurm_query) {
-            std::cerr << "malld: --slurm: " << slurm_why << "\n";
-            return kExitUsage;
-        }
-        mall::log_line(mall::LogLevel::Info, "checking Slurm jobs every " + std::to_string(slurm_interval) +
-                                                 " s (" + slurm_why + ")");
-    }
 
     try {
         mall::Server server(std::move(server_options), *topology, pool, std::move(backend));

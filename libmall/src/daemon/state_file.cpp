@@ -12,6 +12,7 @@
 #include <set>
 
 #include "../common/protocol.hpp"
+#include "../common/rules.hpp"
 
 namespace mall {
 
@@ -22,6 +23,10 @@ constexpr const char *kFormatName = "mall-malld-state";
 constexpr int kSchemaVersion = 1;
 
 std::string state_path(const std::string &dir) { return dir + "/" + kStateFileName; }
+
+// Per-job fields that change at every progress report or ack: saved along with any other change,
+// but never worth a disk write of their own (see state_fingerprint).
+constexpr const char *kProgressFields[] = {"last_ack_latency_us", "work_units", "steps"};
 
 nlohmann::json job_to_json(const SavedJob &saved) {
     const Job &job = saved.job;
@@ -110,7 +115,7 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
         throw std::runtime_error(r.where + ": min " + std::to_string(job.spec.min) +
                                  " is larger than max " + std::to_string(job.spec.max));
     job.spec.weight = r.real("weight");
-    if (!(job.spec.weight > 0)) r.bad("weight", "must be positive");
+    if (!valid_weight(job.spec.weight)) r.bad("weight", std::string("must be ") + kWeightRule);
     job.spec.guaranteed = r.cpus("guaranteed");
     job.order = r.unsigned_number("order");
     job.cpuset = r.cpus("cpuset");
@@ -173,6 +178,13 @@ nlohmann::json state_to_json(const SavedState &state) {
         {"policy", state.policy},
         {"jobs", jobs},
     };
+}
+
+std::string state_fingerprint(const SavedState &state) {
+    nlohmann::json j = state_to_json(state);
+    for (auto &job : j["jobs"])
+        for (const char *field : kProgressFields) job.erase(field);
+    return j.dump();
 }
 
 std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error) {

@@ -8,16 +8,12 @@
 #include <cmath>
 
 #include "../../common/protocol.hpp"
+#include "../../common/rules.hpp"
+#include "registration_order.hpp"
 
 namespace mall {
 
 namespace {
-
-nlohmann::json make_event(const char *name) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    return nlohmann::json{{"event", name}, {"time", seconds}};
-}
 
 std::string quoted_set(const CpuSet &cpus) {
     return cpus.empty() ? std::string("(none)") : cpus.to_string();
@@ -28,6 +24,40 @@ Outcome invalid(std::string text) { return Outcome::failure(MALL_ERR_INVAL, std:
 Outcome no_job(const std::string &job) {
     return Outcome::failure(MALL_ERR_NOJOB, "no job named \"" + job +
                                                 "\" is registered (see `mallctl status`)");
+}
+
+// The refusal of a weight outside the rule of common/rules.hpp (registration and set_weight).
+Outcome bad_weight(double weight) {
+    return invalid(std::string("weight must be ") + kWeightRule + ", got " + std::to_string(weight));
+}
+
+// A job's pids, the same rule at registration and when a task joins: at least one, each > 0.
+Outcome no_pids() { return invalid("a job needs at least one pid"); }
+std::optional<Outcome> bad_pid(pid_t pid) {
+    if (pid > 0) return std::nullopt;
+    return invalid("pid " + std::to_string(pid) + " is not a valid process id");
+}
+
+// The protocol's step (node_manager.hpp): from `published` toward `goal`, keep what it holds of
+// the goal and add the goal's cpus that `others` do not hold. None when the step would be empty
+// (the job's threads would have nowhere to run: it waits until a cpu of its goal is free) or
+// would change nothing.
+std::optional<CpuSet> next_step(const CpuSet &published, const CpuSet &goal, const CpuSet &others) {
+    const CpuSet next = (published & goal) | (goal - others);
+    if (next.empty() || next == published) return std::nullopt;
+    return next;
+}
+
+// The jobs of a map in registration order (the order every policy breaks ties by).
+template <typename JobPtr, typename Jobs>
+std::vector<JobPtr> in_registration_order(Jobs &jobs) {
+    std::vector<JobPtr> ordered;
+    ordered.reserve(jobs.size());
+    for (auto &entry : jobs) ordered.push_back(&entry.second);
+    std::sort(ordered.begin(), ordered.end(), [](JobPtr a, JobPtr b) {
+        return registered_before(a->order, a->spec.id, b->order, b->spec.id);
+    });
+    return ordered;
 }
 
 }  // namespace
@@ -66,9 +96,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                        std::to_string(pool_.count()) + " cpus: " + quoted_set(pool_) +
                        "); use a max of at most " + std::to_string(pool_.count()));
     }
-    if (!proto::valid_weight(spec.weight)) {
-        return invalid(std::string("weight must be ") + proto::kWeightRule + ", got " + std::to_string(spec.weight));
-    }
+    if (!valid_weight(spec.weight)) return bad_weight(spec.weight);
     if (!pool_.contains(spec.guaranteed)) {
         return invalid("guaranteed cpus " + (spec.guaranteed - pool_).to_string() +
                        " are not in malld's pool " + quoted_set(pool_));
@@ -79,8 +107,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                        "; max must be at least the number of guaranteed cpus");
     }
     for (const auto &[id, other] : jobs_) {
-        CpuSet reserved = other.spec.guaranteed;
-        if (other.pinned) reserved |= *other.pinned;
+        const CpuSet reserved = other.claimed();
         if (spec.guaranteed.intersects(reserved)) {
             return invalid("guaranteed cpus " + (spec.guaranteed & reserved).to_string() +
                            " are already guaranteed or pinned to job \"" + id + "\"");
@@ -92,9 +119,9 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                            " are reserved for \"" + owner + "\" (reclaimed by its prolog)");
         }
     }
-    if (spec.pids.empty()) return invalid("a job needs at least one pid");
+    if (spec.pids.empty()) return no_pids();
     for (pid_t pid : spec.pids) {
-        if (pid <= 0) return invalid("pid " + std::to_string(pid) + " is not a valid process id");
+        if (auto refusal = bad_pid(pid)) return *refusal;
     }
 
     Job job;
@@ -146,9 +173,7 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
 Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint now) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return no_job(job);
-    if (!proto::valid_weight(weight)) {
-        return invalid(std::string("weight must be ") + proto::kWeightRule + ", got " + std::to_string(weight));
-    }
+    if (!valid_weight(weight)) return bad_weight(weight);
     if (it->second.spec.weight == weight) return Outcome::success();
     it->second.spec.weight = weight;
     nlohmann::json ev = make_event("weight");
@@ -209,8 +234,7 @@ Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinn
         }
         for (const auto &[id, other] : jobs_) {
             if (id == job) continue;
-            CpuSet reserved = other.spec.guaranteed;
-            if (other.pinned) reserved |= *other.pinned;
+            const CpuSet reserved = other.claimed();
             if (pinned->intersects(reserved)) {
                 return invalid("cpus " + (*pinned & reserved).to_string() +
                                " are guaranteed or pinned to job \"" + id + "\"");
@@ -333,9 +357,9 @@ Outcome NodeManager::add_pids(const std::string &job, uid_t uid, const std::vect
         return invalid("job \"" + job + "\" belongs to uid " + std::to_string(it->second.spec.uid) +
                        ", not " + std::to_string(uid) + "; a task can only join its own job");
     }
-    if (pids.empty()) return invalid("a job needs at least one pid");
+    if (pids.empty()) return no_pids();
     for (pid_t pid : pids) {
-        if (pid <= 0) return invalid("pid " + std::to_string(pid) + " is not a valid process id");
+        if (auto refusal = bad_pid(pid)) return *refusal;
         for (const auto &[id, other] : jobs_) {
             const auto &known = other.spec.pids;
             if (id != job && std::find(known.begin(), known.end(), pid) != known.end())
@@ -395,11 +419,11 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
     Job &j = it->second;
     j.work_units = work_units;
     j.steps = steps;
-    // A rate sample spans two reports while the job held the same settled cpus; totals restart
+    // A rate sample spans two reports while the job held the same steady cpus; totals restart
     // at zero when a process re-attaches (the mark is then dropped).
-    const bool settled_now = !j.awaiting_ack && j.cpuset == j.published && !j.published.empty();
+    const bool steady = j.steady();
     const int cpus = j.published.count();
-    if (settled_now && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
+    if (steady && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
         work_units >= j.rate_mark_units && now - *j.rate_mark_time >= kMinRateWindow) {
         const double seconds = std::chrono::duration<double>(now - *j.rate_mark_time).count();
         const double rate = static_cast<double>(work_units - j.rate_mark_units) / seconds;
@@ -420,7 +444,7 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
             }
         }
     }
-    if (!settled_now) {
+    if (!steady) {
         j.rate_mark_time.reset();
     } else if (!j.rate_mark_time || j.rate_mark_cpus != cpus || work_units < j.rate_mark_units ||
                now - *j.rate_mark_time >= kMinRateWindow) {
@@ -481,23 +505,19 @@ CpuSet NodeManager::available_pool() const {
 
 bool NodeManager::holds_any(const CpuSet &cpus, const std::string &except) const {
     for (const auto &[id, job] : jobs_) {
-        if (id == except) continue;
-        if (job.cpuset.intersects(cpus) || job.published.intersects(cpus)) return true;
+        if (id != except && job.held().intersects(cpus)) return true;
     }
     return false;
 }
 
-bool NodeManager::settled(const std::string &job) const {
+bool NodeManager::steady(const std::string &job) const {
     const Job *j = find(job);
-    return j != nullptr && !j->published.empty() && !j->awaiting_ack && j->cpuset == j->published;
+    return j != nullptr && j->steady();
 }
 
 CpuSet NodeManager::free_cpus() const {
     CpuSet free = available_pool();
-    for (const auto &[id, job] : jobs_) {
-        free -= job.cpuset;
-        free -= job.published;
-    }
+    for (const auto &[id, job] : jobs_) free -= job.held();
     return free;
 }
 
@@ -511,15 +531,10 @@ nlohmann::json NodeManager::status() const {
     out["free"] = free_cpus().to_string();
     out["policy"] = policy_name(policy_);
     out["ack_timeout_ms"] = ack_timeout_.count();
-    std::vector<const Job *> ordered;
-    for (const auto &[id, job] : jobs_) ordered.push_back(&job);
-    std::sort(ordered.begin(), ordered.end(),
-              [](const Job *a, const Job *b) { return a->order < b->order; });
     nlohmann::json jobs = nlohmann::json::array();
-    for (const Job *job : ordered) {
+    for (const Job *job : in_registration_order<const Job *>(jobs_)) {
         auto target = targets_.find(job->spec.id);
-        const bool at_target = target == targets_.end() || target->second == job->published;
-        const bool settled_now = !job->awaiting_ack && at_target && job->cpuset == job->published;
+        const CpuSet &goal = target == targets_.end() ? job->published : target->second;
         jobs.push_back({
             {"job", job->spec.id},
             {"uid", job->spec.uid},
@@ -530,15 +545,14 @@ nlohmann::json NodeManager::status() const {
             {"cpus", job->published.to_string()},
             {"ncpus", job->published.count()},
             {"cpuset", job->cpuset.to_string()},
-            {"target", target == targets_.end() ? job->published.to_string()
-                                                : target->second.to_string()},
+            {"target", goal.to_string()},
             {"generation", job->generation},
             {"acked_generation", job->acked_generation()},
             {"pinned", job->pinned.has_value()},
             {"usage_cap", job->usage_cap},
             {"planned_max", job->planned_max()},
             {"attached", job->attachments.size()},
-            {"state", settled_now ? "settled" : "changing"},
+            {"state", job->settled(goal) ? "settled" : "changing"},
             {"transitions", job->transitions},
             {"ack_timeouts", job->ack_timeouts},
             {"last_ack_latency_us", job->last_ack_latency_us},
@@ -565,13 +579,13 @@ Outcome NodeManager::adopt(const Job &job) {
     const std::string &id = job.spec.id;
     if (auto why = proto::invalid_job_name(id)) return invalid("bad job name: " + *why);
     if (jobs_.count(id) != 0) return invalid("job \"" + id + "\" is already registered");
-    const CpuSet held = job.cpuset | job.published;
+    const CpuSet held = job.held();
     if (!pool_.contains(held)) {
         return invalid("job \"" + id + "\" holds cpus " + (held - pool_).to_string() +
                        " outside malld's pool " + quoted_set(pool_));
     }
     for (const auto &[other_id, other] : jobs_) {
-        const CpuSet overlap = held & (other.cpuset | other.published);
+        const CpuSet overlap = held & other.held();
         if (!overlap.empty()) {
             return invalid("job \"" + id + "\" holds cpus " + overlap.to_string() +
                            " that job \"" + other_id + "\" holds too");
@@ -656,9 +670,8 @@ Outcome NodeManager::feasible(const std::string &change, TimePoint now) const {
 
 bool NodeManager::reachable(const std::map<std::string, CpuSet> &targets,
                             std::string *stuck) const {
-    // Replays advance() on sets alone, as if every ack came at once: a job steps to
-    // (held ∩ goal) ∪ (goal's cpus nobody else holds) when that is not empty. Cycles (two
-    // single-cpu jobs swapping) are the case this catches.
+    // Replays advance() on sets alone, as if every ack came at once: a job takes next_step()
+    // while it has one. Cycles (two single-cpu jobs swapping) are the case this catches.
     std::map<std::string, CpuSet> held;
     for (const auto &[id, job] : jobs_) held[id] = job.published;
     for (bool progress = true; progress;) {
@@ -669,9 +682,9 @@ bool NodeManager::reachable(const std::map<std::string, CpuSet> &targets,
             CpuSet others;
             for (const auto &[other_id, theirs] : held)
                 if (other_id != id) others |= theirs;
-            const CpuSet next = (mine & goal->second) | (goal->second - others);
-            if (next.empty() || next == mine) continue;
-            mine = next;
+            const auto next = next_step(mine, goal->second, others);
+            if (!next) continue;
+            mine = *next;
             progress = true;
         }
     }
@@ -697,12 +710,12 @@ void NodeManager::enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint 
         job.enforce_retry_at.reset();
     } else {
         // The kernel may still give the job its old cpus: count both as held so no other job is
-        // given them. A failed narrowing is retried every second (advance() sees cpuset wider
-        // than published); a failed widening is only reported: the process still pins its
+        // given them. A failed narrowing is retried after kEnforceRetry (advance() sees cpuset
+        // wider than published); a failed widening is only reported: the process still pins its
         // threads through libmall, and the next change writes the cgroup again.
         job.cpuset |= cpus;
         job.enforce_retry_at.reset();
-        if (job.cpuset != cpus) job.enforce_retry_at = now + std::chrono::seconds(1);
+        if (job.cpuset != cpus) job.enforce_retry_at = now + kEnforceRetry;
         ev["error"] = error.empty() ? std::string("enforce failed") : error;
     }
     effects_.event(ev);
@@ -712,12 +725,8 @@ void NodeManager::advance(TimePoint now) {
     // Each pass either publishes a step toward a target or finishes one; published sets only
     // grow toward targets after their first step, so this ends. The cap is a safety net.
     for (int pass = 0; pass < 4 * CpuSet::kMaxCpus; ++pass) {
-        std::vector<Job *> ordered;
-        for (auto &[id, job] : jobs_) ordered.push_back(&job);
-        std::sort(ordered.begin(), ordered.end(),
-                  [](const Job *a, const Job *b) { return a->order < b->order; });
         bool moved = false;
-        for (Job *job : ordered) {
+        for (Job *job : in_registration_order<Job *>(jobs_)) {
             if (job->awaiting_ack) continue;
             if (job->cpuset != job->published) {  // adopted mid-shrink, or a failed write
                 if (job->enforce_retry_at && now < *job->enforce_retry_at) continue;
@@ -727,11 +736,12 @@ void NodeManager::advance(TimePoint now) {
             }
             auto target = targets_.find(job->spec.id);
             if (target == targets_.end() || target->second == job->published) continue;
-            const CpuSet &goal = target->second;
-            const CpuSet next = (job->published & goal) | (goal - held_by_others(job->spec.id));
-            // An empty step would leave the job's threads nowhere to run: wait until a cpu of its
-            // goal is free (set_cpus refuses goals that could never be reached this way).
-            if (next.empty() || next == job->published) continue;
+            // No step (an empty one would leave the job's threads nowhere to run): wait until a
+            // cpu of its goal is free (registrations, pins, reclaims and policy switches check
+            // with feasible() that their goals can be reached).
+            const auto step = next_step(job->published, target->second, held_by_others(job->spec.id));
+            if (!step) continue;
+            const CpuSet &next = *step;
 
             const CpuSet widened = job->cpuset | next;
             if (widened != job->cpuset) enforce(*job, widened, true, now);
@@ -780,12 +790,16 @@ void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
     if (job.cpuset != job.published) enforce(job, job.published, false, now);
 }
 
+nlohmann::json NodeManager::make_event(const char *name) {
+    nlohmann::json ev{{"event", name}};
+    if (const auto time = effects_.event_time()) ev["time"] = *time;
+    return ev;
+}
+
 CpuSet NodeManager::held_by_others(const std::string &job) const {
     CpuSet held;
     for (const auto &[id, other] : jobs_) {
-        if (id == job) continue;
-        held |= other.cpuset;
-        held |= other.published;
+        if (id != job) held |= other.held();
     }
     return held;
 }

@@ -1,15 +1,24 @@
 // node_manager.hpp — the node manager's core: jobs, their allocations, the policy, and the
-// two-phase transitions. A plain class with no sockets, no threads and an injected clock, so tests
-// drive it directly. The server feeds it requests and timer ticks and carries out its Effects.
+// two-phase transitions. A plain class with no sockets, no threads and no clock of its own, so
+// tests and mallsim drive it directly. The server feeds it requests and timer ticks and carries
+// out its Effects.
 //
-// Transition protocol per job (DESIGN.md "two-phase"): a job holds `cpuset` (enforced) and
-// `published` (what its processes were told). To move toward its target T, the job's next
-// published set is N = (published ∩ T) ∪ (T's cpus that no other job holds). Then:
+// Time: the core reads no clock. Every request and tick passes `now` (a steady-clock TimePoint),
+// which dates everything the core decides: ack deadlines, enforce retries, dwell, rate samples and
+// periodic replans. Effects::clock_now() gives the moment a publish happened (ack latency counts
+// from it), and Effects::event_time() the wall time an event carries as "time" (when it gives
+// none, Effects::event() stamps it: malld's server does).
+//
+// Transition protocol per job (the two phases README.md's "malld, the node manager" describes,
+// stated in full here): a job holds `cpuset` (enforced) and `published` (what its processes were
+// told). To move toward its target T, the job's next published set is
+// N = (published ∩ T) ∪ (T's cpus that no other job holds), provided N is neither empty nor
+// unchanged (else the job waits). Then:
 //   1. cpuset := cpuset ∪ N (widening only ever uses free cpus), publish N (generation + 1);
 //   2. wait for every attached process to ack that generation, or the ack timeout (counted);
 //      a job with no attached process needs no ack;
 //   3. cpuset := N; the cpus it gave up become free and other jobs may take them.
-// Invariant: the sets cpuset ∪ published of different jobs never intersect.
+// Invariant: the sets cpuset ∪ published (Job::held) of different jobs never intersect.
 #pragma once
 
 #include <sys/types.h>
@@ -42,15 +51,21 @@ public:
     virtual ~Effects() = default;
     // Make the job's enforced cpu set `cpus` (cgroup cpuset and/or thread affinity). `growing` is
     // true when cpus gained members (affinity must then be widened on every thread too).
-    // Returns false with *error on failure (the core logs it and retries at the next change).
+    // Returns false with *error on failure: the core reports it as the "error" of the "enforce"
+    // event, counts the job as holding its old cpus and the new ones, and writes again: a
+    // narrowing after kEnforceRetry, a widening at the job's next change.
     virtual bool enforce(const std::string &job, const CpuSet &cpus, bool growing,
                          std::string *error) = 0;
     // Write a new allocation to the job's shared page and notify its attached processes.
     virtual void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) = 0;
     // The job is gone: remove its cgroup, page, etc.
     virtual void job_removed(const std::string &job) = 0;
-    // An event for watchers and the log: {"event": "...", ...}.
+    // An event for watchers and the log: {"event": "...", ...}, with "time" when event_time()
+    // gave one (otherwise the implementation stamps it).
     virtual void event(const nlohmann::json &event) = 0;
+    // The wall time (seconds since the epoch) the next event carries as "time", or none to leave
+    // the stamp to event(). The core has no wall clock: this is where its events' time comes from.
+    virtual std::optional<double> event_time() { return std::nullopt; }
     // The time now, read right after a publish so ack latency counts from the moment the page
     // changed (not from the request that caused it). Tests with a fake clock keep `fallback`.
     virtual TimePoint clock_now(TimePoint fallback) { return fallback; }
@@ -85,6 +100,26 @@ struct Job {
     std::optional<TimePoint> enforce_retry_at;
     // attachments: attach id -> acked generation
     std::map<uint64_t, uint64_t> attachments;
+    uint64_t acked_generation() const;  // min over attachments, or generation if none
+
+    // What "settled" means, once. Two notions, apart on purpose:
+    // A move is under way: an ack of the last publication is awaited (until the ack timeout), or
+    // the enforced cpuset is not yet the published set (a widening or narrowing between its
+    // steps, a failed cgroup write awaiting its retry, a job adopted mid-move).
+    bool moving() const { return awaiting_ack || cpuset != published; }
+    // Steady: no move under way and at least one cpu. The job runs on a fixed set of cpus, so
+    // what it reports measures that many cpus (rate samples), and a job that just registered has
+    // been given cpus (NodeManager::steady). It may still be short of its target, e.g. waiting for
+    // another job to give cpus up: requiring the target here would delay both for nothing.
+    bool steady() const { return !moving() && !published.empty(); }
+    // Settled: no move under way and the published set is `target`: nothing is left to do until
+    // the plan changes (`mallctl status` shows "settled", otherwise "changing").
+    bool settled(const CpuSet &target) const { return !moving() && published == target; }
+    // Every cpu the job may run on now (enforced or told): no other job may be given these.
+    CpuSet held() const { return cpuset | published; }
+    // Cpus no other job may be guaranteed or pinned to: its guaranteed cpus and its pin.
+    CpuSet claimed() const { return pinned ? spec.guaranteed | *pinned : spec.guaranteed; }
+
     // metrics
     uint64_t transitions = 0;
     uint64_t ack_timeouts = 0;
@@ -92,13 +127,12 @@ struct Job {
     uint64_t work_units = 0;
     uint64_t steps = 0;
     // throughput policy: work rates measured between progress reports while the job held the same
-    // cpus (settled), newest last, at most kMaxRateSamples; and when its cpus last changed.
+    // cpus (steady), newest last, at most kMaxRateSamples; and when its cpus last changed.
     std::vector<RateSample> rate_samples;
     TimePoint last_change{};
     std::optional<TimePoint> rate_mark_time;  // the previous report that can start a sample
     uint64_t rate_mark_units = 0;
     int rate_mark_cpus = 0;
-    uint64_t acked_generation() const;  // min over attachments, or generation if none
 };
 
 struct Outcome {
@@ -120,7 +154,8 @@ public:
     Outcome remove_pid(const std::string &job, pid_t pid, TimePoint now);  // job ends with its last pid
     Outcome set_cpus(const std::string &job, std::optional<CpuSet> pinned, TimePoint now);  // nullopt = auto
     Outcome set_policy(const std::string &name, TimePoint now);
-    // The job's weight for the weighted policy (> 0, finite, at most 1e6); replans.
+    // The job's weight for the weighted policy (valid_weight in common/rules.hpp); replans when
+    // it changes.
     Outcome set_weight(const std::string &job, double weight, TimePoint now);
     // Takes cpus out of the lending pool (a Slurm job prolog: Slurm gave them to a job). With an
     // owner ("slurm-<jobid>") they stay reserved for that owner: when a job of that name registers
@@ -145,7 +180,9 @@ public:
     Outcome set_usage(const std::string &job, int cpus_used, TimePoint now);
 
     // --- time ---
-    void tick(TimePoint now);                    // handles ack timeouts, then advances transitions
+    // Under the throughput policy replans every kRateReplan; then ends the transitions whose acks
+    // came or whose ack timeout passed, and advances every job.
+    void tick(TimePoint now);
     std::optional<TimePoint> next_deadline() const;
 
     // --- queries ---
@@ -153,7 +190,10 @@ public:
     const std::map<std::string, Job> &jobs() const { return jobs_; }
     // Some job's cpuset or published set meets cpus (the job named `except` does not count).
     bool holds_any(const CpuSet &cpus, const std::string &except = "") const;
-    bool settled(const std::string &job) const;  // job holds >= 1 cpu and no transition in flight
+    bool steady(const std::string &job) const;   // the job exists and Job::steady()
+    // The old name of steady(), kept while malld's server still calls it. It is NOT the "settled"
+    // of `mallctl status` (Job::settled, which also needs the target reached).
+    bool settled(const std::string &job) const { return steady(job); }
     const CpuSet &pool() const { return pool_; }            // configured pool
     // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved
     // cpus of registered owners that are their guaranteed cpus.
@@ -189,6 +229,8 @@ private:
     // apply their change tentatively, call this, and undo the change when it fails.
     Outcome feasible(const std::string &change, TimePoint now) const;
     void enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now);
+    // {"event": name}, with "time" when Effects::event_time() gives one.
+    nlohmann::json make_event(const char *name);
 
     const Topology &topology_;
     CpuSet pool_;
@@ -203,12 +245,14 @@ private:
     std::optional<TimePoint> next_rate_replan_;  // throughput policy: the next periodic replan
 };
 
-// Throughput policy timing: samples shorter than kMinRateWindow are not taken, a job whose cpus
-// changed less than kDwell ago is neither shrunk nor probed, and the plan is recomputed every
-// kRateReplan.
+// Throughput policy timing: samples shorter than kMinRateWindow are not taken; a job whose cpus
+// changed less than kDwell ago is neither shrunk nor probed, unless some job holds nothing yet (a
+// newcomer gets its share at once); the plan is recomputed every kRateReplan.
 inline constexpr std::chrono::milliseconds kMinRateWindow{400};
 inline constexpr std::chrono::seconds kDwell{6};
 inline constexpr std::chrono::seconds kRateReplan{2};
 inline constexpr size_t kMaxRateSamples = 64;
+// A failed narrowing (the cgroup still lets the job run on the wider set) is written again after this.
+inline constexpr std::chrono::seconds kEnforceRetry{1};
 
 }  // namespace mall

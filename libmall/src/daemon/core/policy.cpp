@@ -1,11 +1,14 @@
-// policy.cpp — `static` and `equal` co-scheduling as pure functions: first how many cpus each job
-// gets (compute_counts), then which ones (placement: keep what a job holds, grow along the hwloc
-// tree). Guarantees as policy.hpp states; when the pool cannot cover every job's min, jobs
-// registered earlier get their min first and later ones get what is left (possibly 0 cpus).
+// policy.cpp — the co-scheduling policies as pure functions, in two steps: how many cpus each job
+// gets (prepare(), then count_into(): static, equal and weighted here, throughput through
+// throughput_policy.hpp), then which ones (placement: keep what a job holds, grow along the hwloc
+// tree). compute_allocation and compute_counts share the counting, so the tests of counts test
+// what malld runs. Guarantees as policy.hpp states; when the pool cannot cover every job's min,
+// jobs registered earlier get their min first and later ones get what is left (possibly 0 cpus).
 #include "policy.hpp"
 
 #include <algorithm>
-#include <numeric>
+
+#include "registration_order.hpp"
 
 namespace mall {
 
@@ -23,22 +26,11 @@ struct Prepared {
     int held = 0;  // cpus it holds now (in the pool, when the pool is known): breaks ties
 };
 
-// Indices of jobs sorted by registration order (then id, for determinism).
-std::vector<size_t> by_order(const std::vector<PolicyJob> &jobs) {
-    std::vector<size_t> idx(jobs.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-        if (jobs[a].order != jobs[b].order) return jobs[a].order < jobs[b].order;
-        return jobs[a].id < jobs[b].id;
-    });
-    return idx;
-}
-
 // The counting core. `prepared` is in registration order. Pinned jobs take exactly their pinned
 // cpus; every other job first gets its guaranteed cpus (they are physically its own), then jobs
-// are raised to their min in registration order while the pool lasts; `equal` then lends the
-// rest by water-filling (the job with the fewest cpus gets the next one; ties go to the job that
-// holds more cpus now, which saves moves, then to the earlier job).
+// are raised to their min in registration order while the pool lasts. `static` stops there;
+// `throughput` divides the rest by measured speedup (compute_throughput_counts); `equal` and
+// `weighted` lend it one cpu at a time, as the comment in the loop below says.
 void count_into(PolicyKind kind, int pool_size, std::vector<Prepared> &prepared) {
     int left = pool_size;
     for (auto &p : prepared) {
@@ -106,7 +98,7 @@ std::vector<Prepared> prepare(const CpuSet &pool, const std::vector<PolicyJob> &
     std::vector<Prepared> prepared;
     prepared.reserve(jobs.size());
     CpuSet guaranteed_so_far;
-    for (size_t i : by_order(jobs)) {
+    for (size_t i : registration_order(jobs)) {
         Prepared p;
         p.job = &jobs[i];
         // Guaranteed cpus outside the pool are not ours to give; an overlap with an earlier job's
@@ -127,6 +119,14 @@ std::vector<Prepared> prepare(const CpuSet &pool, const std::vector<PolicyJob> &
         pinned_so_far |= *p.pinned;
         p.guaranteed &= *p.pinned;
     }
+    return prepared;
+}
+
+// How many cpus each job gets from `pool`: the one counting path of compute_allocation and
+// compute_counts.
+std::vector<Prepared> counted(PolicyKind kind, const CpuSet &pool, const std::vector<PolicyJob> &jobs) {
+    std::vector<Prepared> prepared = prepare(pool, jobs);
+    count_into(kind, pool.count(), prepared);
     return prepared;
 }
 
@@ -278,30 +278,17 @@ const char *policy_name(PolicyKind kind) {
 
 std::vector<std::string> policy_names() { return {"equal", "static", "throughput", "weighted"}; }
 
-std::map<std::string, int> compute_counts(PolicyKind kind, int pool_size,
+std::map<std::string, int> compute_counts(PolicyKind kind, const CpuSet &pool,
                                           const std::vector<PolicyJob> &jobs) {
-    std::vector<Prepared> prepared;
-    for (size_t i : by_order(jobs)) {
-        Prepared p;
-        p.job = &jobs[i];
-        p.guaranteed = jobs[i].guaranteed;
-        p.pinned = jobs[i].pinned;
-        p.max = std::max(jobs[i].max, p.guaranteed.count());
-        p.min = std::max(jobs[i].min, 0);
-        p.held = jobs[i].current.count();
-        prepared.push_back(std::move(p));
-    }
-    count_into(kind, pool_size, prepared);
     std::map<std::string, int> counts;
-    for (const auto &p : prepared) counts[p.job->id] = p.count;
+    for (const auto &p : counted(kind, pool, jobs)) counts[p.job->id] = p.count;
     return counts;
 }
 
 std::map<std::string, CpuSet> compute_allocation(PolicyKind kind, const Topology &topology,
                                                  const CpuSet &pool,
                                                  const std::vector<PolicyJob> &jobs) {
-    std::vector<Prepared> prepared = prepare(pool, jobs);
-    count_into(kind, pool.count(), prepared);
+    const std::vector<Prepared> prepared = counted(kind, pool, jobs);
 
     const std::vector<int> order = walk_order(topology, pool);
     std::vector<CpuSet> target(prepared.size());

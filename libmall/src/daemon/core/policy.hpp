@@ -1,9 +1,11 @@
 // policy.hpp — co-scheduling policies as pure functions: from the pool, the topology and the jobs
-// (limits, guaranteed cpus, what each holds now) to the cpus each job should hold. No I/O, no clock.
-// Guarantees of every policy: targets are disjoint subsets of the pool; a job's guaranteed cpus
-// (those Slurm gave it, when in the pool) are always in its target; a job gets at least
-// min(min, what the pool can give after guarantees) and never more than max; placement keeps a
-// job's cpus close in the hwloc tree and moves as few cpus as possible from the current holdings.
+// (limits, guaranteed cpus, pins, what each holds now) to the cpus each job should hold. No I/O,
+// no clock. Guarantees of every policy: targets are disjoint subsets of the pool. A pinned job's
+// target is its pin, less cpus outside the pool, guaranteed to another job or pinned by an earlier
+// job. An unpinned job's target holds its guaranteed cpus (those Slurm gave it, when in the pool
+// and not guaranteed to an earlier job too), reaches its min while the pool lasts (earlier jobs
+// first), and never exceeds its max (or its guaranteed count, when that is larger). Placement
+// keeps a job's cpus close in the hwloc tree and moves as few cpus as possible from what it holds.
 #pragma once
 
 #include <map>
@@ -24,14 +26,15 @@ struct PolicyJob {
     double weight = 1.0;
     CpuSet guaranteed;              // must stay in the target
     CpuSet current;                 // what the job holds now (for minimal moves)
-    std::optional<CpuSet> pinned;   // admin override: the target is exactly this
+    std::optional<CpuSet> pinned;   // admin override: the target is this, less what is cut (above)
     uint64_t order = 0;             // registration order: earlier jobs win ties
     // throughput policy only (see throughput_policy.hpp):
     std::vector<RateSample> samples;  // measured work rates at the core counts it ran on
     bool in_dwell = false;            // changed too recently to be shrunk or probed
 };
 
-// static: each job keeps its guaranteed/min cpus. equal: idle cpus lent evenly within min..max.
+// static: each job gets its guaranteed cpus, raised to its min; nothing is lent.
+// equal: idle cpus lent evenly within min..max.
 // weighted: idle cpus lent in proportion to each job's weight within min..max.
 // throughput: idle cpus to the jobs whose measured speedup gains most (throughput_policy.hpp).
 enum class PolicyKind { Static, Equal, Weighted, Throughput };
@@ -45,8 +48,9 @@ std::map<std::string, CpuSet> compute_allocation(PolicyKind kind, const Topology
                                                  const CpuSet &pool,
                                                  const std::vector<PolicyJob> &jobs);
 
-// How many cpus each job gets (before placement): exposed for tests.
-std::map<std::string, int> compute_counts(PolicyKind kind, int pool_size,
+// How many cpus each job's target in compute_allocation(kind, *, pool, jobs) holds: the same
+// counting, without placement (for tests).
+std::map<std::string, int> compute_counts(PolicyKind kind, const CpuSet &pool,
                                           const std::vector<PolicyJob> &jobs);
 
 }  // namespace mall

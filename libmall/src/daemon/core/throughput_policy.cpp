@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <iterator>
-#include <numeric>
+
+#include "registration_order.hpp"
 
 namespace mall {
 
@@ -86,13 +87,8 @@ double total_speedup(const std::vector<SpeedupEstimate> &curves, const std::vect
 
 std::map<std::string, int> compute_throughput_counts(int pool_size, const std::vector<ThroughputJob> &jobs,
                                                      const ThroughputOptions &options) {
-    // Registration order (then id) decides who gets its min first and who wins ties.
-    std::vector<size_t> order(jobs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        if (jobs[a].order != jobs[b].order) return jobs[a].order < jobs[b].order;
-        return jobs[a].id < jobs[b].id;
-    });
+    // Registration order decides who gets its min first and who wins ties.
+    const std::vector<size_t> order = registration_order(jobs);
     std::vector<SpeedupEstimate> curves(jobs.size());
     std::vector<int> low(jobs.size()), high(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {

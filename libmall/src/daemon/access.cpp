@@ -1,0 +1,230 @@
+// access.cpp — see access.hpp. Read top to bottom: the request table with its roles, the peer
+// checks, authorize(), serve_packet(). A new request type is a line in the table and a handler.
+#include "access.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <optional>
+
+#include "handlers.hpp"
+#include "log.hpp"
+#include "procfs.hpp"
+
+namespace mall {
+
+namespace {
+
+constexpr int kRefusalLogsPerSecond = 5;  // per connection
+
+// The request table: each message type, its handler, and the role a peer needs to send it.
+//   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs.
+//   owner:    Attach. The peer's uid owns the job (or is an admin) and the peer process is one of
+//             the job's registered processes or descends from one.
+//   attached: Ack, Progress and Usage, only on the connection that attached (so a process can
+//             only acknowledge and report for the job it proved it belongs to).
+//   any:      read-only requests.
+const RequestRule kRequestTable[] = {
+    {proto::Type::Register, Role::Admin, &RequestHandlers::handle_register},
+    {proto::Type::Deregister, Role::Admin, &RequestHandlers::handle_deregister},
+    {proto::Type::Attach, Role::Owner, &RequestHandlers::handle_attach},
+    {proto::Type::Ack, Role::Attached, &RequestHandlers::handle_ack},
+    {proto::Type::Progress, Role::Attached, &RequestHandlers::handle_progress},
+    {proto::Type::Status, Role::Any, &RequestHandlers::handle_status},
+    {proto::Type::Set, Role::Admin, &RequestHandlers::handle_set},
+    {proto::Type::Policy, Role::Admin, &RequestHandlers::handle_policy},
+    {proto::Type::Reclaim, Role::Admin, &RequestHandlers::handle_reclaim},
+    {proto::Type::Release, Role::Admin, &RequestHandlers::handle_release},
+    {proto::Type::Watch, Role::Any, &RequestHandlers::handle_watch},
+    {proto::Type::Usage, Role::Attached, &RequestHandlers::handle_usage},
+};
+
+// SO_PEERCRED's pid was taken at connect time: by now that process may have exited and its pid
+// been given to another process, which must not be taken for the peer (owner check, self-
+// registration). With SO_PEERPIDFD the pidfd names the peer itself: its pid in fdinfo must still
+// be the credential pid (-1 once it has exited). Without it, the process now holding the pid must
+// have started no later than the connection was accepted and run as the peer's uid.
+bool peer_still_connected_process(const Connection &c, std::string *why) {
+    const std::string pid = std::to_string(c.peer.pid);
+    if (c.peer_pidfd) {
+        auto now_pid = pidfd_pid(c.peer_pidfd.get());
+        if (!now_pid) {
+            *why = "cannot read the pidfd of process " + pid + " (/proc/self/fdinfo)";
+            return false;
+        }
+        if (*now_pid != c.peer.pid) {
+            *why = "process " + pid + " that opened this connection has exited";
+            return false;
+        }
+        return true;
+    }
+    auto start = process_start_time(c.peer.pid);
+    if (!start || !process_alive(c.peer.pid)) {
+        *why = "process " + pid + " that opened this connection has exited";
+        return false;
+    }
+    if (*start > c.accepted_ticks) {
+        *why = "process " + pid + " started after this connection was opened: the connecting "
+               "process has exited and its pid was reused";
+        return false;
+    }
+    if (!process_has_uid(c.peer.pid, c.peer.uid)) {
+        *why = "process " + pid + " no longer runs as uid " + std::to_string(c.peer.uid) +
+               ": the connecting process has exited and its pid was reused";
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+uint32_t raw_request_id(const std::string &packet) {
+    if (packet.size() < proto::kHeaderSize) return 0;
+    uint32_t id = 0;
+    std::memcpy(&id, packet.data() + 12, sizeof id);  // the header's request id field
+    return id;
+}
+
+const RequestRule *find_request_rule(proto::Type type) {
+    for (const auto &rule : kRequestTable)
+        if (rule.type == type) return &rule;
+    return nullptr;
+}
+
+bool AccessRules::is_admin(uid_t uid) const {
+    return uid == 0 || uid == ::geteuid() || admin_uids.count(uid) != 0;
+}
+
+bool may_log_refusal(Connection &c) {
+    const TimePoint now = Clock::now();
+    if (now - c.refusal_log_window >= std::chrono::seconds(1)) {
+        c.refusal_log_window = now;
+        c.refusals_logged = 0;
+    }
+    return ++c.refusals_logged <= kRefusalLogsPerSecond;
+}
+
+// Authorization lives here and only here: every request passes through this function before its
+// handler runs, so the request table above is malld's whole access policy and no handler can forget
+// a check. Identities come from SO_PEERCRED (kernel-verified), never from the message body.
+bool authorize(const AccessRules &rules, const NodeManager &manager, const Connection &c,
+               const RequestRule &rule, const proto::Message &msg, int *code, std::string *why) {
+    const std::string type = proto::type_name(rule.type);
+    *code = MALL_ERR_DENIED;
+    switch (rule.role) {
+        case Role::Any:
+            return true;
+        case Role::Admin:
+            if (rules.is_admin(c.peer.uid)) return true;
+            *why = type + " needs root or an admin uid (malld --admin-uid); uid " +
+                   std::to_string(c.peer.uid) + " is neither";
+            return false;
+        case Role::Attached:
+            if (!c.job.empty() && manager.find(c.job)) return true;
+            *why = type + " is only accepted on a connection attached to a job (send Attach first)";
+            return false;
+        case Role::Owner: {
+            if (!c.job.empty()) {
+                *code = MALL_ERR_INVAL;
+                *why = "this connection is already attached to job " + c.job;
+                return false;
+            }
+            // Both ways to attach act on the peer's pid: it must still be the connecting process.
+            std::string gone;
+            if (!peer_still_connected_process(c, &gone)) {
+                *why = gone + "; reconnect and attach again";
+                return false;
+            }
+            auto field = msg.body.find("job");
+            if (field == msg.body.end() || field->is_null()) {
+                if (rules.allow_self_register) return true;
+                *code = MALL_ERR_NOJOB;
+                *why = "no job given and self-registration is off: start the process with mallrun "
+                       "(which sets MALL_JOB_ID) or run malld with --allow-self-register";
+                return false;
+            }
+            if (!field->is_string()) {
+                *code = MALL_ERR_INVAL;
+                *why = "field \"job\" must be a string";
+                return false;
+            }
+            const std::string name = field->get<std::string>();
+            // Validated before the name is echoed into the reply or the log.
+            if (auto bad = proto::invalid_job_name(name)) {
+                *code = MALL_ERR_INVAL;
+                *why = "bad job name in field \"job\": " + *bad;
+                return false;
+            }
+            const Job *job = manager.find(name);
+            if (!job) {
+                *code = MALL_ERR_NOJOB;
+                *why = "no job named \"" + name + "\" is registered (MALL_JOB_ID is stale or the "
+                       "job has ended)";
+                return false;
+            }
+            if (c.peer.uid != job->spec.uid && !rules.is_admin(c.peer.uid)) {
+                *why = "job " + name + " belongs to uid " + std::to_string(job->spec.uid) +
+                       "; uid " + std::to_string(c.peer.uid) + " may not attach to it";
+                return false;
+            }
+            if (!in_process_tree(c.peer.pid, job->spec.pids)) {
+                *why = "process " + std::to_string(c.peer.pid) + " is not a process of job " + name +
+                       " (pids " + pid_list_text(job->spec.pids) + ") nor a descendant of one";
+                return false;
+            }
+            return true;
+        }
+    }
+    *why = "unknown role";
+    return false;
+}
+
+void serve_packet(Connection &c, const std::string &packet, const AccessRules &rules,
+                  const NodeManager &manager, RequestHandlers &handlers, Connections &connections) {
+    std::string why;
+    std::optional<proto::Message> msg = proto::decode(packet, &why);
+    if (!msg) {
+        // A peer that sends garbage loses its connection; everyone else is unaffected.
+        log_warn_limited("malformed", "malformed packet from uid " + std::to_string(c.peer.uid) +
+                                          " pid " + std::to_string(c.peer.pid) + ": " + log_text(why) +
+                                          "; closing that connection");
+        connections.reply_error(c, raw_request_id(packet), MALL_ERR_PROTOCOL, why);
+        c.closing = true;
+        return;
+    }
+    const RequestRule *rule = find_request_rule(msg->type);
+    if (!rule) {
+        std::string text = std::string("message type ") + proto::type_name(msg->type) +
+                           " is not a request a client may send";
+        log_warn_limited("protocol", "protocol error from uid " + std::to_string(c.peer.uid) + " pid " +
+                                         std::to_string(c.peer.pid) + ": " + text +
+                                         "; closing that connection");
+        connections.reply_error(c, msg->request_id, MALL_ERR_PROTOCOL, text);
+        c.closing = true;
+        return;
+    }
+    int code = MALL_ERR_DENIED;
+    if (!authorize(rules, manager, c, *rule, *msg, &code, &why)) {
+        if (may_log_refusal(c))
+            log_warn(std::string("refused ") + proto::type_name(msg->type) + " from uid " +
+                     std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " +
+                     log_text(why));
+        connections.reply_error(c, msg->request_id, code, why);
+        return;
+    }
+    if (log_enabled(LogLevel::Debug))
+        log_debug(std::string("request ") + proto::type_name(msg->type) + " from uid " +
+                  std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " +
+                  log_text(msg->body.dump()));
+    try {
+        (handlers.*rule->handler)(c, *msg);
+    } catch (const proto::ProtocolError &e) {
+        connections.reply_error(c, msg->request_id, MALL_ERR_INVAL,
+                                std::string(proto::type_name(msg->type)) + ": " + e.what());
+    } catch (const std::exception &e) {
+        connections.reply_error(c, msg->request_id, MALL_ERR_INVAL,
+                                std::string(proto::type_name(msg->type)) + ": bad request: " + e.what());
+    }
+}
+
+}  // namespace mall

@@ -1,0 +1,57 @@
+// access.hpp — malld's whole security surface, for a reviewer to read in one file: the request
+// table (each message type, the role a peer needs to send it, and its handler), authorize() (the
+// only place a request is allowed or refused), the checks on the peer process behind a connection,
+// and serve_packet(), through which every packet passes: decode, look up, authorize, dispatch.
+// Identities come from SO_PEERCRED and the peer's pidfd (kernel-verified), never from a message.
+#pragma once
+
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+
+#include "../common/protocol.hpp"
+#include "connections.hpp"
+#include "core/node_manager.hpp"
+
+namespace mall {
+
+class RequestHandlers;
+
+enum class Role { Any, Admin, Owner, Attached };
+
+struct AccessRules {
+    std::set<uid_t> admin_uids;        // besides root and malld's own euid (--admin-uid)
+    bool allow_self_register = false;  // --allow-self-register
+    bool is_admin(uid_t uid) const;
+};
+
+struct RequestRule {
+    proto::Type type;
+    Role role;
+    void (RequestHandlers::*handler)(Connection &, const proto::Message &);
+};
+
+// The rule for a request type; null for types no client may send (replies, events).
+const RequestRule *find_request_rule(proto::Type type);
+
+// True when the connection's peer may send `msg` under `rule`; else false with a mall_rc code
+// (*code) and words that say why and how to fix it (*why).
+bool authorize(const AccessRules &rules, const NodeManager &manager, const Connection &c,
+               const RequestRule &rule, const proto::Message &msg, int *code, std::string *why);
+
+// Refusals are logged with uid and pid, but at most a few per second per connection: a client
+// looping on a refused request must not flood the log. True when this refusal may be logged.
+bool may_log_refusal(Connection &c);
+
+// The request id in a packet's header, also when the packet does not decode (so the error reply
+// can name the request); 0 for a packet shorter than a header.
+uint32_t raw_request_id(const std::string &packet);
+
+// One packet from a client: malformed packets and types no client may send close the connection
+// (with an error reply); refused requests get an error reply and a log line; allowed ones go to
+// their handler, whose ProtocolError or other exception becomes an error reply.
+void serve_packet(Connection &c, const std::string &packet, const AccessRules &rules,
+                  const NodeManager &manager, RequestHandlers &handlers, Connections &connections);
+
+}  // namespace mall

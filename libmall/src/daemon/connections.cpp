@@ -1,0 +1,173 @@
+// connections.cpp — see connections.hpp. Outbox bounds: kMaxOutbox packets and kMaxOutboxBytes
+// (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
+#include "connections.hpp"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "log.hpp"
+
+namespace mall {
+
+namespace {
+
+constexpr size_t kMaxOutbox = 64;            // replies queued for a slow reader before we drop it
+constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes
+
+}  // namespace
+
+Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd) {
+    const uint64_t id = next_id_++;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = epoll_tag(Source::Connection, id);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
+        log_warn(std::string("epoll_ctl failed for a new client: ") + std::strerror(errno));
+        return nullptr;
+    }
+    Connection &c = connections_[id];
+    c.id = id;
+    c.fd = std::move(fd);
+    c.peer = peer;
+    c.peer_pidfd = std::move(peer_pidfd);
+    c.last_activity = Clock::now();
+    ++per_uid_[peer.uid];
+    return &c;
+}
+
+Connection *Connections::find(uint64_t id) {
+    auto it = connections_.find(id);
+    return it == connections_.end() ? nullptr : &it->second;
+}
+
+int Connections::count_of_uid(uid_t uid) const {
+    auto it = per_uid_.find(uid);
+    return it == per_uid_.end() ? 0 : it->second;
+}
+
+bool Connections::send_message(Connection &c, proto::Type type, uint32_t request_id,
+                               const nlohmann::json &body, int pass_fd, bool droppable) {
+    if (c.closing || !c.fd) return false;
+    proto::Message msg;
+    msg.type = type;
+    msg.request_id = request_id;
+    msg.body = body;
+    std::string data;
+    try {
+        data = proto::encode(msg);
+    } catch (const std::exception &e) {
+        msg.body = proto::error_reply(MALL_ERR_SYSTEM, std::string("reply too large: ") + e.what());
+        data = proto::encode(msg);
+    }
+    if (c.outbox.empty()) {
+        if (send_packet(c.fd.get(), data, pass_fd, true)) return true;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            c.closing = true;  // the peer is gone
+            return false;
+        }
+    }
+    if (droppable) return false;
+    if (c.outbox.size() >= kMaxOutbox || c.outbox_bytes + data.size() > kMaxOutboxBytes) {
+        log_warn_limited("slow-reader", "client uid " + std::to_string(c.peer.uid) + " pid " +
+                                            std::to_string(c.peer.pid) +
+                                            " does not read its replies; closing its connection");
+        c.closing = true;
+        return false;
+    }
+    Connection::Outgoing out;
+    c.outbox_bytes += data.size();
+    out.data = std::move(data);
+    if (pass_fd >= 0) out.fd.reset(::fcntl(pass_fd, F_DUPFD_CLOEXEC, 0));
+    c.outbox.push_back(std::move(out));
+    if (!c.want_write) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLOUT;
+        ev.data.u64 = epoll_tag(Source::Connection, c.id);
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.get(), &ev);
+        c.want_write = true;
+    }
+    return true;
+}
+
+void Connections::flush_outbox(Connection &c) {
+    while (!c.outbox.empty() && !c.closing) {
+        Connection::Outgoing &out = c.outbox.front();
+        if (!send_packet(c.fd.get(), out.data, out.fd ? out.fd.get() : -1, true)) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            c.closing = true;
+            return;
+        }
+        c.outbox_bytes -= std::min(c.outbox_bytes, out.data.size());
+        c.outbox.pop_front();
+    }
+    if (c.want_write && !c.closing) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = epoll_tag(Source::Connection, c.id);
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.get(), &ev);
+        c.want_write = false;
+    }
+}
+
+void Connections::reply(Connection &c, uint32_t request_id, const nlohmann::json &body, int pass_fd) {
+    send_message(c, proto::Type::Reply, request_id, body, pass_fd, false);
+}
+
+void Connections::reply_error(Connection &c, uint32_t request_id, int code, const std::string &text) {
+    reply(c, request_id, proto::error_reply(code, text));
+}
+
+void Connections::notify_attached(const std::string &job, uint64_t generation) {
+    for (auto &[id, c] : connections_)
+        if (c.job == job) send_message(c, proto::Type::Notify, 0, {{"generation", generation}}, -1, true);
+}
+
+void Connections::broadcast_event(const nlohmann::json &event) {
+    for (auto &[id, c] : connections_) {
+        if (!c.watcher || c.closing) continue;
+        if (!send_message(c, proto::Type::Event, 0, event, -1, true) && !c.closing) {
+            log_warn_limited("slow-watcher", "watcher uid " + std::to_string(c.peer.uid) + " pid " +
+                                                 std::to_string(c.peer.pid) +
+                                                 " does not keep up with events; dropping it");
+            c.closing = true;
+        }
+    }
+}
+
+void Connections::hang_up_job(const std::string &job) {
+    for (auto &[id, c] : connections_) {
+        if (c.job != job) continue;
+        c.job.clear();
+        c.attach_id = 0;
+        c.closing = true;
+    }
+}
+
+std::pair<std::string, uint64_t> Connections::close(uint64_t id) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) return {};
+    Connection &c = it->second;
+    std::pair<std::string, uint64_t> attached{c.job, c.attach_id};
+    if (c.fd) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
+    log_debug("connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) + " pid " +
+              std::to_string(c.peer.pid) + ") closed");
+    if (auto count = per_uid_.find(c.peer.uid); count != per_uid_.end() && --count->second <= 0)
+        per_uid_.erase(count);
+    connections_.erase(it);
+    return attached;
+}
+
+void Connections::close_all() {
+    for (auto &[id, c] : connections_) {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
+        c.fd.reset();
+    }
+    connections_.clear();
+    per_uid_.clear();
+}
+
+}  // namespace mall

@@ -1,0 +1,451 @@
+// handlers.cpp — see handlers.hpp. Handlers validate every field before they change anything;
+// a refusal from the core (an Outcome) goes back to the client with its code and words.
+#include "handlers.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
+
+#include "access.hpp"
+#include "log.hpp"
+#include "procfs.hpp"
+#include "slurm_reconcile.hpp"
+
+namespace mall {
+
+namespace {
+
+// How much longer than the ack timeout a deferred reply may wait: the transition it waits for
+// may need one ack timeout after the request, plus a loop turn or two.
+constexpr auto kDeferredReplySlack = std::chrono::seconds(5);
+
+}  // namespace
+
+RequestHandlers::RequestHandlers(std::chrono::milliseconds ack_timeout, const CpuSet &pool,
+                                 NodeManager &manager, Connections &connections, KernelEffects &effects,
+                                 PidWatcher &pids, CpusetBackend &backend, SlurmReconciler *slurm)
+    : ack_timeout_(ack_timeout),
+      pool_(pool),
+      manager_(manager),
+      connections_(connections),
+      effects_(effects),
+      pids_(pids),
+      backend_(backend),
+      slurm_(slurm) {}
+
+TimePoint RequestHandlers::reply_deadline() const { return Clock::now() + ack_timeout_ + kDeferredReplySlack; }
+
+void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) {
+    const nlohmann::json &body = msg.body;
+    JobSpec spec;
+    spec.id = proto::get_string(body, "job");
+    if (auto bad = proto::invalid_job_name(spec.id)) throw proto::ProtocolError("bad job name: " + *bad);
+    spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, 0xFFFFFFFEll));
+    spec.min = static_cast<int>(proto::get_int(body, "min", 0, CpuSet::kMaxCpus));
+    spec.max = static_cast<int>(proto::get_int(body, "max", 1, CpuSet::kMaxCpus));
+    auto pids = body.find("pids");
+    if (pids == body.end() || !pids->is_array() || pids->empty())
+        throw proto::ProtocolError("field \"pids\" must be a non-empty array of process ids");
+    for (const auto &p : *pids) {
+        if (!p.is_number_integer() || p.get<int64_t>() <= 0 || p.get<int64_t>() > INT_MAX)
+            throw proto::ProtocolError("field \"pids\" must hold positive process ids, got " + p.dump());
+        pid_t pid = static_cast<pid_t>(p.get<int64_t>());
+        if (std::find(spec.pids.begin(), spec.pids.end(), pid) == spec.pids.end()) spec.pids.push_back(pid);
+    }
+    if (auto g = proto::get_optional_string(body, "guaranteed")) {
+        std::string why;
+        auto set = CpuSet::parse(*g, &why);
+        if (!set) throw proto::ProtocolError("field \"guaranteed\": " + why);
+        spec.guaranteed = *set;
+    }
+    if (auto w = body.find("weight"); w != body.end()) {
+        if (!w->is_number()) throw proto::ProtocolError("field \"weight\" must be a number");
+        spec.weight = w->get<double>();
+    }
+    // "join": a further task of a job already registered on this node (several Slurm tasks of one
+    // job share its allocation) adds its pids instead of being refused as a duplicate.
+    auto join = body.find("join");
+    if (join != body.end() && !join->is_boolean()) throw proto::ProtocolError("field \"join\" must be true or false");
+    const bool joining = join != body.end() && join->get<bool>() && manager_.find(spec.id) != nullptr;
+    std::map<pid_t, unsigned long long> starts;
+    for (pid_t pid : spec.pids) {
+        auto start = process_start_time(pid);
+        if (!process_alive(pid) || !start) {
+            connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                        "pid " + std::to_string(pid) + " is not a running process");
+            return;
+        }
+        starts[pid] = *start;
+        for (const auto &[name, job] : manager_.jobs()) {
+            if (std::find(job.spec.pids.begin(), job.spec.pids.end(), pid) != job.spec.pids.end()) {
+                connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                            "pid " + std::to_string(pid) + " already belongs to job " + name +
+                                "; a process can be in one job only");
+                return;
+            }
+        }
+    }
+    for (auto &[pid, start] : starts) pids_.remember_start(pid, start);
+    Outcome outcome = [&] {
+        auto announced = effects_.registering(spec.id, spec.pids);
+        return joining ? manager_.add_pids(spec.id, spec.uid, spec.pids, Clock::now())
+                       : manager_.register_job(spec, Clock::now());
+    }();
+    if (!outcome.ok) {
+        for (auto &[pid, start] : starts) pids_.forget_start(pid);
+        connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        return;
+    }
+    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check(*slurm_id);
+    std::string error;
+    if (!backend_.add_pids(spec.id, spec.pids, &error)) log_warn("job " + spec.id + ": " + error);
+    pids_.sync(manager_);
+    // The reply waits until the job holds cpus, so a launcher can start its task on them.
+    PendingReply pending{PendingReply::Kind::Register, c.id, msg.request_id, spec.id, {},
+                         reply_deadline()};
+    pending_.push_back(std::move(pending));
+}
+
+void RequestHandlers::handle_deregister(Connection &c, const proto::Message &msg) {
+    const std::string job = proto::get_string(msg.body, "job");
+    // Checked before the name is echoed back (every registered job has a valid name).
+    if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
+    auto pid = proto::get_optional_int(msg.body, "pid", 1, INT_MAX);
+    Outcome outcome = pid ? manager_.remove_pid(job, static_cast<pid_t>(*pid), Clock::now())
+                          : manager_.deregister_job(job, Clock::now());
+    if (!outcome.ok) {
+        connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        return;
+    }
+    nlohmann::json fields{{"job", job}};
+    if (pid) fields["pid"] = *pid;
+    connections_.reply(c, msg.request_id, proto::ok_reply(fields));
+}
+
+void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
+    const TimePoint now = Clock::now();
+    // Every refusal is logged with the peer's uid and pid (rate-limited per connection).
+    auto refuse = [&](int code, const std::string &text) {
+        if (may_log_refusal(c))
+            log_warn("refused Attach from uid " + std::to_string(c.peer.uid) + " pid " +
+                     std::to_string(c.peer.pid) + ": " + log_text(text));
+        connections_.reply_error(c, msg.request_id, code, text);
+    };
+    std::string job;
+    auto field = msg.body.find("job");
+    if (field == msg.body.end() || field->is_null()) {
+        // Self-registration (authorize() checked --allow-self-register): within the pool's size.
+        const int pool_size = std::max(1, manager_.available_pool().count());
+        int64_t min = proto::get_optional_int(msg.body, "min", 1, CpuSet::kMaxCpus).value_or(1);
+        int64_t max = proto::get_optional_int(msg.body, "max", 1, CpuSet::kMaxCpus).value_or(pool_size);
+        if (min > max)
+            throw proto::ProtocolError("min (" + std::to_string(min) + ") is larger than max (" +
+                                       std::to_string(max) + ")");
+        max = std::min<int64_t>(max, pool_size);
+        min = std::min<int64_t>(min, max);
+        for (const auto &[name, other] : manager_.jobs()) {
+            if (in_process_tree(c.peer.pid, other.spec.pids)) {
+                refuse(MALL_ERR_INVAL,
+                            "process " + std::to_string(c.peer.pid) + " belongs to job " + name +
+                                "; attach to it with MALL_JOB_ID=" + name);
+                return;
+            }
+        }
+        auto start = process_start_time(c.peer.pid);
+        if (!start) {
+            refuse(MALL_ERR_SYSTEM,
+                        "cannot read /proc/" + std::to_string(c.peer.pid) + "/stat");
+            return;
+        }
+        JobSpec spec;
+        spec.id = "self-" + std::to_string(c.peer.pid);
+        spec.uid = c.peer.uid;
+        spec.min = static_cast<int>(min);
+        spec.max = static_cast<int>(max);
+        spec.pids = {c.peer.pid};
+        pids_.remember_start(c.peer.pid, *start);
+        Outcome outcome = [&] {
+            auto announced = effects_.registering(spec.id, spec.pids);
+            return manager_.register_job(spec, now);
+        }();
+        if (!outcome.ok) {
+            pids_.forget_start(c.peer.pid);
+            refuse(outcome.code, outcome.error);
+            return;
+        }
+        pids_.sync(manager_);
+        job = spec.id;
+        log_info("self-registered job " + job + " for uid " + std::to_string(c.peer.uid) +
+                 " (min " + std::to_string(min) + ", max " + std::to_string(max) + ")");
+    } else {
+        job = field->get<std::string>();
+    }
+    std::string error;
+    KernelEffects::JobPage *page = effects_.ensure_page(job, &error);
+    if (!page) {
+        refuse(MALL_ERR_SYSTEM, error);
+        return;
+    }
+    const uint64_t attach_id = next_attach_id_++;
+    Outcome outcome = manager_.attach(job, attach_id, now);
+    if (!outcome.ok) {
+        refuse(outcome.code, outcome.error);
+        return;
+    }
+    c.job = job;
+    c.attach_id = attach_id;
+    const Job *j = manager_.find(job);
+    if (j && page->page->generation.load(std::memory_order_relaxed) != j->generation && j->generation > 0)
+        effects_.write_page(*page, j->generation, j->published);
+    log_info("process " + std::to_string(c.peer.pid) + " (uid " + std::to_string(c.peer.uid) +
+             ") attached to job " + job);
+    connections_.reply(c, msg.request_id,
+          proto::ok_reply({{"job", job}, {"generation", j ? j->generation : 0}}),
+          page->memfd.get());
+}
+
+void RequestHandlers::handle_ack(Connection &c, const proto::Message &msg) {
+    manager_.ack(c.job, c.attach_id, proto::get_uint(msg.body, "generation"), Clock::now());
+}
+
+void RequestHandlers::handle_progress(Connection &c, const proto::Message &msg) {
+    manager_.progress(c.job, proto::get_uint(msg.body, "work_units"),
+                       proto::get_uint(msg.body, "steps"), Clock::now());
+}
+
+void RequestHandlers::handle_usage(Connection &c, const proto::Message &msg) {
+    const uint64_t cpus_used = proto::get_uint(msg.body, "cpus_used");
+    if (cpus_used > static_cast<uint64_t>(CpuSet::kMaxCpus)) {
+        throw proto::ProtocolError("field \"cpus_used\" is " + std::to_string(cpus_used) +
+                                   ", more than " + std::to_string(CpuSet::kMaxCpus));
+    }
+    Outcome outcome = manager_.set_usage(c.job, static_cast<int>(cpus_used), Clock::now());
+    if (!outcome.ok) throw proto::ProtocolError(outcome.error);
+}
+
+void RequestHandlers::handle_status(Connection &c, const proto::Message &msg) {
+    connections_.reply(c, msg.request_id, proto::ok_reply(full_status()));
+}
+
+void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
+    const std::string job = proto::get_string(msg.body, "job");
+    // Checked before the name is echoed back (every registered job has a valid name).
+    if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
+    const bool has_cpus = msg.body.contains("cpus"), has_weight = msg.body.contains("weight");
+    if (!has_cpus && !has_weight) throw proto::ProtocolError("give field \"cpus\", \"weight\" or both");
+    std::optional<CpuSet> pinned;
+    if (has_cpus) {
+        const std::string text = proto::get_string(msg.body, "cpus");
+        if (text != "auto") {
+            std::string why;
+            pinned = CpuSet::parse(text, &why);
+            if (!pinned) throw proto::ProtocolError("field \"cpus\": " + why + " (or \"auto\")");
+            if (pinned->empty()) throw proto::ProtocolError("field \"cpus\" is empty; give cpus or \"auto\"");
+        }
+    }
+    double weight = 0;
+    if (has_weight) {
+        const auto &w = msg.body["weight"];
+        if (!w.is_number() || !proto::valid_weight(w.get<double>()))
+            throw proto::ProtocolError(std::string("field \"weight\" must be ") + proto::kWeightRule);
+        weight = w.get<double>();
+    }
+    // The weight is valid (checked above), so once the pin is accepted the weight can only be
+    // refused for an unknown job, which the pin would have refused first: a refusal changes nothing.
+    if (has_cpus) {
+        Outcome outcome = manager_.set_cpus(job, pinned, Clock::now());
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+    }
+    if (has_weight) {
+        Outcome outcome = manager_.set_weight(job, weight, Clock::now());
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+    }
+    nlohmann::json result{{"job", job}};
+    if (has_cpus) result["cpus"] = pinned ? pinned->to_string() : "auto";
+    if (const Job *j = manager_.find(job)) result["weight"] = j->spec.weight;
+    connections_.reply(c, msg.request_id, proto::ok_reply(result));
+}
+
+void RequestHandlers::handle_policy(Connection &c, const proto::Message &msg) {
+    const std::string name = proto::get_string(msg.body, "name");
+    Outcome outcome = manager_.set_policy(name, Clock::now());
+    if (!outcome.ok) {
+        connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        return;
+    }
+    connections_.reply(c, msg.request_id, proto::ok_reply({{"policy", policy_name(manager_.policy())}}));
+}
+
+void RequestHandlers::handle_reclaim(Connection &c, const proto::Message &msg) {
+    std::string why;
+    auto owner = proto::get_optional_string(msg.body, "owner");
+    if (!msg.body.contains("cpus") && owner) {
+        // A Slurm job prolog knows the job but not its cores (22.05 gives it no core list): with
+        // --slurm, malld asks slurmctld which cores the job has here, off the loop, then reclaims.
+        auto slurm_id = slurm_job_id_of(*owner);
+        if (!slurm_ || !slurm_id) {
+            connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                        "no \"cpus\" given; malld can look a job's cpus up only for an owner "
+                        "\"slurm-<jobid>\" and when started with --slurm");
+            return;
+        }
+        slurm_->check(*slurm_id);
+        pending_.push_back(PendingReply{PendingReply::Kind::LookUp, c.id, msg.request_id, *owner, {},
+                                        reply_deadline()});
+        return;
+    }
+    auto cpus = CpuSet::parse(proto::get_string(msg.body, "cpus"), &why);
+    if (!cpus) throw proto::ProtocolError("field \"cpus\": " + why);
+    Outcome outcome = manager_.reclaim(*cpus, Clock::now(), owner.value_or(""));
+    if (!outcome.ok) {
+        connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        return;
+    }
+    log_info("reclaiming cpus " + cpus->to_string() + (owner ? " for " + log_text(*owner) : std::string()));
+    // The reply waits until no job holds them, so the caller may start its own work there.
+    // The owner's own job may hold its reserved cpus (a later step of the same Slurm job).
+    PendingReply pending{PendingReply::Kind::Reclaim, c.id, msg.request_id, owner.value_or(""), *cpus,
+                         reply_deadline()};
+    pending_.push_back(std::move(pending));
+}
+
+void RequestHandlers::handle_release(Connection &c, const proto::Message &msg) {
+    if (auto owner = proto::get_optional_string(msg.body, "owner")) {  // a job epilog
+        CpuSet released;
+        Outcome outcome = manager_.release_owner(*owner, Clock::now(), &released);
+        if (!outcome.ok) {
+            connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+            return;
+        }
+        connections_.reply(c, msg.request_id, proto::ok_reply({{"owner", *owner}, {"cpus", released.to_string()}}));
+        return;
+    }
+    std::string why;
+    auto cpus = CpuSet::parse(proto::get_string(msg.body, "cpus"), &why);
+    if (!cpus) throw proto::ProtocolError("field \"cpus\": " + why);
+    Outcome outcome = manager_.release(*cpus, Clock::now());
+    if (!outcome.ok) {
+        connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        return;
+    }
+    connections_.reply(c, msg.request_id, proto::ok_reply({{"cpus", cpus->to_string()}}));
+}
+
+void RequestHandlers::handle_watch(Connection &c, const proto::Message &msg) {
+    c.watcher = true;
+    connections_.reply(c, msg.request_id, proto::ok_reply());
+}
+
+void RequestHandlers::process_pending(TimePoint now) {
+    std::vector<PendingReply> still;
+    for (auto &p : pending_) {
+        Connection *asker = connections_.find(p.connection);
+        if (!asker || asker->closing) continue;  // the asker left
+        Connection &c = *asker;
+        const auto waited_ms = std::to_string(
+            (ack_timeout_ + std::chrono::duration_cast<std::chrono::milliseconds>(kDeferredReplySlack)).count());
+        if (p.kind == PendingReply::Kind::LookUp) {
+            if (now >= p.deadline) {
+                connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                            "Slurm did not say which cpus " + p.job + " has on this node within " +
+                                waited_ms + " ms; nothing was reclaimed (is slurmctld up?)");
+            } else {
+                still.push_back(std::move(p));
+            }
+        } else if (p.kind == PendingReply::Kind::Register) {
+            const Job *job = manager_.find(p.job);
+            if (!job) {
+                connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
+                            "job " + p.job + " ended before it was given cpus");
+            } else if (manager_.settled(p.job)) {
+                connections_.reply(c, p.request_id,
+                      proto::ok_reply({{"job", p.job},
+                                       {"cpus", job->published.to_string()},
+                                       {"generation", job->generation}}));
+            } else if (now >= p.deadline) {
+                connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                            "job " + p.job + " is registered but was not given cpus within " +
+                                waited_ms + " ms (the pool may be reclaimed or held by guaranteed "
+                                "jobs); it will get cpus when some are free (see `mallctl status`)");
+            } else {
+                still.push_back(std::move(p));
+            }
+        } else {
+            if (!manager_.holds_any(p.cpus, p.job)) {
+                connections_.reply(c, p.request_id, proto::ok_reply({{"cpus", p.cpus.to_string()}}));
+            } else if (now >= p.deadline) {
+                std::string holders;
+                for (const auto &[name, job] : manager_.jobs())
+                    if (name != p.job && (job.cpuset | job.published).intersects(p.cpus))
+                        holders += (holders.empty() ? "" : ", ") + name;
+                connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                            "cpus " + p.cpus.to_string() + " are still held by job(s) " + holders +
+                                " after " + waited_ms + " ms; they stay reclaimed and will be free "
+                                "once those jobs have shrunk (see `mallctl status`)");
+            } else {
+                still.push_back(std::move(p));
+            }
+        }
+    }
+    pending_ = std::move(still);
+}
+
+std::optional<TimePoint> RequestHandlers::next_deadline() const {
+    std::optional<TimePoint> next;
+    for (const auto &p : pending_)
+        if (!next || p.deadline < *next) next = p.deadline;
+    return next;
+}
+
+bool RequestHandlers::waiting_for_reply(uint64_t connection) const {
+    return std::any_of(pending_.begin(), pending_.end(),
+                       [&](const PendingReply &p) { return p.connection == connection; });
+}
+
+void RequestHandlers::resolve_lookups(const std::string &owner, const SlurmJobState &state) {
+    for (auto &p : pending_) {
+        if (p.kind != PendingReply::Kind::LookUp || p.job != owner) continue;
+        Connection *asker = connections_.find(p.connection);
+        if (!asker) continue;
+        Connection &c = *asker;
+        if (state.kind != SlurmJobState::Kind::Running || !state.cpus_on_node || state.cpus_on_node->empty()) {
+            connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
+                        "Slurm gives no cpus on this node to job " + std::to_string(state.job_id) + " (" +
+                            state.detail + "); nothing was reclaimed");
+            p.connection = 0;  // answered: dropped below
+            continue;
+        }
+        const CpuSet cpus = *state.cpus_on_node & pool_;
+        Outcome outcome = manager_.reclaim(cpus, Clock::now(), owner);
+        if (!outcome.ok) {
+            connections_.reply_error(c, p.request_id, outcome.code, outcome.error);
+            p.connection = 0;
+            continue;
+        }
+        log_info("reclaiming cpus " + cpus.to_string() + " for " + owner + " (Slurm's allocation on this node)");
+        p.kind = PendingReply::Kind::Reclaim;
+        p.cpus = cpus;
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const PendingReply &p) { return p.connection == 0; }),
+                   pending_.end());
+}
+
+// Slurm is the authority on its jobs: a registration or reservation for a job Slurm does not
+// run (it ended and the epilog was missed, malld was down meanwhile, or a client invented it),
+
+nlohmann::json RequestHandlers::full_status() const {
+    nlohmann::json status = manager_.status();
+    status["backend"] = backend_name(backend_.kind());
+    if (status.contains("jobs") && status["jobs"].is_array()) {
+        for (auto &j : status["jobs"]) {
+            const std::string name = j.value("job", std::string());
+            j["pids"] = effects_.pids_of(name);
+            j["cgroup"] = backend_.cgroup_path(name);
+        }
+    }
+    return status;
+}
+
+}  // namespace mall

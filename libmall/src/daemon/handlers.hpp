@@ -1,0 +1,87 @@
+// handlers.hpp — what malld does for each request, once access.cpp has authorized it: decode the
+// body's fields (a ProtocolError names the bad one and changes nothing), ask the core, reply.
+// Register and Reclaim reply later (deferred replies): Register once the job holds cpus, Reclaim
+// once no other job holds the cpus, a Reclaim without cpus once Slurm said which cpus the owner
+// has here; each within the ack timeout plus a slack, after which the asker gets an error that
+// says what is still pending. A deferred reply whose asker left is dropped.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../common/protocol.hpp"
+#include "backend.hpp"
+#include "connections.hpp"
+#include "core/node_manager.hpp"
+#include "kernel_effects.hpp"
+#include "pid_watch.hpp"
+#include "slurm_jobs.hpp"
+
+namespace mall {
+
+class SlurmReconciler;
+
+class RequestHandlers {
+public:
+    // `slurm` is null unless malld runs with --slurm.
+    RequestHandlers(std::chrono::milliseconds ack_timeout, const CpuSet &pool, NodeManager &manager,
+                    Connections &connections, KernelEffects &effects, PidWatcher &pids,
+                    CpusetBackend &backend, SlurmReconciler *slurm);
+
+    // --- one per request type (access.cpp's table names them) ---
+    void handle_register(Connection &c, const proto::Message &msg);
+    void handle_deregister(Connection &c, const proto::Message &msg);
+    void handle_attach(Connection &c, const proto::Message &msg);
+    void handle_ack(Connection &c, const proto::Message &msg);
+    void handle_progress(Connection &c, const proto::Message &msg);
+    void handle_usage(Connection &c, const proto::Message &msg);
+    void handle_status(Connection &c, const proto::Message &msg);
+    void handle_set(Connection &c, const proto::Message &msg);
+    void handle_policy(Connection &c, const proto::Message &msg);
+    void handle_reclaim(Connection &c, const proto::Message &msg);
+    void handle_release(Connection &c, const proto::Message &msg);
+    void handle_watch(Connection &c, const proto::Message &msg);
+
+    // --- deferred replies ---
+    // Answers every deferred request whose condition holds or whose deadline passed.
+    void process_pending(TimePoint now);
+    std::optional<TimePoint> next_deadline() const;
+    bool waiting_for_reply(uint64_t connection) const;
+    // Reclaims waiting for Slurm's word on an owner's cpus become ordinary deferred reclaims once
+    // Slurm has answered, or fail with its words.
+    void resolve_lookups(const std::string &owner, const SlurmJobState &state);
+
+    // The object `mallctl status --json` prints: the core's status plus the backend, and each
+    // job's pids and cgroup.
+    nlohmann::json full_status() const;
+
+private:
+    struct PendingReply {
+        // LookUp: a Reclaim for an owner without cpus, waiting for Slurm to say which (--slurm).
+        enum class Kind { Register, Reclaim, LookUp } kind;
+        uint64_t connection = 0;
+        uint32_t request_id = 0;
+        std::string job;  // Register: the job; Reclaim: the owner ("" when none)
+        CpuSet cpus;
+        TimePoint deadline;
+    };
+    TimePoint reply_deadline() const;
+
+    std::chrono::milliseconds ack_timeout_;
+    const CpuSet &pool_;
+    NodeManager &manager_;
+    Connections &connections_;
+    KernelEffects &effects_;
+    PidWatcher &pids_;
+    CpusetBackend &backend_;
+    SlurmReconciler *slurm_;
+    uint64_t next_attach_id_ = 1;
+    std::vector<PendingReply> pending_;
+};
+
+}  // namespace mall

@@ -1,0 +1,110 @@
+// kernel_effects.cpp — see kernel_effects.hpp. A page is sealed (no shrink, grow or future write)
+// right after malld maps it, so only malld's own mapping can ever write it.
+#include "kernel_effects.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "log.hpp"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+namespace mall {
+
+namespace {
+
+double epoch_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+KernelEffects::~KernelEffects() {
+    for (auto &[job, page] : pages_)
+        if (page.page) ::munmap(page.page, kSharedPageSize);
+}
+
+std::vector<pid_t> KernelEffects::pids_of(const std::string &job) const {
+    if (const Job *j = manager_ ? manager_->find(job) : nullptr) return j->spec.pids;
+    auto it = registering_pids_.find(job);
+    return it == registering_pids_.end() ? std::vector<pid_t>{} : it->second;
+}
+
+bool KernelEffects::enforce(const std::string &job, const CpuSet &cpus, bool growing, std::string *error) {
+    std::string why;
+    bool ok = backend_.apply(job, pids_of(job), cpus, growing, &why);
+    if (!ok) {
+        log_warn("cannot enforce cpus '" + cpus.to_string() + "' on job " + job + ": " + why);
+        if (error) *error = why;
+    }
+    return ok;
+}
+
+void KernelEffects::publish(const std::string &job, uint64_t generation, const CpuSet &cpus) {
+    std::string error;
+    JobPage *page = ensure_page(job, &error);
+    if (!page) {
+        log_error("cannot publish to job " + job + ": " + error);
+        return;
+    }
+    write_page(*page, generation, cpus);
+    connections_.notify_attached(job, generation);
+}
+
+void KernelEffects::job_removed(const std::string &job) {
+    backend_.remove(job);
+    auto page = pages_.find(job);
+    if (page != pages_.end()) {
+        if (page->second.page) ::munmap(page->second.page, kSharedPageSize);
+        pages_.erase(page);
+    }
+    pids_.forget_job(job);
+    connections_.hang_up_job(job);
+}
+
+void KernelEffects::event(const nlohmann::json &event) {
+    nlohmann::json ev = event;
+    if (!ev.contains("time")) ev["time"] = epoch_seconds();
+    if (log_enabled(LogLevel::Info)) log_info("event " + ev.dump());
+    connections_.broadcast_event(ev);
+}
+
+KernelEffects::JobPage *KernelEffects::ensure_page(const std::string &job, std::string *error) {
+    auto it = pages_.find(job);
+    if (it != pages_.end()) return &it->second;
+    auto fail = [&](const std::string &what) -> JobPage * {
+        if (error) *error = what + " for job " + job + "'s page failed: " + std::strerror(errno);
+        return nullptr;
+    };
+    UniqueFd fd(::memfd_create(("mall-page-" + job).c_str(), MFD_ALLOW_SEALING | MFD_CLOEXEC));
+    if (!fd) return fail("memfd_create");
+    if (::ftruncate(fd.get(), static_cast<off_t>(kSharedPageSize)) != 0) return fail("ftruncate");
+    void *map = ::mmap(nullptr, kSharedPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (map == MAP_FAILED) return fail("mmap");
+    auto *page = static_cast<SharedPage *>(map);
+    page_init(page);
+    // After this only malld's existing mapping can write: clients can map it read-only only.
+    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+        ::munmap(map, kSharedPageSize);
+        return fail("sealing (F_ADD_SEALS)");
+    }
+    JobPage &entry = pages_[job];
+    entry.memfd = std::move(fd);
+    entry.page = page;
+    return &entry;
+}
+
+void KernelEffects::write_page(JobPage &page, uint64_t generation, const CpuSet &cpus) {
+    uint64_t mask[MALL_MAX_CPUS / 64];
+    cpus.to_mask(mask);
+    page_write(page.page, generation, mask, cpus.count(), cpus.to_string().c_str());
+}
+
+}  // namespace mall

@@ -1,0 +1,82 @@
+// kernel_effects.hpp — carries out what the core decides (NodeManager's Effects) on the real
+// system: a job's cpus go to the cpuset backend (cgroup or affinity), a new allocation goes to the
+// job's shared page (a sealed memfd each attached process maps read-only) and a Notify to its
+// connections, events go to the log and to watchers, and a job's end removes its cgroup, page,
+// pid watches and connections. Runs on the loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../common/shared_page.hpp"
+#include "../common/unix_socket.hpp"
+#include "backend.hpp"
+#include "connections.hpp"
+#include "core/node_manager.hpp"
+#include "pid_watch.hpp"
+
+namespace mall {
+
+class KernelEffects final : public Effects {
+public:
+    KernelEffects(CpusetBackend &backend, Connections &connections, PidWatcher &pids)
+        : backend_(backend), connections_(connections), pids_(pids) {}
+    ~KernelEffects() override;
+    KernelEffects(const KernelEffects &) = delete;
+    KernelEffects &operator=(const KernelEffects &) = delete;
+
+    // The core whose jobs' pids enforce() acts on; set once the core exists.
+    void set_manager(const NodeManager *manager) { manager_ = manager; }
+
+    // --- Effects ---
+    bool enforce(const std::string &job, const CpuSet &cpus, bool growing, std::string *error) override;
+    void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) override;
+    void job_removed(const std::string &job) override;
+    // Stamps the event's wall-clock "time" (seconds since the epoch) when the core left it out.
+    void event(const nlohmann::json &event) override;
+    TimePoint clock_now(TimePoint) override { return Clock::now(); }
+
+    // --- the job's shared page ---
+    struct JobPage {
+        UniqueFd memfd;
+        SharedPage *page = nullptr;
+    };
+    // The job's page, created (sealed, zeroed) on first use; null with *error when the kernel
+    // refuses a step (memfd_create, ftruncate, mmap, sealing).
+    JobPage *ensure_page(const std::string &job, std::string *error);
+    void write_page(JobPage &page, uint64_t generation, const CpuSet &cpus);
+
+    // A job's pids, also while it is being registered (the core enforces before it lists the
+    // job): registering() announces them until the returned guard goes.
+    std::vector<pid_t> pids_of(const std::string &job) const;
+    class Registering {
+    public:
+        Registering(KernelEffects &effects, std::string job) : effects_(effects), job_(std::move(job)) {}
+        ~Registering() { effects_.registering_pids_.erase(job_); }
+        Registering(const Registering &) = delete;
+        Registering &operator=(const Registering &) = delete;
+
+    private:
+        KernelEffects &effects_;
+        std::string job_;
+    };
+    [[nodiscard]] Registering registering(const std::string &job, const std::vector<pid_t> &pids) {
+        registering_pids_[job] = pids;
+        return Registering(*this, job);
+    }
+
+private:
+    CpusetBackend &backend_;
+    Connections &connections_;
+    PidWatcher &pids_;
+    const NodeManager *manager_ = nullptr;
+    std::map<std::string, JobPage> pages_;
+    std::map<std::string, std::vector<pid_t>> registering_pids_;
+};
+
+}  // namespace mall

@@ -1,0 +1,32 @@
+// log.hpp — malld's log: "2026-11-22T10:00:00.123 malld[pid] level: text" on stderr, one write(2)
+// per line so that lines of concurrent threads never interleave. Safe from any thread. Text a
+// client chose goes through log_text() first; warnings a client can trigger at will go through
+// log_warn_limited(), so no client can forge lines or flood the log.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace mall {
+
+enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
+std::optional<LogLevel> parse_log_level(const std::string &name);  // error, warn(ing), info, debug
+void set_log_level(LogLevel level);
+bool log_enabled(LogLevel level);
+void log_line(LogLevel level, const std::string &text);
+
+inline void log_error(const std::string &text) { log_line(LogLevel::Error, text); }
+inline void log_warn(const std::string &text) { log_line(LogLevel::Warn, text); }
+inline void log_info(const std::string &text) { log_line(LogLevel::Info, text); }
+inline void log_debug(const std::string &text) { log_line(LogLevel::Debug, text); }
+
+// A warning logged at most once per second per `kind`; the next line of that kind says how many
+// were left out.
+void log_warn_limited(const std::string &kind, const std::string &text);
+
+// Client-supplied text made fit for a log line: at most 128 characters (the rest summarised by
+// its size), newlines and control characters escaped.
+std::string log_text(std::string_view text);
+
+}  // namespace mall

@@ -1,0 +1,220 @@
+// persistence.cpp — see persistence.hpp. The fingerprint is state_fingerprint() of the snapshot
+// itself, so it can never leave out a field the file holds.
+#include "persistence.hpp"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "../common/files.hpp"
+#include "log.hpp"
+#include "procfs.hpp"
+
+namespace mall {
+
+// ---------------------------------------------------------------------------------------------
+// The state file is written on a thread of its own: fsync takes milliseconds on a disk, and the
+// loop must not make a job's ack (or anyone else) wait for it. Snapshots coalesce: only the newest
+// pending one is written. flush() waits until the newest snapshot is on disk (clean stop).
+
+class StateWriter {
+public:
+    explicit StateWriter(std::string dir) : dir_(std::move(dir)), thread_([this] { loop(); }) {}
+    ~StateWriter() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            quit_ = true;
+        }
+        wake_.notify_all();
+        thread_.join();
+    }
+    void submit(SavedState state) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            next_ = std::move(state);
+        }
+        wake_.notify_all();
+    }
+    void flush() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        idle_.wait(lock, [this] { return !next_ && !busy_; });
+    }
+
+private:
+    void loop() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            wake_.wait(lock, [this] { return next_.has_value() || quit_; });
+            if (!next_) return;  // quit with nothing left to write
+            SavedState state = std::move(*next_);
+            next_.reset();
+            busy_ = true;
+            lock.unlock();
+            std::string error;
+            bool ok = save_state(dir_, state, &error);
+            if (!ok && error != last_error_) log_error(error);  // once per distinct failure
+            if (ok && !last_error_.empty()) log_info("the state file is written again");
+            last_error_ = ok ? std::string() : error;
+            lock.lock();
+            busy_ = false;
+            idle_.notify_all();
+        }
+    }
+
+    std::string dir_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::condition_variable idle_;
+    std::optional<SavedState> next_;
+    bool busy_ = false;
+    bool quit_ = false;
+    std::string last_error_;
+    std::thread thread_;  // last: starts after the members it uses exist
+};
+
+Persistence::Persistence(std::string state_dir) : dir_(std::move(state_dir)) {}
+
+Persistence::~Persistence() = default;
+
+std::optional<SavedState> Persistence::open(std::string *error) {
+    if (!make_directories(dir_)) {
+        *error = "cannot create the state folder " + dir_ + ": " + std::strerror(errno) +
+                 "; create it or pass another --state-dir";
+        return std::nullopt;
+    }
+    writer_ = std::make_unique<StateWriter>(dir_);
+    return load_state(dir_, error);
+}
+
+void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager &manager,
+                        CpusetBackend &backend, KernelEffects &effects, PidWatcher &pids) {
+    if (saved.pool != pool.to_string())
+        log_warn("the state file was written for pool '" + saved.pool + "', malld now has '" +
+                 pool.to_string() + "': jobs holding cpus outside the new pool are dropped");
+    std::map<std::string, CpuSet> reserved;
+    for (const auto &[owner, cpus] : saved.reserved)
+        if (!(cpus & pool).empty()) reserved[owner] = cpus & pool;
+    manager.set_reclaimed(saved.reclaimed & pool, std::move(reserved));
+    bool dropped_any = saved.pool != pool.to_string();
+    for (const SavedJob &sj : saved.jobs) {
+        const std::string &id = sj.job.spec.id;
+        // Only the very processes that registered: a pid whose start time differs was reused.
+        std::vector<pid_t> live, gone;
+        int reused = 0;
+        for (const SavedPid &p : sj.pids) {
+            auto start = process_start_time(p.pid);
+            const bool alive = process_alive(p.pid);
+            if (alive && start && *start == p.start_time) {
+                live.push_back(p.pid);
+            } else {
+                gone.push_back(p.pid);
+                if (alive) ++reused;
+            }
+        }
+        const std::string gone_text =
+            "pids " + pid_list_text(gone) + " are gone" +
+            (reused ? " (" + std::to_string(reused) + " now belong to other processes)" : "");
+        if (live.empty()) {
+            log_info("job " + id + " ended while malld was away (" + gone_text +
+                     "); removing its cgroup");
+            backend.remove(id);
+            dropped_any = true;
+            continue;
+        }
+        Job job = sj.job;
+        job.spec.pids = live;
+        job.attachments.clear();
+        job.awaiting_ack = false;
+        Outcome outcome = manager.adopt(job);
+        if (!outcome.ok) {
+            log_error("cannot re-adopt job " + id + ": " + outcome.error +
+                      "; its processes keep running without malleability (cgroup removed)");
+            backend.remove(id);
+            dropped_any = true;
+            continue;
+        }
+        for (const SavedPid &p : sj.pids)
+            if (std::find(live.begin(), live.end(), p.pid) != live.end()) pids.remember_start(p.pid, p.start_time);
+        std::string page_error;
+        if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {
+            if (job.generation > 0) effects.write_page(*page, job.generation, job.published);
+        } else {
+            log_error("job " + id + ": " + page_error);
+        }
+        auto current = backend.current(id, live);
+        // malld may have been killed after a widening cgroup write but before the state file
+        // caught up: the job then runs on cpus malld believes free and may lend to another job.
+        if (current && !(*current - job.cpuset).empty())
+            log_warn("job " + id + " can run on cpus '" + (*current - job.cpuset).to_string() +
+                     "' beyond its saved cpuset '" + job.cpuset.to_string() + "' (the kernel enforces '" +
+                     current->to_string() + "'; malld probably stopped between widening it and "
+                     "saving the state)");
+        else if (current && *current != job.cpuset)
+            log_warn("job " + id + ": the kernel enforces '" + current->to_string() +
+                     "' but the state file says '" + job.cpuset.to_string() +
+                     "'; malld will enforce its own set at the job's next change");
+        log_info("re-adopted job " + id + " (pids " + pid_list_text(live) + ", cpus '" +
+                 job.published.to_string() + "', generation " + std::to_string(job.generation) +
+                 ") without touching its cpuset" +
+                 (gone.empty() ? "" : "; " + gone_text));
+    }
+    // Cpus of jobs that ended while malld was away are free again: let the policy lend them.
+    if (dropped_any) manager.set_policy(policy_name(manager.policy()), Clock::now());
+}
+
+// Job folders that no adopted job owns are left from a malld that died before its state file
+// caught up, or from a deleted state file: their processes are not managed any more, so they go
+// back to the root cpuset rather than stay confined to cpus malld may lend to others.
+void Persistence::remove_stale_job_cgroups(const NodeManager &manager, CpusetBackend &backend) {
+    const std::string probe = backend.cgroup_path("x");
+    if (probe.empty()) return;
+    const std::string parent = probe.substr(0, probe.rfind('/'));
+    DIR *dir = ::opendir(parent.c_str());
+    if (!dir) return;
+    std::vector<std::string> stale;
+    while (dirent *e = ::readdir(dir)) {
+        std::string name = e->d_name;
+        if (name.rfind("job_", 0) != 0) continue;
+        std::string job = name.substr(4);
+        if (!manager.find(job) && backend.cgroup_path(job) == parent + "/" + name)
+            stale.push_back(job);
+    }
+    ::closedir(dir);
+    for (const auto &job : stale) {
+        log_warn("removing the cgroup of unknown job " + job + " (" + backend.cgroup_path(job) +
+                 "); its processes, if any, go back to the root cpuset");
+        backend.remove(job);
+    }
+}
+
+void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
+                                  bool force) {
+    SavedState state;
+    state.pool = pool.to_string();
+    state.reclaimed = manager.reclaimed();
+    state.reserved = manager.reserved();
+    state.policy = policy_name(manager.policy());
+    for (const auto &[name, job] : manager.jobs()) {
+        SavedJob saved;
+        saved.job = job;
+        for (pid_t pid : job.spec.pids) saved.pids.push_back({pid, pids.start_time(pid).value_or(0)});
+        state.jobs.push_back(std::move(saved));
+    }
+    std::string print = state_fingerprint(state);
+    if (!force && print == last_saved_) return;
+    last_saved_ = std::move(print);
+    writer_->submit(std::move(state));
+}
+
+void Persistence::flush() {
+    if (writer_) writer_->flush();
+}
+
+}  // namespace mall

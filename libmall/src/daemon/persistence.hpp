@@ -1,0 +1,54 @@
+// persistence.hpp — malld's memory across restarts. At start: loads the state file, re-adopts the
+// jobs whose very processes still run (same pid and start time) without touching their cpusets,
+// drops the rest, and removes job cgroups no adopted job owns. While running: after every batch of
+// events, hands a snapshot to a writer thread when the state's fingerprint changed (the disk's
+// fsync never stalls the loop; snapshots coalesce, the newest wins). At a clean stop: flush().
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "../common/cpuset.hpp"
+#include "backend.hpp"
+#include "core/node_manager.hpp"
+#include "kernel_effects.hpp"
+#include "pid_watch.hpp"
+#include "state_file.hpp"
+
+namespace mall {
+
+class StateWriter;
+
+class Persistence {
+public:
+    explicit Persistence(std::string state_dir);
+    ~Persistence();  // writes what is pending, then stops the writer thread
+    Persistence(const Persistence &) = delete;
+    Persistence &operator=(const Persistence &) = delete;
+
+    // Creates the state folder, starts the writer thread and reads the state file: nullopt with
+    // *error empty on a fresh start, with *error set when the folder or the file is unusable.
+    std::optional<SavedState> open(std::string *error);
+
+    // Re-adopts the saved jobs into the core (see the file comment); reserved and reclaimed cpus
+    // are restored within `pool`.
+    void adopt(const SavedState &saved, const CpuSet &pool, NodeManager &manager, CpusetBackend &backend,
+               KernelEffects &effects, PidWatcher &pids);
+    // Job cgroups that no job of the core owns (a malld that died before its state file caught
+    // up, a deleted state file) are removed: their processes go back to the root cpuset.
+    static void remove_stale_job_cgroups(const NodeManager &manager, CpusetBackend &backend);
+
+    // Queues a write when anything the file holds, progress counters aside, changed (always with
+    // `force`). Cheap when nothing changed: one serialization compared with the last.
+    void save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
+                         bool force = false);
+    void flush();  // waits until the newest snapshot is on disk
+
+private:
+    std::string dir_;
+    std::string last_saved_;
+    std::unique_ptr<StateWriter> writer_;
+};
+
+}  // namespace mall

@@ -1,0 +1,41 @@
+// procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
+// time and liveness (/proc/PID/stat), its threads and descendants, its uids (/proc/PID/status),
+// the pid behind a pidfd (/proc/self/fdinfo), and the mount table (/proc/self/mountinfo). Every
+// reader returns "unknown" (nullopt, false or empty) for a process that is gone or unreadable and
+// never throws. Each call reads the files anew: nothing is cached.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mall {
+
+std::optional<unsigned long long> process_start_time(pid_t pid);  // /proc/PID/stat field 22, in clock ticks
+bool process_alive(pid_t pid);                                      // exists and is not a zombie
+std::optional<pid_t> parent_pid(pid_t pid);                         // /proc/PID/stat field 4
+// True when pid is one of `pids` or descends from one (walks the parent chain).
+bool in_process_tree(pid_t pid, const std::vector<pid_t> &pids);
+// True when /proc/PID/status names uid as the process's real or effective uid.
+bool process_has_uid(pid_t pid, uid_t uid);
+std::vector<pid_t> threads_of(pid_t pid);      // /proc/PID/task/*, sorted
+std::vector<pid_t> descendants_of(pid_t pid);  // children, grandchildren... (not pid), sorted
+// The pid a pidfd refers to (/proc/self/fdinfo "Pid:"): -1 once the process has exited and been
+// reaped, nullopt when unreadable.
+std::optional<long> pidfd_pid(int pidfd);
+// CLOCK_BOOTTIME in clock ticks: the clock of process_start_time().
+unsigned long long boot_time_ticks();
+// "1,2,3": pids for log lines and messages.
+std::string pid_list_text(const std::vector<pid_t> &pids);
+
+struct MountEntry {
+    std::string mount_point;    // octal escapes (\040) decoded
+    std::string mount_options;  // per-mount options ("rw,relatime")
+    std::string fstype;
+    std::string super_options;  // per-superblock options (for cgroup v1: the controllers)
+};
+std::vector<MountEntry> read_mountinfo();  // /proc/self/mountinfo
+
+}  // namespace mall

@@ -1,0 +1,40 @@
+// slurm_reconcile.hpp — Slurm is the authority on its jobs. With `malld --slurm`, every
+// "slurm-<jobid>" registration and reservation is checked against slurmctld right after it is
+// made and every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
+// or a client invented it) is ended and its cpus released; a registration under another uid than
+// the job's is ended. Queries run on SlurmChecker's thread; verdicts come back through its fd.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/node_manager.hpp"
+#include "slurm_jobs.hpp"
+
+namespace mall {
+
+class SlurmReconciler {
+public:
+    SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval);
+
+    int fd() const { return checker_.fd(); }     // readable when verdicts wait (epoll)
+    void check(uint32_t job_id) { checker_.check({job_id}); }
+    // Asks about every slurm-* job and owner the core knows; the next round is due `interval` on.
+    void check_all(const NodeManager &manager, TimePoint now);
+    TimePoint next_check() const { return next_check_; }
+    std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
+    // Acts on one verdict: ends and releases what Slurm does not run, ends registrations under
+    // the wrong uid, warns about guaranteed cpus Slurm did not give; keeps everything when
+    // slurmctld is unreachable.
+    void apply(const SlurmJobState &state, NodeManager &manager);
+
+private:
+    SlurmChecker checker_;
+    std::chrono::seconds interval_;
+    TimePoint next_check_{};
+};
+
+}  // namespace mall
