@@ -35,6 +35,7 @@ public:
                         set.to_string());
     }
     void job_removed(const std::string &job) override { calls.push_back("removed " + job); }
+    std::optional<double> event_time() override { return wall_time; }  // the core has no wall clock
     void event(const nlohmann::json &ev) override {
         EXPECT_TRUE(ev.contains("event"));
         EXPECT_TRUE(ev.contains("time"));
@@ -56,6 +57,7 @@ public:
     std::vector<std::string> calls;
     std::vector<nlohmann::json> events;
     bool fail_enforce = false;
+    double wall_time = 1.7e9;
 };
 
 using Calls = std::vector<std::string>;
@@ -156,7 +158,7 @@ protected:
 TEST_F(NodeManagerTest, LoneJobGetsWholePool) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
     EXPECT_EQ(effects_.take(), (Calls{"enforce a 0-3 grow", "publish a 1 0-3"}));
-    EXPECT_TRUE(nm().settled("a"));
+    EXPECT_TRUE(nm().steady("a"));
     EXPECT_EQ(job("a").generation, 1u);
     EXPECT_TRUE(nm().free_cpus().empty());
     auto reg = effects_.events_named("register");
@@ -183,8 +185,8 @@ TEST_F(NodeManagerTest, SecondJobWaitsForTheFirstToAckItsShrink) {
     EXPECT_EQ(job("a").cpuset.to_string(), "0-3");
     EXPECT_TRUE(job("b").cpuset.empty());
     EXPECT_TRUE(nm().holds_any(cpus("2-3")));
-    EXPECT_FALSE(nm().settled("a"));
-    EXPECT_FALSE(nm().settled("b"));
+    EXPECT_FALSE(nm().steady("a"));
+    EXPECT_FALSE(nm().steady("b"));
     EXPECT_EQ(nm().status()["jobs"][0]["state"], "changing");
     EXPECT_EQ(nm().next_deadline(), at(10us) + 2000ms);
 
@@ -203,8 +205,8 @@ TEST_F(NodeManagerTest, SecondJobWaitsForTheFirstToAckItsShrink) {
     EXPECT_EQ(acks[0]["generation"], 2);
     EXPECT_DOUBLE_EQ(acks[0]["latency_us"].get<double>(), 50.0);
     EXPECT_DOUBLE_EQ(job("a").last_ack_latency_us, 50.0);
-    EXPECT_TRUE(nm().settled("a"));
-    EXPECT_TRUE(nm().settled("b"));
+    EXPECT_TRUE(nm().steady("a"));
+    EXPECT_TRUE(nm().steady("b"));
     EXPECT_FALSE(nm().next_deadline().has_value());
     EXPECT_EQ(job("a").acked_generation(), 2u);
 
@@ -256,8 +258,8 @@ TEST_F(NodeManagerTest, JobWithoutAttachmentShrinksWithoutWaiting) {
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
     EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-1", "enforce a 0-1 shrink",
                                       "enforce b 2-3 grow", "publish b 1 2-3"}));
-    EXPECT_TRUE(nm().settled("a"));
-    EXPECT_TRUE(nm().settled("b"));
+    EXPECT_TRUE(nm().steady("a"));
+    EXPECT_TRUE(nm().steady("b"));
 }
 
 TEST_F(NodeManagerTest, AckTimeoutEnforcesAtTheDeadline) {
@@ -304,7 +306,7 @@ TEST_F(NodeManagerTest, GrowthWithAnAttachmentPublishesAtOnceThenWaits) {
     nm().ack("a", 1, 3, at(20us));
     check();
     EXPECT_TRUE(effects_.take().empty());  // nothing to narrow
-    EXPECT_TRUE(nm().settled("a"));
+    EXPECT_TRUE(nm().steady("a"));
 }
 
 TEST_F(NodeManagerTest, DeregisterAndLastPidReturnCpus) {
@@ -459,7 +461,7 @@ TEST_F(NodeManagerTest, EnforceFailureIsReportedAndTheProtocolGoesOn) {
     ASSERT_EQ(enforce.size(), 1u);
     EXPECT_EQ(enforce[0]["error"], "simulated failure");
     EXPECT_EQ(enforce[0]["growing"], true);
-    EXPECT_TRUE(nm().settled("a"));
+    EXPECT_TRUE(nm().steady("a"));
 }
 
 TEST_F(NodeManagerTest, ProgressIsReported) {
@@ -725,7 +727,7 @@ TEST_F(NodeManagerTest, ReclaimForOwnerThenRegisterJoinAndRelease) {
 // (above its min) becomes free and is lent; raising or clearing the cap gives it back.
 TEST_F(NodeManagerTest, UsageCapLendsTheSurplusAndRaisingItTakesItBack) {
     ok(nm().register_job(spec("a", 2, 4), at(0us)));
-    ASSERT_TRUE(nm().settled("a"));
+    ASSERT_TRUE(nm().steady("a"));
     EXPECT_EQ(job("a").published.count(), 4);
 
     ok(nm().set_usage("a", 3, at(10us)));  // no attachment: the shrink needs no ack
@@ -820,4 +822,61 @@ TEST_F(NodeManagerTest, ThroughputPolicyLearnsFromProgressAndSettles) {
     auto status = nm().status();
     EXPECT_EQ(status["policy"], "throughput");
     EXPECT_TRUE(status["jobs"][0].contains("speedup")) << status.dump(1);
+}
+
+// Regression (issue 11, one meaning of "settled"): steady (no move under way, at least one cpu:
+// what rate samples and the deferred Register reply need) and settled (steady at its target:
+// `mallctl status`) are two notions. A job can run steadily on part of its target while another
+// job's ack is awaited; it is steady there, and still "changing".
+TEST_F(NodeManagerTest, SteadyShortOfItsTargetIsStillChanging) {
+    make("pack:1 core:6 pu:1", "0-5");
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().register_job(spec("b", 1, 6, "", {200}), at(10us)));
+    EXPECT_EQ(job("a").published.to_string(), "0-2");
+    EXPECT_EQ(job("b").published.to_string(), "4-5");
+    EXPECT_FALSE(nm().steady("a"));  // its ack is awaited
+    EXPECT_TRUE(nm().steady("b"));   // it runs on 4-5 ...
+    auto status = nm().status();
+    EXPECT_EQ(status["jobs"][1]["target"], "3-5");  // ... short of its target
+    EXPECT_EQ(status["jobs"][1]["state"], "changing");
+
+    nm().ack("a", 1, 2, at(20us));
+    check();
+    EXPECT_EQ(job("b").published.to_string(), "3-5");
+    status = nm().status();
+    EXPECT_EQ(status["jobs"][0]["state"], "settled");
+    EXPECT_EQ(status["jobs"][1]["state"], "settled");
+}
+
+// The core reads no wall clock (issue 11): an event's "time" is what Effects::event_time() gives;
+// without one the event goes out without "time", for Effects::event() to stamp (malld's server
+// stamps the moment it delivers it).
+TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
+    struct Effects : mall::Effects {
+        bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
+        void publish(const std::string &, uint64_t, const CpuSet &) override {}
+        void job_removed(const std::string &) override {}
+        void event(const nlohmann::json &ev) override { events.push_back(ev); }
+        std::optional<double> event_time() override { return time; }
+        std::optional<double> time = 1234.5;
+        std::vector<nlohmann::json> events;
+    } effects;
+    std::string error;
+    auto topology = Topology::load("pack:1 core:2 pu:1", &error);
+    ASSERT_NE(topology, nullptr) << error;
+    NodeManager manager(*topology, cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
+    const TimePoint t0 = TimePoint{} + 1000s;
+    JobSpec spec;
+    spec.id = "a";
+    spec.pids = {100};
+    ASSERT_TRUE(manager.register_job(spec, t0).ok);
+    ASSERT_FALSE(effects.events.empty());
+    for (const auto &ev : effects.events) EXPECT_EQ(ev.value("time", 0.0), 1234.5) << ev.dump();
+
+    effects.events.clear();
+    effects.time.reset();
+    ASSERT_TRUE(manager.deregister_job("a", t0 + 1s).ok);
+    ASSERT_FALSE(effects.events.empty());
+    for (const auto &ev : effects.events) EXPECT_FALSE(ev.contains("time")) << ev.dump();
 }
