@@ -1,6 +1,6 @@
 // mallsim.cpp — replays a job trace against mall's real policy code on a simulated node: the real
-// NodeManager (two-phase core, policies static/equal/weighted/throughput) on an hwloc synthetic
-// topology, driven by a simulated clock, with jobs whose speedup curves are given. It compares
+// NodeManager (two-phase core; the static, equal and throughput policies) on an hwloc synthetic or
+// XML topology, driven by a simulated clock, with jobs whose speedup curves are given. It compares
 // the ways a node can be shared — a static partition (each job its min cores), oversubscription
 // (every job sized for its max, no mall; a stated contention model), and mall's policies — by
 // makespan, mean completion time and total work per second. Lets policies be compared at 64-256
@@ -8,11 +8,12 @@
 //
 // Model: a job is `work` one-core-seconds; on n cores it progresses speedup(n) per second, with
 // speedup linear (n), amdahl:S (1 / (S + (1 - S) / n)) or flat:K (min(n, K)). Under mall the job
-// reports its progress to malld every 0.5 s like libmall does, and moves take effect at once (the
-// simulated jobs ack immediately). Jobs start in arrival order when the pool can hold their min
-// (static and mall), or at arrival (oversubscription: T threads on P cores, T > P, gives each job
-// speedup(max) * P / T * efficiency, efficiency --oversub-efficiency, default 0.85: the model, not
-// a measurement; bench-oversubscription.sh measures it on a real node).
+// reports its progress to the NodeManager every 0.5 s like libmall does, and moves take effect at
+// once (the simulated jobs never attach, so no move waits for an ack). Jobs start in arrival order
+// when the pool can hold their min (static and mall), or at arrival (oversubscription: T threads
+// on P cores, T > P, gives each job speedup(max) * P / T * efficiency, efficiency
+// --oversub-efficiency, default 0.85: the model, not a measurement; bench-oversubscription.sh
+// measures it on a real node).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +29,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "../common/rules.hpp"
 #include "../daemon/core/node_manager.hpp"
 #include "../daemon/core/topology.hpp"
 
@@ -192,7 +194,7 @@ public:
 Result run_managed(const std::string &way, mall::PolicyKind policy, const mall::Topology &topology,
                    const std::vector<TraceJob> &jobs, double dt, double horizon) {
     SimulatedEffects effects;
-    mall::NodeManager manager(topology, topology.all_cpus(), policy, 2000ms, effects);
+    mall::NodeManager manager(topology, topology.all_cpus(), policy, mall::kDefaultAckTimeout, effects);
     const mall::TimePoint t0 = mall::TimePoint{} + 1000s;
     auto at = [&](double seconds) {
         return t0 + std::chrono::duration_cast<mall::Clock::duration>(std::chrono::duration<double>(seconds));
