@@ -15,7 +15,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,7 +42,7 @@ using std::chrono::milliseconds;
 
 constexpr int kMaxCallbacks = 16;
 constexpr int kMaxBoundThreads = 1024;
-constexpr size_t kJobIdMax = 64;
+constexpr size_t kJobIdMax = mall::proto::kMaxJobNameLength;
 // mall_open() never waits longer than this for malld (connect + attach reply).
 constexpr milliseconds kAttachTimeout{2000};
 // Reconnect backoff when no malld answers: 50 ms doubling to 1 s.
@@ -203,31 +202,6 @@ void send_nonblocking(mall_handle *m, mall::proto::Type type, nlohmann::json bod
 // ---------------------------------------------------------------------------------------------
 // Attaching
 
-int connect_nonblocking(const std::string &path, int *err) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.empty() || path.size() >= sizeof addr.sun_path) {
-        *err = path.empty() ? ENOENT : ENAMETOOLONG;
-        return -1;
-    }
-    std::memcpy(addr.sun_path, path.data(), path.size());
-    mall::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd) {
-        *err = errno;
-        return -1;
-    }
-    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
-    int rc;
-    do {
-        rc = ::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len);
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-        *err = errno;
-        return -1;
-    }
-    return fd.release();
-}
-
 int remaining_ms(Clock::time_point deadline) {
     auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
     return left > 0 ? static_cast<int>(std::min<int64_t>(left, 60000)) : 0;
@@ -293,35 +267,11 @@ int attach_once(mall_handle *m, std::string *why) {
 int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
     const std::string &path = m->socket_path;
     auto deadline = Clock::now() + kAttachTimeout;
-    int err = 0;
-    mall::UniqueFd sock(connect_nonblocking(path, &err));
+    mall::UniqueFd sock(mall::unix_connect(path, /*nonblocking=*/true));
     if (!sock) {
-        switch (err) {
-            case ENOENT:
-            case ECONNREFUSED:
-                *why = "no malld at " + path + " (" + std::strerror(err) + "); start malld or set MALL_SOCKET";
-                return MALL_ERR_NODAEMON;
-            case EAGAIN:
-                *why = "malld at " + path + " is not accepting connections (busy or stuck)";
-                return MALL_ERR_NODAEMON;
-            case EACCES:
-            case EPERM:
-                *why = "cannot connect to malld at " + path + ": " + std::strerror(err) +
-                       "; check the socket's permissions";
-                return MALL_ERR_NODAEMON;
-            case ENAMETOOLONG:
-                *why = "socket path " + path + " is too long for a Unix socket (107 bytes at most)";
-                return MALL_ERR_NODAEMON;
-            case EMFILE:
-            case ENFILE:
-            case ENOBUFS:
-            case ENOMEM:
-                *why = std::string("cannot create a socket: ") + std::strerror(err);
-                return MALL_ERR_SYSTEM;
-            default:
-                *why = "cannot connect to malld at " + path + ": " + std::strerror(err);
-                return MALL_ERR_NODAEMON;
-        }
+        mall::ConnectFailure failure = mall::explain_connect_failure(path, errno, mall::SocketNaming::Environment);
+        *why = failure.text();
+        return failure.code;
     }
 
     mall::proto::Message request;
@@ -368,24 +318,18 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
             *why = "receiving malld's attach reply failed: " + std::string(std::strerror(errno));
             return MALL_ERR_NODAEMON;
         }
-        // A version mismatch gets its own code, before the general decoding.
-        if (data.size() >= 8) {
-            uint32_t magic;
-            uint16_t version;
-            std::memcpy(&magic, data.data(), sizeof magic);
-            std::memcpy(&version, data.data() + 4, sizeof version);
-            if (magic == mall::proto::kMagic && version != mall::proto::kVersion) {
-                *why = "malld at " + path + " speaks protocol version " + decimal(version) +
+        std::string decode_error;
+        mall::proto::DecodeFailure failure;
+        auto reply = mall::proto::decode(data, &decode_error, &failure);
+        if (!reply) {
+            if (failure.reason == mall::proto::DecodeError::OtherVersion) {
+                *why = "malld at " + path + " speaks protocol version " + decimal(failure.version) +
                        ", this libmall speaks " + decimal(mall::proto::kVersion) +
                        "; use libmall and malld from the same release";
-                return MALL_ERR_VERSION;
+            } else {
+                *why = "cannot read malld's attach reply: " + decode_error;
             }
-        }
-        std::string decode_error;
-        auto reply = mall::proto::decode(data, &decode_error);
-        if (!reply) {
-            *why = "cannot read malld's attach reply: " + decode_error;
-            return MALL_ERR_PROTOCOL;
+            return mall::proto::decode_error_code(failure.reason);
         }
         if (reply->type != mall::proto::Type::Reply || reply->request_id != request.request_id) continue;
 

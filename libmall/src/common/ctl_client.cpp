@@ -1,6 +1,6 @@
 // ctl_client.cpp — blocking request/reply client for malld (see ctl_client.hpp).
 // Contract: never throws; a request waits (bounded) for the Reply carrying its request id and skips
-// Event/Notify packets; every failure comes back in words that say what to do about it.
+// Event/Notify packets; every failure comes back as a code and in words that say what to do about it.
 #include "common/ctl_client.hpp"
 
 #include <cerrno>
@@ -20,24 +20,6 @@ std::chrono::milliseconds remaining(Clock::time_point deadline) {
     return left.count() > 0 ? left : std::chrono::milliseconds(0);
 }
 
-std::string connect_error_text(const std::string &path, int err) {
-    std::string text = "cannot connect to malld at " + path + ": " + std::strerror(err);
-    switch (err) {
-        case ENOENT:
-        case ECONNREFUSED:
-            return text + "; is malld running? start it or pass --socket";
-        case EACCES:
-        case EPERM:
-            return text + "; check the permissions of the socket and its folder (malld --socket-mode)";
-        case ENAMETOOLONG:
-            return text + "; the path is too long for a Unix socket (107 bytes at most), pass a shorter --socket";
-        case EAGAIN:
-            return text + "; malld is not accepting connections (overloaded or stuck), try again";
-        default:
-            return text + "; check that --socket names malld's socket";
-    }
-}
-
 CtlResult transport_failure(int code, std::string text) {
     CtlResult r;
     r.ok = false;
@@ -48,10 +30,51 @@ CtlResult transport_failure(int code, std::string text) {
 
 }  // namespace
 
-std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error) {
+ConnectFailure explain_connect_failure(const std::string &path, int err, SocketNaming naming) {
+    const bool option = naming == SocketNaming::Option;
+    ConnectFailure f;
+    f.what = "cannot connect to malld at " + path + ": " + std::strerror(err);
+    switch (err) {
+        case ENOENT:
+        case ECONNREFUSED:
+            f.nobody_listening = true;
+            f.advice = option ? "is malld running? start it or pass --socket"
+                              : "is malld running? start it or set MALL_SOCKET";
+            break;
+        case EACCES:
+        case EPERM:
+            f.advice = "check the permissions of the socket and its folder (malld --socket-mode)";
+            break;
+        case ENAMETOOLONG:
+            f.advice = "the path is too long for a Unix socket (" + std::to_string(kMaxSocketPathBytes) +
+                       " bytes at most), " + (option ? "pass a shorter --socket" : "set a shorter MALL_SOCKET");
+            break;
+        case EAGAIN:
+            // libmall keeps trying by itself; a tool's user runs the command again.
+            f.advice = std::string("malld is not accepting connections (overloaded or stuck), ") +
+                       (option ? "try again" : "retrying in the background");
+            break;
+        case EMFILE:
+        case ENFILE:
+        case ENOBUFS:
+        case ENOMEM:
+            f.code = MALL_ERR_SYSTEM;  // this process or host is short of resources, malld is not to blame
+            break;
+        default:
+            f.advice = option ? "check that --socket names malld's socket"
+                              : "check that MALL_SOCKET names malld's socket";
+            break;
+    }
+    return f;
+}
+
+std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error,
+                                            ConnectFailure *failure) {
     int fd = unix_connect(socket_path);
     if (fd < 0) {
-        if (error) *error = connect_error_text(socket_path, errno);
+        ConnectFailure f = explain_connect_failure(socket_path, errno, SocketNaming::Option);
+        if (error) *error = f.text();
+        if (failure) *failure = std::move(f);
         return std::nullopt;
     }
     return CtlClient(UniqueFd(fd), socket_path);
@@ -109,11 +132,11 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
                                                                 " (malld stopped or restarted?)");
             }
             std::string why;
-            auto reply = proto::decode(data, &why);
-            if (!reply) {
-                int code = why.rfind("protocol version", 0) == 0 ? MALL_ERR_VERSION : MALL_ERR_PROTOCOL;
-                return transport_failure(code, "cannot read malld's reply: " + why);
-            }
+            proto::DecodeFailure failure;
+            auto reply = proto::decode(data, &why, &failure);
+            if (!reply)
+                return transport_failure(proto::decode_error_code(failure.reason),
+                                         "cannot read malld's reply: " + why);
             if (reply->type != proto::Type::Reply || reply->request_id != msg.request_id) continue;
 
             CtlResult result;
@@ -180,7 +203,7 @@ std::string resolve_socket_path(const std::string &option_value) {
     if (!option_value.empty()) return option_value;
     const char *env = std::getenv("MALL_SOCKET");
     if (env && *env) return env;
-    return MALL_DEFAULT_SOCKET;
+    return kDefaultSocketPath;
 }
 
 }  // namespace mall

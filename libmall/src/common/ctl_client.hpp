@@ -1,5 +1,7 @@
 // ctl_client.hpp — a blocking request/reply client for malld, used by mallctl, mallrun, the Slurm
-// plugin and the tests. One connection, one outstanding request at a time. Never throws.
+// plugin and the tests. One connection, one outstanding request at a time. Never throws. Also what
+// every client (these and libmall) shares about reaching malld: which socket to use, and what to
+// say when nothing answers there.
 #pragma once
 
 #include <chrono>
@@ -8,10 +10,30 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mall/mall.h"
 #include "protocol.hpp"
 #include "unix_socket.hpp"
 
 namespace mall {
+
+// How the user names malld's socket, so that advice points at the knob they can turn: the tools
+// take --socket, libmall reads mall_open()'s argument or $MALL_SOCKET.
+enum class SocketNaming { Option, Environment };
+
+// A failed connection to malld, as a code and in words (the same for the tools and libmall).
+struct ConnectFailure {
+    int code = MALL_ERR_NODAEMON;   // MALL_ERR_NODAEMON, or MALL_ERR_SYSTEM when this process is out
+                                    // of descriptors or memory
+    bool nobody_listening = false;  // ENOENT / ECONNREFUSED: no malld at that path (not running,
+                                    // or the socket is elsewhere)
+    std::string what;               // "cannot connect to malld at PATH: <strerror>"
+    std::string advice;             // how to fix it ("is malld running? start it or pass --socket");
+                                    // empty when there is nothing to add to `what`
+    std::string text() const { return advice.empty() ? what : what + "; " + advice; }
+};
+
+// Explains a connect(2) to malld's socket at path that failed with errno err.
+ConnectFailure explain_connect_failure(const std::string &path, int err, SocketNaming naming);
 
 struct CtlResult {
     bool ok = false;
@@ -22,10 +44,12 @@ struct CtlResult {
 
 class CtlClient {
 public:
-    // Connects; on failure returns nullopt and *error says what failed and how to fix it
-    // (e.g. "cannot connect to malld at /run/mall/malld.sock: No such file or directory; is malld
-    // running? start it or pass --socket").
-    static std::optional<CtlClient> connect(const std::string &socket_path, std::string *error);
+    // Connects; on failure returns nullopt, *error says what failed and how to fix it (e.g.
+    // "cannot connect to malld at /run/mall/malld.sock: No such file or directory; is malld
+    // running? start it or pass --socket": explain_connect_failure(..., Option).text()) and
+    // *failure, when given, holds the same as a code and parts. Either pointer may be null.
+    static std::optional<CtlClient> connect(const std::string &socket_path, std::string *error,
+                                            ConnectFailure *failure = nullptr);
 
     // Sends a request and waits for its reply (timeout covers deferred replies such as register
     // and reclaim, which malld sends once the cpus have moved).
@@ -45,7 +69,8 @@ private:
     uint32_t next_id_ = 1;
 };
 
-// The socket path a tool should use: the explicit option, else $MALL_SOCKET, else the default.
+// The socket path a client should use: the explicit option (or mall_open() argument), else
+// $MALL_SOCKET, else kDefaultSocketPath.
 std::string resolve_socket_path(const std::string &option_value);
 
 }  // namespace mall

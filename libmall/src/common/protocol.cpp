@@ -1,8 +1,9 @@
 // protocol.cpp — encoding and strict decoding of malld's wire messages (see protocol.hpp).
-// Contract: decode() accepts exactly one well-formed packet of this protocol version and explains
-// every rejection in words; the typed getters name the field that is missing or wrong.
+// Contract: decode() accepts exactly one well-formed packet of this protocol version and reports
+// every rejection as a DecodeError plus words; the typed getters name the field that is missing or wrong.
 #include "common/protocol.hpp"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -103,36 +104,51 @@ std::string encode(const Message &msg) {
     return packet;
 }
 
-std::optional<Message> decode(std::string_view packet, std::string *error) {
-    auto fail = [&](std::string why) -> std::optional<Message> {
+std::optional<Message> decode(std::string_view packet, std::string *error, DecodeFailure *failure) {
+    auto fail = [&](DecodeError reason, std::string why) -> std::optional<Message> {
+        if (failure) failure->reason = reason;
         if (error) *error = std::move(why);
         return std::nullopt;
     };
+    // The magic and the version first: they sit at the same place in every version, the rest of
+    // the header may not.
+    constexpr size_t kVersionEnd = offsetof(WireHeader, version) + sizeof(WireHeader::version);
+    if (packet.size() >= kVersionEnd) {
+        uint32_t magic;
+        uint16_t version;
+        std::memcpy(&magic, packet.data() + offsetof(WireHeader, magic), sizeof magic);
+        std::memcpy(&version, packet.data() + offsetof(WireHeader, version), sizeof version);
+        if (magic == kMagic && version != kVersion) {
+            if (failure) failure->version = version;
+            return fail(DecodeError::OtherVersion, "protocol version " + std::to_string(version) +
+                                                       ", this malld speaks " + std::to_string(kVersion) +
+                                                       "; use malld and libmall from the same release");
+        }
+    }
     if (packet.size() < kHeaderSize)
-        return fail("truncated packet: " + std::to_string(packet.size()) +
-                    " bytes, shorter than the 16-byte message header");
+        return fail(DecodeError::TruncatedHeader, "truncated packet: " + std::to_string(packet.size()) +
+                                                      " bytes, shorter than the 16-byte message header");
     WireHeader header;
     std::memcpy(&header, packet.data(), kHeaderSize);
     if (header.magic != kMagic) {
         char hex[16];
         std::snprintf(hex, sizeof hex, "0x%08x", header.magic);
-        return fail(std::string("bad magic ") + hex + " (expected \"MALL\"): not a mall message");
+        return fail(DecodeError::BadMagic,
+                    std::string("bad magic ") + hex + " (expected \"MALL\"): not a mall message");
     }
-    if (header.version != kVersion)
-        return fail("protocol version " + std::to_string(header.version) + ", this malld speaks " +
-                    std::to_string(kVersion) + "; use malld and libmall from the same release");
     if (!is_known_type(header.type))
-        return fail("unknown message type " + std::to_string(header.type));
+        return fail(DecodeError::UnknownType, "unknown message type " + std::to_string(header.type));
     if (header.length > kMaxPayload)
-        return fail("oversized payload: header says " + std::to_string(header.length) +
-                    " bytes, the limit is " + std::to_string(kMaxPayload));
+        return fail(DecodeError::Oversized, "oversized payload: header says " + std::to_string(header.length) +
+                                                " bytes, the limit is " + std::to_string(kMaxPayload));
     size_t available = packet.size() - kHeaderSize;
     if (available < header.length)
-        return fail("truncated payload: header says " + std::to_string(header.length) +
-                    " bytes, the packet holds " + std::to_string(available));
+        return fail(DecodeError::TruncatedPayload, "truncated payload: header says " + std::to_string(header.length) +
+                                                       " bytes, the packet holds " + std::to_string(available));
     if (available > header.length)
-        return fail("trailing bytes: " + std::to_string(available - header.length) +
-                    " bytes after the " + std::to_string(header.length) + "-byte payload");
+        return fail(DecodeError::TrailingBytes, "trailing bytes: " + std::to_string(available - header.length) +
+                                                    " bytes after the " + std::to_string(header.length) +
+                                                    "-byte payload");
 
     Message msg;
     msg.type = static_cast<Type>(header.type);
@@ -141,12 +157,18 @@ std::optional<Message> decode(std::string_view packet, std::string *error) {
     try {
         msg.body = nlohmann::json::parse(payload.begin(), payload.end());
     } catch (const nlohmann::json::parse_error &e) {
-        return fail(std::string("invalid JSON payload in ") + type_name(msg.type) + " message: " + e.what());
+        return fail(DecodeError::InvalidJson,
+                    std::string("invalid JSON payload in ") + type_name(msg.type) + " message: " + e.what());
     }
     if (!msg.body.is_object())
-        return fail(std::string("payload of ") + type_name(msg.type) + " message must be a JSON object, got " +
-                    json_type_name(msg.body));
+        return fail(DecodeError::NotAnObject, std::string("payload of ") + type_name(msg.type) +
+                                                  " message must be a JSON object, got " +
+                                                  json_type_name(msg.body));
     return msg;
+}
+
+int decode_error_code(DecodeError reason) {
+    return reason == DecodeError::OtherVersion ? MALL_ERR_VERSION : MALL_ERR_PROTOCOL;
 }
 
 nlohmann::json ok_reply(nlohmann::json fields) {
@@ -203,15 +225,15 @@ uint64_t get_uint(const nlohmann::json &body, const char *field) {
 }
 
 std::optional<std::string> invalid_job_name(std::string_view name) {
-    if (name.empty()) return "a job name must not be empty (use 1-64 characters from A-Z a-z 0-9 . _ : -)";
-    if (name.size() > 64)
-        return "job name is " + std::to_string(name.size()) +
-               " characters long; at most 64 are allowed (from A-Z a-z 0-9 . _ : -)";
+    if (name.empty())
+        return "a job name must not be empty (use 1-" + std::to_string(kMaxJobNameLength) +
+               " characters from A-Z a-z 0-9 . _ : -)";
+    if (name.size() > kMaxJobNameLength)
+        return "job name is " + std::to_string(name.size()) + " characters long; at most " +
+               std::to_string(kMaxJobNameLength) + " are allowed (from A-Z a-z 0-9 . _ : -)";
     for (size_t i = 0; i < name.size(); ++i) {
         unsigned char c = static_cast<unsigned char>(name[i]);
-        bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-                       c == '_' || c == ':' || c == '-';
-        if (!allowed) {
+        if (!is_job_name_char(name[i])) {
             char shown[16];
             if (c >= 0x21 && c < 0x7f)
                 std::snprintf(shown, sizeof shown, "'%c'", c);

@@ -3,7 +3,7 @@
 // (magic "MALL", version, type, payload length, request id; little-endian host order, same host)
 // followed by a JSON object of exactly `length` bytes. decode() rejects truncated packets, bad
 // magic, other versions, unknown types, payloads over kMaxPayload, trailing bytes, non-object
-// JSON; each rejection carries a message that says what was wrong.
+// JSON; each rejection carries a reason callers act on (DecodeError) and words for people.
 #pragma once
 
 #include <cstdint>
@@ -60,8 +60,34 @@ struct Message {
 // Encodes a message; throws std::length_error if the JSON exceeds kMaxPayload.
 std::string encode(const Message &msg);
 
-// Decodes one packet. On failure returns std::nullopt and sets *error (never empty).
-std::optional<Message> decode(std::string_view packet, std::string *error);
+// Why decode() refused a packet. Callers act on this, never on the words: a peer of another
+// protocol version is MALL_ERR_VERSION to a client, everything else MALL_ERR_PROTOCOL.
+enum class DecodeError : uint8_t {
+    TruncatedHeader,   // shorter than the 16-byte header
+    BadMagic,          // does not start with "MALL": not a mall message
+    OtherVersion,      // a mall message of another protocol version (DecodeFailure::version)
+    UnknownType,       // a message type this version does not define
+    Oversized,         // the header announces a payload over kMaxPayload
+    TruncatedPayload,  // fewer payload bytes than the header announces
+    TrailingBytes,     // more payload bytes than the header announces
+    InvalidJson,       // the payload is not JSON
+    NotAnObject,       // the payload is JSON but not an object
+};
+
+struct DecodeFailure {
+    DecodeError reason = DecodeError::TruncatedHeader;
+    uint16_t version = 0;  // OtherVersion: the protocol version the peer speaks
+};
+
+// Decodes one packet. On failure returns std::nullopt, sets *error to words that say what was
+// wrong (never empty; written from malld's side: "this malld speaks ...") and *failure to the
+// reason. Either pointer may be null. The magic and version are checked before the header's
+// length, so a peer of another version is recognized even if its header is laid out differently.
+std::optional<Message> decode(std::string_view packet, std::string *error, DecodeFailure *failure = nullptr);
+
+// The mall_rc a client reports for a reply it could not decode: MALL_ERR_VERSION for another
+// protocol version, MALL_ERR_PROTOCOL for everything else.
+int decode_error_code(DecodeError reason);
 
 // Builders for replies.
 nlohmann::json ok_reply(nlohmann::json fields = nlohmann::json::object());
@@ -79,6 +105,11 @@ std::optional<int64_t> get_optional_int(const nlohmann::json &body, const char *
 uint64_t get_uint(const nlohmann::json &body, const char *field);
 
 // Job names: 1-64 characters from [A-Za-z0-9._:-]. Returns an explanation when invalid.
+constexpr size_t kMaxJobNameLength = 64;
+constexpr bool is_job_name_char(char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == ':' || c == '-';
+}
 std::optional<std::string> invalid_job_name(std::string_view name);
 
 // The weight rule lives in rules.hpp (one source for malld, the tools and the Slurm option).

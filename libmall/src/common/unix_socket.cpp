@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/files.hpp"
+
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
@@ -62,7 +64,7 @@ bool make_address(const std::string &path, sockaddr_un *addr, socklen_t *len) {
         errno = ENOENT;
         return false;
     }
-    if (path.size() >= sizeof addr->sun_path) {
+    if (path.size() > kMaxSocketPathBytes) {
         errno = ENAMETOOLONG;
         return false;
     }
@@ -95,13 +97,11 @@ bool make_parent_folders(const std::string &path, std::string *why) {
     size_t slash = path.find_last_of('/');
     if (slash == std::string::npos || slash == 0) return true;
     std::string parent = path.substr(0, slash);
-    for (size_t pos = 1; pos <= parent.size(); ++pos) {
-        if (pos != parent.size() && parent[pos] != '/') continue;
-        std::string prefix = parent.substr(0, pos);
-        if (::mkdir(prefix.c_str(), 0755) == 0 || errno == EEXIST) continue;
+    std::string failed;
+    if (!make_directories(parent, 0755, &failed)) {
         int err = errno;
         if (why)
-            *why = "cannot create folder " + prefix + " for the socket: " + errno_text(err) +
+            *why = "cannot create folder " + failed + " for the socket: " + errno_text(err) +
                    "; create it or choose another --socket";
         errno = err;
         return false;
@@ -123,11 +123,11 @@ bool make_parent_folders(const std::string &path, std::string *why) {
 
 }  // namespace
 
-int unix_connect(const std::string &path) {
+int unix_connect(const std::string &path, bool nonblocking) {
     sockaddr_un addr;
     socklen_t len = 0;
     if (!make_address(path, &addr, &len)) return -1;
-    UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0));
     if (!fd) return -1;
     while (::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) != 0) {
         if (errno != EINTR) return -1;
@@ -146,7 +146,7 @@ int unix_listen(const std::string &path, unsigned mode, std::string *why) {
     if (!make_address(path, &addr, &len)) {
         int err = errno;
         return fail(err, "socket path \"" + path + "\" is " +
-                             (err == ENAMETOOLONG ? "longer than " + std::to_string(sizeof addr.sun_path - 1) +
+                             (err == ENAMETOOLONG ? "longer than " + std::to_string(kMaxSocketPathBytes) +
                                                         " bytes; choose a shorter --socket"
                                                   : "empty; pass --socket PATH"));
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <chrono>
 #include <string>
@@ -35,8 +36,13 @@ struct PeerCred {
     gid_t gid = static_cast<gid_t>(-1);
 };
 
-// Connects to a SOCK_SEQPACKET socket at path (close-on-exec). Returns -1 and sets errno on error.
-int unix_connect(const std::string &path);
+// The longest socket path that fits a Unix socket address (sun_path minus its terminating NUL).
+inline constexpr size_t kMaxSocketPathBytes = sizeof(sockaddr_un::sun_path) - 1;
+
+// Connects to a SOCK_SEQPACKET socket at path (close-on-exec). Returns -1 and sets errno on error
+// (ENOENT for an empty path, ENAMETOOLONG for one over kMaxSocketPathBytes). With nonblocking the
+// socket is O_NONBLOCK and a full listen backlog fails with EAGAIN instead of waiting.
+int unix_connect(const std::string &path, bool nonblocking = false);
 // Creates, binds and listens (mode applied with chmod). Refuses to remove a path that is not a
 // socket; removes a stale socket nobody listens on. Returns -1 with errno and *why on error.
 int unix_listen(const std::string &path, unsigned mode, std::string *why);
