@@ -26,6 +26,7 @@
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
+#include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
 
@@ -44,7 +45,7 @@ struct Command {
     const char *name;
     const char *synopsis;  // after "mallctl [--socket PATH] "
     const char *summary;   // one line for the command list
-    const char *details;   // the body of `mallctl help NAME`
+    std::string details;   // the body of `mallctl help NAME`
 };
 
 const Command kCommands[] = {
@@ -77,7 +78,7 @@ const Command kCommands[] = {
      "\n"
      "Options:\n"
      "  --cpus LIST|auto   the cores, in Linux list format (\"0-3,8\"), or auto\n"
-     "  --weight W         the job's weight (a number above 0, at most 1000000; default 1)\n"
+     "  --weight W         the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
      "\n"
      "Needs root or an admin uid of malld (--admin-uid).\n"
      "\n"
@@ -183,7 +184,9 @@ void print_main_help(std::ostream &out) {
     }
     out << "\n"
            "Global options (before or after the command):\n"
-           "  --socket PATH   malld's socket (default: $MALL_SOCKET, else " MALL_DEFAULT_SOCKET ")\n"
+           "  --socket PATH   malld's socket (default: $MALL_SOCKET, else "
+        << mall::kDefaultSocketPath
+        << ")\n"
            "  -h, --help      show this text, or the command's help after a command\n"
            "  --version       print the version\n"
            "\n"
@@ -249,21 +252,19 @@ public:
 
     // Connects; on failure prints where it looked and how to fix it.
     bool connect() {
-        std::string error;
-        client_ = mall::CtlClient::connect(path_, &error);
+        mall::ConnectFailure failure;
+        client_ = mall::CtlClient::connect(path_, nullptr, &failure);
         if (!client_) {
-            unreachable(error);
+            unreachable(failure);
             return false;
         }
         return true;
     }
 
-    // The connection failed: say where we looked and how to fix it.
-    void unreachable(std::string error) const {
-        const std::string generic_hint = "; is malld running?";
-        auto cut = error.find(generic_hint);
-        if (cut != std::string::npos) error.resize(cut);  // replaced by the fuller hint below
-        std::cerr << "mallctl: " << error << "\n"
+    // The connection failed: say where we looked and how to fix it. When nobody listens there,
+    // the fuller hint below (how to start malld on this path) replaces the short advice.
+    void unreachable(const mall::ConnectFailure &failure) const {
+        std::cerr << "mallctl: " << (failure.nobody_listening ? failure.what : failure.text()) << "\n"
                   << "  is malld running? start it with `malld --socket " << path_
                   << "` or pass --socket / set MALL_SOCKET\n";
     }
@@ -737,7 +738,9 @@ int run(int argc, char **argv) {
     Globals g;
     if (vm.count("socket")) {
         g.socket = vm["socket"].as<std::string>();
-        if (g.socket.empty()) return usage_error(command, "--socket needs a path, e.g. --socket /run/mall/malld.sock");
+        if (g.socket.empty())
+            return usage_error(command,
+                               std::string("--socket needs a path, e.g. --socket ") + mall::kDefaultSocketPath);
     }
     return handler->second(g, rest);
 }

@@ -23,6 +23,7 @@
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
+#include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
 
@@ -56,7 +57,9 @@ void print_help() {
            "                         default: <basename of CMD>-<pid of mallrun>\n"
            "  --weight W             the job's relative share for weight-aware policies (> 0,\n"
            "                         default 1; the equal and static policies ignore it)\n"
-           "  --socket PATH          malld's socket (default: $MALL_SOCKET, else " MALL_DEFAULT_SOCKET ")\n"
+           "  --socket PATH          malld's socket (default: $MALL_SOCKET, else "
+        << mall::kDefaultSocketPath
+        << ")\n"
            "  --require              fail (exit 3) when malld cannot be reached, instead of running\n"
            "                         CMD without malleability\n"
            "  -v, --verbose          say what mallrun does (registration, cores, deregistration)\n"
@@ -175,18 +178,16 @@ bool split_command_line(int argc, char **argv, std::vector<std::string> *own,
     return true;
 }
 
-// A valid job name from CMD's basename: invalid characters become '_', at most 64 characters.
+// A valid job name from CMD's basename: invalid characters become '_', at most kMaxJobNameLength
+// characters.
 std::string default_job_name(const std::string &cmd) {
     std::string base = cmd.substr(cmd.find_last_of('/') == std::string::npos ? 0 : cmd.find_last_of('/') + 1);
     std::string clean;
-    for (char c : base) {
-        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == ':' || c == '-';
-        clean += ok ? c : '_';
-    }
+    for (char c : base) clean += mall::proto::is_job_name_char(c) ? c : '_';
     if (clean.empty()) clean = "job";
     std::string suffix = "-" + std::to_string(getpid());
-    if (clean.size() + suffix.size() > 64) clean.resize(64 - suffix.size());
+    constexpr size_t kMax = mall::proto::kMaxJobNameLength;
+    if (clean.size() + suffix.size() > kMax) clean.resize(kMax - suffix.size());
     return clean + suffix;
 }
 
@@ -281,7 +282,7 @@ void deregister(const Options &o, const std::string &socket_path) {
         if (o.verbose) std::cerr << "mallrun: job " << o.job << " deregistered\n";
         return;
     }
-    if (r.code == MALL_ERR_NOJOB || r.error.find("unknown job") != std::string::npos) {
+    if (r.code == MALL_ERR_NOJOB) {
         if (o.verbose) std::cerr << "mallrun: job " << o.job << " was already gone from malld\n";
         return;
     }
@@ -431,16 +432,17 @@ int run(int argc, char **argv) {
     o.verbose = vm["verbose"].as<bool>();
     if (vm.count("socket")) {
         o.socket = vm["socket"].as<std::string>();
-        if (o.socket.empty()) return usage_error("--socket needs a path, e.g. --socket /run/mall/malld.sock");
+        if (o.socket.empty())
+            return usage_error(std::string("--socket needs a path, e.g. --socket ") + mall::kDefaultSocketPath);
     }
     const std::string socket_path = mall::resolve_socket_path(o.socket);
 
-    auto client = mall::CtlClient::connect(socket_path, &error);
+    mall::ConnectFailure failure;
+    auto client = mall::CtlClient::connect(socket_path, &error, &failure);
     if (!client) {
         if (o.require) {
-            auto cut = error.find("; is malld running?");
-            if (cut != std::string::npos) error.resize(cut);  // replaced by the fuller hint below
-            std::cerr << "mallrun: " << error << "\n"
+            // When nobody listens there, the fuller hint below replaces the short advice.
+            std::cerr << "mallrun: " << (failure.nobody_listening ? failure.what : failure.text()) << "\n"
                       << "  is malld running? start it with `malld --socket " << socket_path
                       << "` or pass --socket / set MALL_SOCKET; without --require, mallrun runs the "
                          "command without malleability\n";
