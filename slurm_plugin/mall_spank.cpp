@@ -55,6 +55,7 @@ extern "C" {
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
+#include "common/rules.hpp"
 #include "malleable_option.hpp"
 #include "plugstack_args.hpp"
 
@@ -231,12 +232,15 @@ int malleable_option_cb(int val, const char *optarg, int remote);
 
 char kOptName[] = "malleable";
 char kOptArgInfo[] = "MIN[:MAX][,weight=W]";
-char kOptUsage[] =
+// Built once at load time: the weight bound comes from rules.hpp (Slurm wants a char *).
+std::string g_opt_usage =
     "let mall grow and shrink this job's cores between MIN and MAX while it runs (MIN is guaranteed "
-    "by Slurm, like -c MIN; MAX defaults to the node's cores); weight=W (above 0, at most 1000000, "
-    "default 1) is the job's share of idle cores under malld's weighted policy, e.g. 2:8,weight=3 "
+    "by Slurm, like -c MIN; MAX defaults to the node's cores); weight=W (above 0, at most " +
+    std::to_string(static_cast<long long>(mall::kMaxWeight)) +
+    ", default 1) is the job's share of idle cores under malld's weighted policy, e.g. 2:8,weight=3 "
     "or weight=2";
-struct spank_option g_malleable_option = {kOptName, kOptArgInfo, kOptUsage, 2, 0, malleable_option_cb};
+struct spank_option g_malleable_option = {kOptName, kOptArgInfo, g_opt_usage.data(), 2, 0,
+                                          malleable_option_cb};
 
 // A bare `--malleable` reaches the job environment as the text "(null)" (sbatch formats the missing
 // argument with printf), and an srun inside the job reads it back from there: same as no value.

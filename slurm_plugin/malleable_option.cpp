@@ -46,6 +46,9 @@ std::optional<unsigned> parse_count(std::string_view text, const char *what, std
     return static_cast<unsigned>(value);
 }
 
+// mall::kMaxWeight in digits, as the messages show it ("1000000").
+std::string max_weight_text() { return std::to_string(static_cast<long long>(kMaxWeight)); }
+
 // Parses W of weight=W: digits, optionally '.' and more digits. The characters are checked here and
 // std::from_chars converts them, so the result never depends on the locale.
 std::optional<double> parse_weight(std::string_view text, std::string *why) {
@@ -64,8 +67,9 @@ std::optional<double> parse_weight(std::string_view text, std::string *why) {
     }
     std::string_view whole = text.substr(0, dot);
     whole.remove_prefix(std::min(whole.find_first_not_of('0'), whole.size()));
-    if (whole.size() > 7) {  // 10000000 or more: above the bound, and no overflow below
-        *why = quoted + " is above " + std::to_string(static_cast<long>(kMaxMalleableWeight));
+    // More digits than the bound has: above it (and from_chars below cannot overflow).
+    if (whole.size() > max_weight_text().size()) {
+        *why = quoted + " is above " + max_weight_text();
         return std::nullopt;
     }
     double weight = 0;
@@ -82,8 +86,8 @@ std::optional<double> parse_weight(std::string_view text, std::string *why) {
         *why = quoted + " must be above 0";
         return std::nullopt;
     }
-    if (weight > kMaxMalleableWeight) {
-        *why = quoted + " is above " + std::to_string(static_cast<long>(kMaxMalleableWeight));
+    if (!valid_weight(weight)) {  // above 0 was checked: the bound
+        *why = quoted + " is above " + max_weight_text();
         return std::nullopt;
     }
     return weight;
@@ -107,7 +111,7 @@ std::string malleable_allowed_text(const MalleableLimits &limits) {
     return "allowed: --malleable, --malleable=MIN or --malleable=MIN:MAX with whole numbers " + lo +
            " <= MIN <= MAX <= " + bound + "; MAX defaults to the node's cores; each form may end in " +
            ",weight=W (--malleable=weight=W keeps the default cores) with W a decimal number above 0 " +
-           "and at most 1000000 (default 1), the job's share under malld's weighted policy";
+           "and at most " + max_weight_text() + " (default 1), the job's share under malld's weighted policy";
 }
 
 unsigned resolve_max(const MalleableRequest &request, const MalleableLimits &limits) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/rules.hpp"
+
 namespace mall::slurm {
 
 // What the value may be checked against. 0 means "unknown / no bound".
@@ -22,14 +24,14 @@ struct MalleableLimits {
 struct MalleableRequest {
     unsigned min = 1;  // cores the job always keeps (Slurm guarantees them, like -c MIN)
     unsigned max = 0;  // most cores mall may lend it; 0 = the node's cores (resolved on the node)
-    double weight = 1.0;  // its share under malld's weighted policy, in (0, kMaxMalleableWeight]
+    double weight = 1.0;  // its share under malld's weighted policy: mall::valid_weight() holds
     bool operator==(const MalleableRequest &) const = default;
 };
 
-// The largest value accepted for MIN or MAX, whatever the limits (a sanity bound against typos).
+// The largest value accepted for MIN or MAX (and plugstack.conf's min_cpus/max_cpus), whatever
+// the limits (a sanity bound against typos).
 constexpr unsigned kMaxMalleableCpus = 65536;
-// The largest weight accepted (the bound mallrun --weight and mallctl set --weight use).
-constexpr double kMaxMalleableWeight = 1e6;
+// W is bounded by mall::kMaxWeight (rules.hpp), the bound malld, mallrun and mallctl use.
 
 // value: nullptr or "" is invalid only when `present_with_equals` is true ("--malleable=" with
 // nothing after it); a bare `--malleable` passes nullptr. Defaults: MIN = max(1, admin_min),

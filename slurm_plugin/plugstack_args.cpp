@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <set>
 
+#include "malleable_option.hpp"
+
 namespace mall::slurm {
 
 namespace {
@@ -55,17 +57,18 @@ std::optional<PlugstackConfig> parse_plugstack_args(const std::vector<std::strin
         if (!seen.insert(key).second) return fail(key + "= is given twice");
         if (key == "socket") {
             if (value.empty() || value[0] != '/')
-                return fail("socket=" + value + " must be an absolute path (e.g. socket=/run/mall/malld.sock)");
+                return fail("socket=" + value + " must be an absolute path (e.g. socket=" + kDefaultSocketPath +
+                            ")");
             if (value.size() > kMaxSocketPathBytes)
                 return fail("socket=" + value + " is too long for a Unix socket (at most " +
                             std::to_string(kMaxSocketPathBytes) + " bytes)");
             config.socket = value;
         } else if (key == "min_cpus") {
-            auto n = parse_number(key, value, 1, 65536, &why);
+            auto n = parse_number(key, value, 1, kMaxMalleableCpus, &why);
             if (!n) return fail(why);
             config.min_cpus = *n;
         } else if (key == "max_cpus") {
-            auto n = parse_number(key, value, 1, 65536, &why);
+            auto n = parse_number(key, value, 1, kMaxMalleableCpus, &why);
             if (!n) return fail(why);
             config.max_cpus = *n;
         } else if (key == "ack_timeout_ms") {

@@ -8,20 +8,24 @@
 #include <string>
 #include <vector>
 
+#include "common/rules.hpp"
+#include "common/unix_socket.hpp"  // kMaxSocketPathBytes only: the logic links no mall_common
+
 namespace mall::slurm {
 
 enum class OnDaemonDown { Run, Fail };
 
 struct PlugstackConfig {
-    std::string socket = "/run/mall/malld.sock";
+    std::string socket = kDefaultSocketPath;
     unsigned min_cpus = 0;         // 0: no admin lower bound
     unsigned max_cpus = 0;         // 0: no admin upper bound (the node's cores)
     OnDaemonDown on_daemon_down = OnDaemonDown::Run;
-    unsigned ack_timeout_ms = 2000;  // malld's ack timeout; our request timeouts add a margin to it
+    // malld's ack timeout (its --ack-timeout-ms); our request timeouts add a margin to it.
+    unsigned ack_timeout_ms = static_cast<unsigned>(kDefaultAckTimeout.count());
 };
 
 constexpr unsigned kMaxAckTimeoutMs = 600000;  // 10 minutes: anything longer stalls job starts
-constexpr size_t kMaxSocketPathBytes = 107;     // sun_path minus the terminating NUL
+// socket= paths are at most mall::kMaxSocketPathBytes long (unix_socket.hpp).
 
 // On failure returns nullopt and *error says which argument is wrong and what is accepted.
 std::optional<PlugstackConfig> parse_plugstack_args(const std::vector<std::string> &args,
