@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -794,4 +795,106 @@ TEST_F(ClientTest, CtlClientWaitsForItsReplyAndExplainsFailures) {
         EXPECT_EQ(result.code, MALL_ERR_VERSION);
         EXPECT_NE(result.error.find("protocol version 2"), std::string::npos) << result.error;
     }
+}
+
+// Issue 11 (error text used as an API): libmall and CtlClient take MALL_ERR_VERSION from decode()'s
+// reason. A peer of another version whose header is shorter than ours is still "another version"
+// (CtlClient used to see "truncated packet" there and say MALL_ERR_PROTOCOL), and a packet that is
+// not mall's at all is MALL_ERR_PROTOCOL for both.
+TEST_F(ClientTest, VersionAndProtocolErrorsComeFromTheDecodeReason) {
+    std::string short_other_version = reply_packet(2, mall::proto::ok_reply()).substr(0, 8);
+    std::string bad_magic = reply_packet(mall::proto::kVersion, mall::proto::ok_reply({{"job", "x"}}));
+    bad_magic[0] = 'X';
+    struct Case {
+        std::string packet;
+        int code;
+        const char *words;
+    };
+    for (const Case &c : {Case{short_other_version, MALL_ERR_VERSION, "version 2"},
+                          Case{bad_magic, MALL_ERR_PROTOCOL, "bad magic"}}) {
+        mall_error_t err{};
+        mall_t *m = nullptr;
+        {
+            ScriptedServer server(socket_, c.packet);
+            EXPECT_EQ(mall_open(socket_.c_str(), &m, &err), c.code) << err.text;
+            mall_close(m);
+        }
+        EXPECT_NE(std::string(err.text).find(c.words), std::string::npos) << err.text;
+        unlink(socket_.c_str());
+        {
+            ScriptedServer server(socket_, c.packet);
+            std::string error;
+            auto ctl = mall::CtlClient::connect(socket_, &error);
+            ASSERT_TRUE(ctl.has_value()) << error;
+            mall::CtlResult result = ctl->request(mall::proto::Type::Status, nlohmann::json::object(), 5s);
+            EXPECT_FALSE(result.ok);
+            EXPECT_EQ(result.code, c.code) << result.error;
+            EXPECT_NE(result.error.find(c.words), std::string::npos) << result.error;
+        }
+        unlink(socket_.c_str());
+    }
+}
+
+// Issue 11 (connect advice written twice): one explanation of a failed connect for the tools and
+// libmall; each names the socket the way its user does (--socket, MALL_SOCKET), and the tools read
+// "nobody listens there" from a field instead of cutting the sentence.
+TEST(ConnectFailure, OneExplanationForToolsAndLibrary) {
+    using mall::SocketNaming;
+    const std::string path = "/tmp/mall-nowhere/malld.sock";
+    struct Case {
+        int err;
+        int code;
+        bool nobody_listening;
+        const char *advice;  // in the advice for both namings
+    };
+    for (const Case &c : {Case{ENOENT, MALL_ERR_NODAEMON, true, "is malld running?"},
+                          Case{ECONNREFUSED, MALL_ERR_NODAEMON, true, "is malld running?"},
+                          Case{EACCES, MALL_ERR_NODAEMON, false, "permissions"},
+                          Case{EPERM, MALL_ERR_NODAEMON, false, "permissions"},
+                          Case{ENAMETOOLONG, MALL_ERR_NODAEMON, false, "107 bytes at most"},
+                          Case{EAGAIN, MALL_ERR_NODAEMON, false, "not accepting connections"},
+                          Case{EMFILE, MALL_ERR_SYSTEM, false, ""},
+                          Case{ENOMEM, MALL_ERR_SYSTEM, false, ""},
+                          Case{EIO, MALL_ERR_NODAEMON, false, "names malld's socket"}}) {
+        for (SocketNaming naming : {SocketNaming::Option, SocketNaming::Environment}) {
+            mall::ConnectFailure f = mall::explain_connect_failure(path, c.err, naming);
+            const std::string label = std::string(std::strerror(c.err)) +
+                                      (naming == SocketNaming::Option ? " (tool)" : " (library)");
+            EXPECT_EQ(f.code, c.code) << label;
+            EXPECT_EQ(f.nobody_listening, c.nobody_listening) << label;
+            EXPECT_EQ(f.what, "cannot connect to malld at " + path + ": " + std::strerror(c.err)) << label;
+            EXPECT_NE(f.advice.find(c.advice), std::string::npos) << label << ": " << f.advice;
+            EXPECT_EQ(f.text(), f.advice.empty() ? f.what : f.what + "; " + f.advice) << label;
+            // Advice that names the socket names it the way this user sets it (malld's own
+            // --socket-mode is about malld, not about this user's knob).
+            auto mentions = [&](const std::string &name) {
+                for (size_t at = f.advice.find(name); at != std::string::npos; at = f.advice.find(name, at + 1))
+                    if (f.advice.compare(at, name.size() + 1, name + "-") != 0) return true;
+                return false;
+            };
+            if (mentions("--socket") || mentions("MALL_SOCKET")) {
+                const bool tool = naming == SocketNaming::Option;
+                EXPECT_TRUE(mentions(tool ? "--socket" : "MALL_SOCKET")) << label << ": " << f.advice;
+                EXPECT_FALSE(mentions(tool ? "MALL_SOCKET" : "--socket")) << label << ": " << f.advice;
+            }
+        }
+    }
+    // CtlClient::connect gives the same, as words and as parts.
+    std::string error;
+    mall::ConnectFailure failure;
+    EXPECT_FALSE(mall::CtlClient::connect(path, &error, &failure).has_value());
+    EXPECT_TRUE(failure.nobody_listening);
+    EXPECT_EQ(error, failure.text());
+    EXPECT_EQ(error, mall::explain_connect_failure(path, ENOENT, SocketNaming::Option).text());
+}
+
+// mall_open() explains a missing malld with the library's naming of the socket.
+TEST_F(ClientTest, OpenWithoutMalldNamesMallSocket) {
+    mall_error_t err{};
+    mall_t *m = open_handle(MALL_ERR_NODAEMON, &err);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(std::string(err.text),
+              mall::explain_connect_failure(socket_, ENOENT, mall::SocketNaming::Environment).text().substr(
+                  0, sizeof err.text - 1));
+    EXPECT_NE(std::string(err.text).find(socket_), std::string::npos) << err.text;
 }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -241,4 +243,87 @@ TEST(Protocol, JobNameValidation) {
     EXPECT_NE(slash->find("position 2"), std::string::npos) << *slash;
     for (const char *bad : {"a b", "../x", "x\n", "é", "a;b", "$HOME"})
         EXPECT_TRUE(proto::invalid_job_name(bad).has_value()) << bad;
+}
+
+// Issue 11 (error text used as an API): callers act on decode()'s reason, never on its words;
+// ctl_client once classified a reply by looking for "protocol version" at the start of the text.
+TEST(Protocol, EachRejectionCarriesItsReason) {
+    using proto::DecodeError;
+    struct Case {
+        std::string name;
+        std::string packet;
+        DecodeError reason;
+    };
+    const std::string job = raw_packet("{\"job\":\"a\"}");
+    const std::vector<Case> cases = {
+        {"empty", "", DecodeError::TruncatedHeader},
+        {"15 bytes", raw_packet("{}").substr(0, 15), DecodeError::TruncatedHeader},
+        {"bad magic", raw_packet(0x12345678, proto::kVersion, 6, 2, 1, "{}"), DecodeError::BadMagic},
+        {"version 2", raw_packet(proto::kMagic, 2, 6, 2, 1, "{}"), DecodeError::OtherVersion},
+        {"type 42", raw_packet("{}", 42), DecodeError::UnknownType},
+        {"oversized",
+         raw_packet(proto::kMagic, proto::kVersion, 6, static_cast<uint32_t>(proto::kMaxPayload + 1), 1, "{}"),
+         DecodeError::Oversized},
+        {"short payload", job.substr(0, job.size() - 3), DecodeError::TruncatedPayload},
+        {"trailing", raw_packet(proto::kMagic, proto::kVersion, 6, 2, 1, "{}xyz"), DecodeError::TrailingBytes},
+        {"bad json", raw_packet("{\"job\": "), DecodeError::InvalidJson},
+        {"array", raw_packet("[1,2]"), DecodeError::NotAnObject},
+    };
+    for (const Case &c : cases) {
+        std::string error;
+        proto::DecodeFailure failure;
+        // Start from a reason the case does not expect, so that a decode() that forgets to set it fails.
+        failure.reason =
+            c.reason == DecodeError::TruncatedHeader ? DecodeError::NotAnObject : DecodeError::TruncatedHeader;
+        EXPECT_FALSE(proto::decode(c.packet, &error, &failure).has_value()) << c.name;
+        EXPECT_EQ(failure.reason, c.reason) << c.name << ": " << error;
+        EXPECT_FALSE(error.empty()) << c.name;
+        EXPECT_EQ(proto::decode_error_code(failure.reason),
+                  c.reason == DecodeError::OtherVersion ? MALL_ERR_VERSION : MALL_ERR_PROTOCOL)
+            << c.name;
+        // The reason alone, without the words.
+        proto::DecodeFailure alone;
+        alone.reason = failure.reason == DecodeError::TruncatedHeader ? DecodeError::NotAnObject
+                                                                      : DecodeError::TruncatedHeader;
+        EXPECT_FALSE(proto::decode(c.packet, nullptr, &alone).has_value()) << c.name;
+        EXPECT_EQ(alone.reason, c.reason) << c.name;
+    }
+}
+
+// A peer of another version is recognized from its magic and version alone, whatever the rest of
+// its header (the client used to check that itself before decode(); decode() now does it first).
+TEST(Protocol, OtherVersionIsRecognizedBeforeTheHeaderLength) {
+    std::string error;
+    proto::DecodeFailure failure;
+    EXPECT_FALSE(proto::decode(raw_packet(proto::kMagic, 7, 6, 2, 1, "{}"), &error, &failure).has_value());
+    EXPECT_EQ(failure.reason, proto::DecodeError::OtherVersion);
+    EXPECT_EQ(failure.version, 7);
+    EXPECT_NE(error.find("protocol version 7"), std::string::npos) << error;
+    for (size_t size : {size_t{6}, size_t{8}, size_t{15}}) {
+        const std::string head = raw_packet(proto::kMagic, 3, 6, 2, 1, "{}").substr(0, size);
+        failure = {};
+        EXPECT_FALSE(proto::decode(head, &error, &failure).has_value()) << size;
+        EXPECT_EQ(failure.reason, proto::DecodeError::OtherVersion) << size << " bytes: " << error;
+        EXPECT_EQ(failure.version, 3) << size;
+    }
+    // Too short to hold the version, or of this version: truncated.
+    for (const std::string &head : {raw_packet(proto::kMagic, 3, 6, 2, 1, "{}").substr(0, 5),
+                                    raw_packet(proto::kMagic, proto::kVersion, 6, 2, 1, "{}").substr(0, 8)}) {
+        failure = {};
+        failure.reason = proto::DecodeError::NotAnObject;
+        EXPECT_FALSE(proto::decode(head, &error, &failure).has_value());
+        EXPECT_EQ(failure.reason, proto::DecodeError::TruncatedHeader) << head.size() << " bytes: " << error;
+    }
+}
+
+TEST(Protocol, JobNameCharactersAndLength) {
+    EXPECT_EQ(proto::kMaxJobNameLength, 64u);
+    std::string allowed;
+    for (int c = 0; c < 256; ++c) {
+        const char ch = static_cast<char>(c);
+        if (proto::is_job_name_char(ch)) allowed += ch;
+        // mallrun's default job names use the character rule: it must agree with the name rule.
+        EXPECT_EQ(proto::is_job_name_char(ch), !proto::invalid_job_name(std::string(1, ch)).has_value()) << c;
+    }
+    EXPECT_EQ(allowed, "-.0123456789:ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz");
 }
