@@ -1,7 +1,8 @@
 // node_manager.cpp — jobs, targets from the policy, and the two-phase transitions of
-// node_manager.hpp. Every request validates fully before it changes anything; every change of
-// targets runs advance(), which moves jobs until none can move further. Invariant kept by
-// construction: cpus are only ever added to a job's cpuset from cpus no other job holds.
+// node_manager.hpp. Every request validates fully and changes nothing when it fails (a change
+// that needs a plan to judge is applied tentatively, checked by feasible() and undone); every
+// change of targets runs advance(), which moves jobs until none can move further. Invariant kept
+// by construction: cpus are only ever added to a job's cpuset from cpus no other job holds.
 #include "node_manager.hpp"
 
 #include <algorithm>
@@ -420,7 +421,7 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
     j.work_units = work_units;
     j.steps = steps;
     // A rate sample spans two reports while the job held the same steady cpus; totals restart
-    // at zero when a process re-attaches (the mark is then dropped).
+    // at zero when a process re-attaches (a report below the mark then starts a new mark).
     const bool steady = j.steady();
     const int cpus = j.published.count();
     if (steady && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&

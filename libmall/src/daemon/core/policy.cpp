@@ -14,7 +14,7 @@ namespace mall {
 
 namespace {
 
-// A job as the placement sees it: guaranteed and pinned already cut to the pool and made
+// A job as counting and placement see it: guaranteed and pinned already cut to the pool and made
 // disjoint, and its limits adjusted so that its guaranteed cpus always fit.
 struct Prepared {
     const PolicyJob *job = nullptr;
@@ -23,7 +23,7 @@ struct Prepared {
     int min = 0;
     int max = 0;
     int count = 0;
-    int held = 0;  // cpus it holds now (in the pool, when the pool is known): breaks ties
+    int held = 0;  // cpus of the pool it holds now: breaks ties
 };
 
 // The counting core. `prepared` is in registration order. Pinned jobs take exactly their pinned

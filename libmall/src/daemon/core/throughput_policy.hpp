@@ -6,8 +6,9 @@
 // The model, in a few lines:
 //   - A job's rate at n cores is estimated from its samples: the measured rate where it ran at n
 //     (mean of its samples there); between two measured counts lo < n < hi, the most a concave,
-//     non-decreasing curve could give there, min(rate(lo) * n / lo, rate(hi)) — optimistic, so
-//     the policy tries those counts and their measurements replace the bound; outside them, Amdahl's law through the nearest measured point, with the serial fraction
+//     non-decreasing curve could give there, min(rate(lo) * n / lo, max(rate(lo), rate(hi))) —
+//     optimistic, so the policy tries those counts and their measurements replace the bound;
+//     outside them, Amdahl's law through the nearest measured point, with the serial fraction
 //     fitted to all samples by least squares on 1/rate = a + b/n (s = a/(a+b)). With samples at
 //     fewer than two counts the job is assumed to scale linearly (s = 0): optimism is the
 //     exploration — an unmeasured job gets cores, runs on them, and its curve is then known.
@@ -19,11 +20,13 @@
 //   - Probing: a job measured at a single count (and still there) is moved by one core, down when
 //     above its min, else up, so that its next report gives the curve a second point (one job per
 //     plan; the others share the core it frees).
-//   - Damping: a job inside its dwell time is neither shrunk nor probed (it may still grow into
-//     cores no other job gains more from, e.g. those of a job that ended); and the new plan replaces the
-//     current counts only when it adds more than `gain_threshold` (in one-core speedups summed
-//     over the node) — otherwise the current counts stay, so measurement noise does not move cores.
-//   - min/max are always respected; guaranteed cores (Slurm) are the caller's to honour through min.
+//   - Damping: a job inside its dwell time is neither shrunk (while the pool lasts) nor probed (it
+//     may still grow into cores no other job gains more from, e.g. those of a job that ended); and
+//     the new plan replaces the current counts (when those are within every job's limits and the
+//     pool) only when it adds at least `gain_threshold` (in one-core speedups summed over the
+//     node) — otherwise the current counts stay, so measurement noise does not move cores.
+//   - max is always respected, and min while the pool lasts (earlier jobs first); guaranteed
+//     cores (Slurm) are the caller's to honour through min.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,8 @@ struct ThroughputJob {
     int max = 1;
     uint64_t order = 0;               // registration order: earlier jobs win ties
     int current = 0;                  // cores it holds now
-    bool in_dwell = false;            // changed less than the dwell time ago: keeps at least `current`
+    bool in_dwell = false;            // changed less than the dwell time ago: keeps at least
+                                      // `current` (within max, while the pool lasts), no probe
     std::vector<RateSample> samples;  // what it measured
 };
 

@@ -27,7 +27,8 @@ public:
     const CpuSet &all_cpus() const { return all_cpus_; }  // every PU's os index
     // PUs in hwloc logical order (siblings adjacent): the order placement walks.
     const std::vector<int> &cpus_in_tree_order() const { return order_; }
-    // Depth of the deepest common ancestor of two PUs (larger = closer; same PU = pu depth).
+    // Depth of the deepest common ancestor of two PUs (larger = closer; root = 0; same PU = pu
+    // depth); -1 when either is not in the topology.
     int shared_depth(int cpu_a, int cpu_b) const;
     // Position of a cpu in cpus_in_tree_order(), -1 if unknown.
     int tree_index(int cpu) const;
