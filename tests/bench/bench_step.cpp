@@ -13,6 +13,7 @@
 
 #include "mall/mall.h"
 #include "support/fake_daemon.hpp"
+#include "support/watchdog.h"
 
 namespace {
 
@@ -139,7 +140,7 @@ void tear_down(BenchEnv *e) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    alarm(600);  // watchdog
+    mall_test_watchdog_arm(600);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     BenchEnv e;

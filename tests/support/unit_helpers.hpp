@@ -1,8 +1,6 @@
-// unit_helpers.hpp — small helpers the pure unit tests share: a watchdog that fails a hung test
-// program instead of stalling CI, and cpu-list literals that fail the test when mistyped.
+// unit_helpers.hpp — small helpers the pure unit tests share: cpu-list literals that fail the test
+// when mistyped. (The watchdog every test arms is support/watchdog.h.)
 #pragma once
-
-#include <unistd.h>
 
 #include <string>
 
@@ -11,16 +9,6 @@
 #include "common/cpuset.hpp"
 
 namespace mall::test {
-
-// Arms alarm(seconds) before the first test: a hang kills the program with SIGALRM.
-inline void arm_unit_watchdog(unsigned seconds) {
-    struct Watchdog : ::testing::Environment {
-        explicit Watchdog(unsigned s) : seconds(s) {}
-        void SetUp() override { ::alarm(seconds); }
-        unsigned seconds;
-    };
-    ::testing::AddGlobalTestEnvironment(new Watchdog(seconds));
-}
 
 // "0-3,8" -> CpuSet; a bad literal is a test failure (and gives the empty set).
 inline CpuSet cpus(const std::string &text) {

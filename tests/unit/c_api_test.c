@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../support/watchdog.h"
+
 static int failures = 0;
 
 #define CHECK(cond)                                                              \
@@ -24,7 +26,7 @@ static void on_resize(const mall_alloc_t *alloc, void *arg) {
 }
 
 int main(void) {
-    alarm(30); /* watchdog: a hang fails the test */
+    mall_test_watchdog_arm(30); /* a hang fails the test */
 
     /* The header's version and the loaded library's agree. */
     CHECK(MALL_API_VERSION == mall_get_api_version());

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "malleable_option.hpp"
+#include "../support/watchdog.h"
 
 using mall::slurm::MalleableLimits;
 using mall::slurm::MalleableRequest;
@@ -14,7 +15,7 @@ using mall::slurm::resolve_max;
 
 namespace {
 
-const int kWatchdog = (alarm(60), 0);  // a hang fails the test instead of stalling CI
+MALL_TEST_WATCHDOG(60);  // a hang fails the test instead of stalling CI
 
 MalleableLimits node(unsigned cpus, unsigned admin_min = 0, unsigned admin_max = 0) {
     MalleableLimits l;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "plugstack_args.hpp"
+#include "../support/watchdog.h"
 
 using mall::slurm::OnDaemonDown;
 using mall::slurm::parse_plugstack_args;
@@ -13,7 +14,7 @@ using mall::slurm::PlugstackConfig;
 
 namespace {
 
-const int kWatchdog = (alarm(60), 0);  // a hang fails the test instead of stalling CI
+MALL_TEST_WATCHDOG(60);  // a hang fails the test instead of stalling CI
 
 std::string rejected(const std::vector<std::string> &args) {
     std::string error;

@@ -21,16 +21,14 @@
 #include <vector>
 
 #include "daemon/backend.hpp"
+#include "support/watchdog.h"
 
 using mall::BackendKind;
 using mall::CpuSet;
 
 namespace {
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }  // a hang fails the test instead of stalling CI
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 CpuSet cpus(const std::string &text) {
     auto set = CpuSet::parse(text);

@@ -35,17 +35,14 @@
 #include "mall/mall.h"
 #include "mall/mall.hpp"
 #include "support/fake_daemon.hpp"
+#include "support/watchdog.h"
 
 using namespace std::chrono_literals;
 using mall::test::FakeDaemon;
 
 namespace {
 
-class Watchdog : public ::testing::Environment {
-public:
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 bool wait_until(const std::function<bool()> &done, std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -606,7 +603,7 @@ TEST_F(ClientTest, WrapperContainsThrowingCallbacks) {
 }
 
 TEST(SharedPage, ConcurrentSnapshotsAreNeverTorn) {
-    alarm(60);
+    mall_test_watchdog_arm(60);  // a fresh 60 s for this test alone
     auto *page = new mall::SharedPage;
     mall::page_init(page);
     std::atomic<bool> writer_done{false};

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "common/cpuset.hpp"
+#include "support/watchdog.h"
 
 using mall::CpuSet;
 
@@ -16,10 +17,7 @@ CpuSet parsed(const std::string &text) {
     return set.value_or(CpuSet());
 }
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "support/unit_helpers.hpp"
+#include "support/watchdog.h"
 #include "daemon/core/node_manager.hpp"
 
 using namespace mall;
@@ -15,7 +16,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using mall::test::cpus;
-[[maybe_unused]] const bool watchdog_armed = (mall::test::arm_unit_watchdog(60), true);
+MALL_TEST_WATCHDOG(60);
 
 // Records every effect as one line ("enforce a 0-1 grow", "publish a 2 0-1", "removed a") and
 // keeps the events apart.

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "support/unit_helpers.hpp"
+#include "support/watchdog.h"
 #include "daemon/core/policy.hpp"
 
 using namespace mall;
@@ -13,7 +14,7 @@ using namespace mall;
 namespace {
 
 using mall::test::cpus;
-[[maybe_unused]] const bool watchdog_armed = (mall::test::arm_unit_watchdog(60), true);
+MALL_TEST_WATCHDOG(60);
 
 PolicyJob job(const std::string &id, int min, int max, uint64_t order,
               const std::string &current = "", const std::string &guaranteed = "") {

@@ -9,16 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "common/protocol.hpp"
+#include "support/watchdog.h"
 
 namespace proto = mall::proto;
 
 namespace {
 
-class Watchdog : public ::testing::Environment {
-public:
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 // A packet with a hand-made header, for the cases encode() refuses to produce.
 std::string raw_packet(uint32_t magic, uint16_t version, uint16_t type, uint32_t length, uint32_t id,

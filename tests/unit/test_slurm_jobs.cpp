@@ -12,16 +12,14 @@
 #include <gtest/gtest.h>
 
 #include "daemon/slurm_jobs.hpp"
+#include "support/watchdog.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using mall::SlurmJobState;
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { ::alarm(60); }
-};
-[[maybe_unused]] auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 // Answers from a table; can be held (blocked) to prove the caller never waits for a query.
 class FakeQuery : public mall::SlurmQuery {

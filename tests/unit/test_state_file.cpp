@@ -11,16 +11,14 @@
 #include <string>
 
 #include "daemon/state_file.hpp"
+#include "support/watchdog.h"
 
 namespace fs = std::filesystem;
 using mall::CpuSet;
 
 namespace {
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }  // a hang fails the test instead of stalling CI
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 class StateFileTest : public ::testing::Test {
 protected:

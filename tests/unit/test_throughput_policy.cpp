@@ -9,12 +9,12 @@
 #include <gtest/gtest.h>
 
 #include "daemon/core/throughput_policy.hpp"
-#include "support/unit_helpers.hpp"
+#include "support/watchdog.h"
 
 namespace mall {
 namespace {
 
-[[maybe_unused]] const bool watchdog_armed = (mall::test::arm_unit_watchdog(60), true);
+MALL_TEST_WATCHDOG(60);
 
 using Curve = std::function<double(int)>;  // true speedup at n cores (rate at 1 core = 1)
 

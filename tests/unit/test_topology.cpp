@@ -9,16 +9,14 @@
 #include <filesystem>
 
 #include "daemon/core/topology.hpp"
+#include "support/watchdog.h"
 
 using mall::CpuSet;
 using mall::Topology;
 
 namespace {
 
-struct Watchdog : ::testing::Environment {
-    void SetUp() override { alarm(60); }
-};
-const auto *const watchdog = ::testing::AddGlobalTestEnvironment(new Watchdog);
+MALL_TEST_WATCHDOG(60);
 
 std::unique_ptr<Topology> must_load(const std::string &spec) {
     std::string error;

@@ -5,6 +5,8 @@
 #include <mall/tf/mall_pool_glue.hpp>
 #include <mall/tf/resizable_thread_pool.hpp>
 
+#include "../support/watchdog.h"
+
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <unistd.h>
@@ -26,11 +28,8 @@ namespace {
 
 using mall::tf::ResizableThreadPool;
 
-// Watchdog: a hang fails the program instead of stalling the suite (ctest's TIMEOUT is 120 s).
-const bool watchdog_armed = [] {
-  alarm(110);
-  return true;
-}();
+// A hang fails the program instead of stalling the suite (ctest's TIMEOUT is 120 s).
+MALL_TEST_WATCHDOG(110);
 
 const std::vector<int> kResizeSequence = {8, 3, 1, 5, 2, 8};
 
