@@ -7,7 +7,7 @@
 // which dates everything the core decides: ack deadlines, enforce retries, dwell, rate samples and
 // periodic replans. Effects::clock_now() gives the moment a publish happened (ack latency counts
 // from it), and Effects::event_time() the wall time an event carries as "time" (when it gives
-// none, Effects::event() stamps it: malld's server does).
+// none, Effects::event() stamps it: malld's KernelEffects does).
 //
 // Transition protocol per job (the two phases README.md's "malld, the node manager" describes,
 // stated in full here): a job holds `cpuset` (enforced) and `published` (what its processes were
