@@ -107,7 +107,7 @@ BENCHMARK(BM_TwoPhaseMove)->Iterations(150)->UseManualTime()->Unit(benchmark::kM
 }  // namespace
 
 int main(int argc, char **argv) {
-    arm_watchdog(900);
+    mall_test_watchdog_arm(900);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();

@@ -50,7 +50,6 @@ char g_cgroup_dirs[kMaxPaths][kPathLen];
 std::atomic<bool> g_cgroup_used[kMaxPaths];
 char g_temp_dirs[kMaxPaths][kPathLen];
 std::atomic<bool> g_temp_used[kMaxPaths];
-unsigned g_watchdog_seconds = 0;
 
 void track_group(pid_t pgid) {
     for (auto &slot : g_groups) {
@@ -192,9 +191,9 @@ void safe_remove_tree(const char *dir, int depth) {
     ::rmdir(dir);
 }
 
-void on_watchdog(int) {
-    safe_write("\nmall test watchdog: the program ran past its deadline (a hang?); killing its "
-               "processes, removing its cgroups and temp dirs, exiting with 124\n");
+// The watchdog's expiry hook (support/watchdog.h runs it, then the program dies of SIGALRM).
+void sweep_on_watchdog() {
+    safe_write("watchdog: killing the test's processes, removing its cgroups and temp dirs\n");
     for (auto &slot : g_groups) {
         pid_t pg = slot.load();
         if (pg > 0) ::kill(-pg, SIGKILL);
@@ -208,21 +207,11 @@ void on_watchdog(int) {
         if (g_cgroup_used[i].load()) safe_remove_cgroup_tree(g_cgroup_dirs[i], 0);
     for (int i = 0; i < kMaxPaths; ++i)
         if (g_temp_used[i].load()) safe_remove_tree(g_temp_dirs[i], 0);
-    ::_exit(124);
 }
+
+[[maybe_unused]] const bool g_sweep_registered = (mall_test_watchdog_on_expiry(sweep_on_watchdog), true);
 
 }  // namespace
-
-void arm_watchdog(unsigned seconds) {
-    struct sigaction sa{};
-    sa.sa_handler = on_watchdog;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGALRM, &sa, nullptr);
-    g_watchdog_seconds = seconds;
-    ::alarm(seconds);
-}
-
-void WatchdogEnvironment::TearDown() { ::alarm(0); }
 
 // =============================================================================================
 // Utilities.

@@ -1,7 +1,8 @@
 // malld_fixture.hpp — helpers for integration tests and benchmarks: a private malld (own socket,
 // state dir and cgroup parent in a temp folder), child processes killed and reaped by their owners,
-// /proc and cgroup readers, a Watch-stream recorder, and a watchdog. Everything a helper creates is
-// removed by its destructor (and, on a watchdog expiry, by an async-signal-safe last-resort sweep).
+// /proc and cgroup readers, a Watch-stream recorder, and the watchdog (support/watchdog.h). Everything a
+// helper creates is removed by its destructor (and, on a watchdog expiry, by an async-signal-safe
+// last-resort sweep).
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +22,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "support/watchdog.h"
 
 namespace mall::test {
 
@@ -44,25 +47,10 @@ std::optional<std::string> missing_privileges();
     } while (0)
 
 // ---------------------------------------------------------------------------------------------
-// Watchdog: a hang fails the program (exit 124 with a message) instead of stalling CI. On expiry it
-// SIGKILLs every registered process group and malld, removes registered cgroup folders and temp
-// dirs, then _exits. Use MALL_TEST_WATCHDOG(seconds) once per test file; benchmarks call
-// arm_watchdog() themselves.
-void arm_watchdog(unsigned seconds);
-
-class WatchdogEnvironment : public ::testing::Environment {
-public:
-    explicit WatchdogEnvironment(unsigned seconds = 240) : seconds_(seconds) {}
-    void SetUp() override { arm_watchdog(seconds_); }
-    void TearDown() override;
-
-private:
-    unsigned seconds_;
-};
-
-#define MALL_TEST_WATCHDOG(seconds)                                                     \
-    static ::testing::Environment *const mall_test_watchdog_env_ [[maybe_unused]] =     \
-        ::testing::AddGlobalTestEnvironment(new ::mall::test::WatchdogEnvironment(seconds))
+// Watchdog: support/watchdog.h's, armed with MALL_TEST_WATCHDOG(seconds) once per test file
+// (benchmarks call mall_test_watchdog_arm()). These helpers add its expiry hook: a last-resort sweep
+// that SIGKILLs every registered process group and malld and removes registered cgroup folders and
+// temp dirs before the program dies of SIGALRM.
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities.
