@@ -5,14 +5,15 @@
 # then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
 # The caller owns the cleanup trap and calls local-cluster.sh up/down.
 
-# Re-runs the calling script under timeout(1) (its SIGTERM reaches the script's trap, which brings
-# the cluster down, so a hang fails the test instead of stalling CI; ctest's TIMEOUT is the outer
-# one), reads BUILD_DIR SOURCE_DIR into $build and $src, and exits 77 (ctest's skip) when not root.
+. "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"   # watchdog_script, watchdog_fired
+
+# Re-runs the calling script under the watchdog (watchdog_script: its SIGTERM reaches the script's
+# trap, which brings the cluster down and calls watchdog_fired, so a hang fails the test instead of
+# stalling CI; ctest's TIMEOUT is the outer one), reads BUILD_DIR SOURCE_DIR into $build and $src,
+# and exits 77 (ctest's skip) when not root.
 systest_begin() {
   timeout_s=${MALL_SYSTEST_TIMEOUT_S:-$1}; shift   # global: the scripts' TERM traps name it
-  if [ -z "${MALL_SYSTEST_UNDER_WATCHDOG:-}" ]; then
-    MALL_SYSTEST_UNDER_WATCHDOG=1 exec timeout --kill-after=60 "$timeout_s" "$0" "$@"
-  fi
+  watchdog_script "$timeout_s" "$@"
   local me; me=$(basename "$0")
   build=$(cd "${1:?usage: $me BUILD_DIR SOURCE_DIR}" && pwd)
   src=$(cd "${2:?usage: $me BUILD_DIR SOURCE_DIR}" && pwd)

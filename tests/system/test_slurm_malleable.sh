@@ -45,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'echo "FAIL: watchdog: the test ran longer than ${timeout_s}s (or was terminated)"; exit 1' TERM
+trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 
 # ---- helpers --------------------------------------------------------------------------------------
 job_field() { # job_field JOB FIELD: a field of malld's job JOB ("" when malld does not list it)

@@ -35,7 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'echo "FAIL: watchdog: the test ran longer than ${timeout_s}s (or was terminated)"; exit 1' TERM
+trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 
 job_view() { status_json | jq -c --arg j "$1" '.jobs[] | select(.job == $j) | {cpus, cpuset, state, attached, npids: (.pids | length)}' 2>/dev/null; }
 change_lines() { grep -E '^rank [0-9]+ change step ' "$work/mpi.out" 2>/dev/null; }

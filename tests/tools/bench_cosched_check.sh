@@ -20,7 +20,8 @@ leftovers() {
 before=$(leftovers)
 
 # The watchdog: every run is bounded (a hang fails with 124 instead of stalling CI).
-out=$(timeout 600 "$bench" "${small[@]}" --out "$tmp/out") || fail "bench exited $?: $out"
+. "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"
+out=$(watchdog_run 600 "$bench" "${small[@]}" --out "$tmp/out") || fail "bench exited $?: $out"
 echo "$out"
 last=$(tail -n 1 <<<"$out")
 [[ $last =~ ^throughput_vs_static=[0-9]+\.[0-9]{2}\ throughput_vs_oversub=[0-9]+\.[0-9]{2}$ ]] || fail "last line: $last"
@@ -56,7 +57,8 @@ set +e; err=$("$bench" --scenario "$tmp/bad.csv" --out "$tmp/bad" 2>&1); rc=$?; 
 grep -q "bad.csv: job name 'j one'" <<<"$err" || fail "a bad scenario: $err"
 grep -q calibration <<<"$err" && fail "a bad scenario was noticed only after the calibration: $err"
 
-# SIGTERM in the middle of a mall way: non-zero exit, nothing left behind.
+# SIGTERM in the middle of a mall way: non-zero exit, nothing left behind. (timeout(1) itself, not
+# watchdog_run: $pid must be the process that passes the TERM on to the benchmark.)
 timeout 600 "$bench" --work-scale 0.5 --ways equal --linear-rows 65536 --linear-batch 4096 --out "$tmp/term" \
   > "$tmp/term.log" 2>&1 &
 pid=$!

@@ -9,7 +9,8 @@ sim=$1/mallsim
 tmp=$(mktemp -d /tmp/mall-sim-check.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # The watchdog: every mallsim run is bounded (a hang fails with exit 124 instead of stalling CI).
-mallsim() { timeout 120 "$sim" "$@"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"
+mallsim() { watchdog_run 120 "$sim" "$@"; }
 fail() { echo "mallsim_check: FAIL: $*" >&2; exit 1; }
 
 cat > "$tmp/trace.csv" <<'CSV'
