@@ -210,6 +210,9 @@ TEST_F(StateFileTest, BadFieldsNameTheFieldAndChangeNothing) {
         {"negative pid", [](nlohmann::json &j) { j["jobs"][1]["pids"][0]["pid"] = -3; }, "pid"},
         {"string generation", [](nlohmann::json &j) { j["jobs"][0]["generation"] = "7"; }, "generation"},
         {"bad pool", [](nlohmann::json &j) { j["pool"] = "x"; }, "pool"},
+        // The weight bound every other door (Register, Set, mallrun, mallctl) keeps.
+        {"weight above the bound", [](nlohmann::json &j) { j["jobs"][0]["weight"] = 2e6; }, "at most 1000000"},
+        {"zero weight", [](nlohmann::json &j) { j["jobs"][0]["weight"] = 0; }, "weight"},
     };
     for (const auto &c : cases) {
         nlohmann::json j = mall::state_to_json(sample());
@@ -218,6 +221,33 @@ TEST_F(StateFileTest, BadFieldsNameTheFieldAndChangeNothing) {
         EXPECT_FALSE(mall::state_from_json(j, &error).has_value()) << c.what;
         EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
     }
+}
+
+// malld writes the state file when state_fingerprint() changes. Regression (issue 11): the
+// fingerprint was written by hand apart from the serializer and left usage_cap out, so a cap
+// that moved no cpu was never saved. Now every saved field counts, except the progress counters.
+TEST_F(StateFileTest, FingerprintChangesWithEverySavedFieldButProgress) {
+    const std::string base = mall::state_fingerprint(sample());
+    EXPECT_EQ(mall::state_fingerprint(sample()), base);
+    const std::vector<std::pair<const char *, std::function<void(mall::SavedState &)>>> saved = {
+        {"usage_cap", [](mall::SavedState &s) { s.jobs[0].job.usage_cap = 1; }},
+        {"weight", [](mall::SavedState &s) { s.jobs[0].job.spec.weight = 3; }},
+        {"pinned", [](mall::SavedState &s) { s.jobs[0].job.pinned.reset(); }},
+        {"generation", [](mall::SavedState &s) { s.jobs[0].job.generation = 8; }},
+        {"pid start time", [](mall::SavedState &s) { s.jobs[0].pids[0].start_time = 1; }},
+        {"reserved", [](mall::SavedState &s) { s.reserved["slurm-9"] = *CpuSet::parse("7"); }},
+        {"policy", [](mall::SavedState &s) { s.policy = "static"; }},
+    };
+    for (const auto &[what, change] : saved) {
+        mall::SavedState s = sample();
+        change(s);
+        EXPECT_NE(mall::state_fingerprint(s), base) << what << " changed but the fingerprint did not";
+    }
+    mall::SavedState progress = sample();
+    progress.jobs[0].job.work_units += 500;
+    progress.jobs[0].job.steps += 5;
+    progress.jobs[0].job.last_ack_latency_us = 12;
+    EXPECT_EQ(mall::state_fingerprint(progress), base) << "progress counters alone must not cause a write";
 }
 
 }  // namespace
