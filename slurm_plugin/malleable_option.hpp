@@ -24,7 +24,7 @@ struct MalleableLimits {
 struct MalleableRequest {
     unsigned min = 1;  // cores the job always keeps (Slurm guarantees them, like -c MIN)
     unsigned max = 0;  // most cores mall may lend it; 0 = the node's cores (resolved on the node)
-    double weight = 1.0;  // its share under malld's weighted policy: mall::valid_weight() holds
+    double weight = mall::kDefaultWeight;  // its share under malld's weighted policy: mall::valid_weight() holds
     bool operator==(const MalleableRequest &) const = default;
 };
 

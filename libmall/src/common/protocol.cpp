@@ -167,6 +167,13 @@ std::optional<Message> decode(std::string_view packet, std::string *error, Decod
     return msg;
 }
 
+uint32_t request_id_of(std::string_view packet) {
+    if (packet.size() < kHeaderSize) return 0;
+    WireHeader header;
+    std::memcpy(&header, packet.data(), kHeaderSize);
+    return header.request_id;
+}
+
 int decode_error_code(DecodeError reason) {
     return reason == DecodeError::OtherVersion ? MALL_ERR_VERSION : MALL_ERR_PROTOCOL;
 }

@@ -85,6 +85,10 @@ struct DecodeFailure {
 // length, so a peer of another version is recognized even if its header is laid out differently.
 std::optional<Message> decode(std::string_view packet, std::string *error, DecodeFailure *failure = nullptr);
 
+// The request id in a packet's header, also when the packet does not decode (so that an error
+// reply can name the request); 0 for a packet shorter than a header.
+uint32_t request_id_of(std::string_view packet);
+
 // The mall_rc a client reports for a reply it could not decode: MALL_ERR_VERSION for another
 // protocol version, MALL_ERR_PROTOCOL for everything else.
 int decode_error_code(DecodeError reason);

@@ -20,6 +20,7 @@ inline constexpr std::chrono::milliseconds kDefaultAckTimeout{2000};
 // Job weights (the weighted policy's shares): a number above 0 and at most kMaxWeight; the same
 // bound for Register, Set, the state file, mallrun --weight, mallctl set --weight and the Slurm
 // option's ",weight=W". False for NaN.
+inline constexpr double kDefaultWeight = 1.0;  // a job that names no weight
 inline constexpr double kMaxWeight = 1e6;
 inline constexpr const char *kWeightRule = "a number above 0 and at most 1000000";
 inline constexpr bool valid_weight(double weight) { return weight > 0 && weight <= kMaxWeight; }

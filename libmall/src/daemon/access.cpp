@@ -78,13 +78,6 @@ bool peer_still_connected_process(const Connection &c, std::string *why) {
 
 }  // namespace
 
-uint32_t raw_request_id(const std::string &packet) {
-    if (packet.size() < proto::kHeaderSize) return 0;
-    uint32_t id = 0;
-    std::memcpy(&id, packet.data() + 12, sizeof id);  // the header's request id field
-    return id;
-}
-
 const RequestRule *find_request_rule(proto::Type type) {
     for (const auto &rule : kRequestTable)
         if (rule.type == type) return &rule;
@@ -188,7 +181,7 @@ void serve_packet(Connection &c, const std::string &packet, const AccessRules &r
         log_warn_limited("malformed", "malformed packet from uid " + std::to_string(c.peer.uid) +
                                           " pid " + std::to_string(c.peer.pid) + ": " + log_text(why) +
                                           "; closing that connection");
-        connections.reply_error(c, raw_request_id(packet), MALL_ERR_PROTOCOL, why);
+        connections.reply_error(c, proto::request_id_of(packet), MALL_ERR_PROTOCOL, why);
         c.closing = true;
         return;
     }

@@ -44,10 +44,6 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Conne
 // looping on a refused request must not flood the log. True when this refusal may be logged.
 bool may_log_refusal(Connection &c);
 
-// The request id in a packet's header, also when the packet does not decode (so the error reply
-// can name the request); 0 for a packet shorter than a header.
-uint32_t raw_request_id(const std::string &packet);
-
 // One packet from a client: malformed packets and types no client may send close the connection
 // (with an error reply); refused requests get an error reply and a log line; allowed ones go to
 // their handler, whose ProtocolError or other exception becomes an error reply.

@@ -358,7 +358,7 @@ void RequestHandlers::process_pending(TimePoint now) {
             if (!job) {
                 connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
                             "job " + p.job + " ended before it was given cpus");
-            } else if (manager_.settled(p.job)) {
+            } else if (manager_.steady(p.job)) {
                 connections_.reply(c, p.request_id,
                       proto::ok_reply({{"job", p.job},
                                        {"cpus", job->published.to_string()},

@@ -365,7 +365,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
                                " bytes; closing the connection";
             log_warn_limited("malformed", "malformed packet from uid " + std::to_string(c.peer.uid) +
                                               " pid " + std::to_string(c.peer.pid) + ": " + text);
-            connections_->reply_error(c, raw_request_id(packet), MALL_ERR_PROTOCOL, text);
+            connections_->reply_error(c, proto::request_id_of(packet), MALL_ERR_PROTOCOL, text);
         }
         c.closing = true;
         break;

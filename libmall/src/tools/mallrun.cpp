@@ -261,7 +261,7 @@ struct Options {
     std::string socket;
     Limits limits;
     std::string job;
-    double weight = 1.0;
+    double weight = mall::kDefaultWeight;
     bool require = false;
     bool verbose = false;
     std::vector<std::string> command;

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../common/cpuset.hpp"
+#include "../../common/rules.hpp"
 #include "policy.hpp"
 #include "topology.hpp"
 
@@ -76,7 +77,7 @@ struct JobSpec {
     uid_t uid = 0;
     int min = 1;
     int max = 1;
-    double weight = 1.0;
+    double weight = mall::kDefaultWeight;
     CpuSet guaranteed;
     std::vector<pid_t> pids;
 };
@@ -191,9 +192,6 @@ public:
     // Some job's cpuset or published set meets cpus (the job named `except` does not count).
     bool holds_any(const CpuSet &cpus, const std::string &except = "") const;
     bool steady(const std::string &job) const;   // the job exists and Job::steady()
-    // The old name of steady(), kept while malld's server still calls it. It is NOT the "settled"
-    // of `mallctl status` (Job::settled, which also needs the target reached).
-    bool settled(const std::string &job) const { return steady(job); }
     const CpuSet &pool() const { return pool_; }            // configured pool
     // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved
     // cpus of registered owners that are their guaranteed cpus.

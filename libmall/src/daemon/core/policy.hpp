@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../common/cpuset.hpp"
+#include "../../common/rules.hpp"
 #include "throughput_policy.hpp"
 #include "topology.hpp"
 
@@ -23,7 +24,7 @@ struct PolicyJob {
     std::string id;
     int min = 1;
     int max = 1;
-    double weight = 1.0;
+    double weight = mall::kDefaultWeight;
     CpuSet guaranteed;              // must stay in the target
     CpuSet current;                 // what the job holds now (for minimal moves)
     std::optional<CpuSet> pinned;   // admin override: the target is this, less what is cut (above)
