@@ -177,7 +177,7 @@ TEST_F(NodeManagerTest, LoneJobGetsWholePool) {
 
 TEST_F(NodeManagerTest, SecondJobWaitsForTheFirstToAckItsShrink) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(1us)));
+    ok(nm().attach("a", 1));
     effects_.take();
 
     ok(nm().register_job(spec("b", 1, 4, "", {200}), at(10us)));
@@ -227,8 +227,8 @@ TEST_F(NodeManagerTest, SecondJobWaitsForTheFirstToAckItsShrink) {
 
 TEST_F(NodeManagerTest, EveryAttachedProcessMustAck) {
     ok(nm().register_job(spec("a", 1, 4, "", {100, 101}), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
-    ok(nm().attach("a", 2, at(0us)));
+    ok(nm().attach("a", 1));
+    ok(nm().attach("a", 2));
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
     effects_.take();
     nm().ack("a", 1, 2, at(5us));
@@ -243,7 +243,7 @@ TEST_F(NodeManagerTest, EveryAttachedProcessMustAck) {
 
 TEST_F(NodeManagerTest, DetachingTheLastProcessEndsTheWait) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 7, at(0us)));
+    ok(nm().attach("a", 7));
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
     effects_.take();
     nm().detach("a", 7, at(3us));
@@ -265,7 +265,7 @@ TEST_F(NodeManagerTest, JobWithoutAttachmentShrinksWithoutWaiting) {
 
 TEST_F(NodeManagerTest, AckTimeoutEnforcesAtTheDeadline) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().attach("a", 1));
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
     EXPECT_EQ(effects_.take(), (Calls{"enforce a 0-3 grow", "publish a 1 0-3", "publish a 2 0-1"}));
     ASSERT_TRUE(nm().next_deadline().has_value());
@@ -296,7 +296,7 @@ TEST_F(NodeManagerTest, AckTimeoutEnforcesAtTheDeadline) {
 TEST_F(NodeManagerTest, GrowthWithAnAttachmentPublishesAtOnceThenWaits) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
     ok(nm().register_job(spec("b", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().attach("a", 1));
     effects_.take();
     ok(nm().deregister_job("b", at(10us)));
     EXPECT_EQ(effects_.take(), (Calls{"removed b", "enforce a 0-3 grow", "publish a 3 0-3"}));
@@ -329,7 +329,7 @@ TEST_F(NodeManagerTest, DeregisterAndLastPidReturnCpus) {
 
 TEST_F(NodeManagerTest, ReclaimShrinksHoldersAndReleaseGivesBack) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().attach("a", 1));
     effects_.take();
     ok(nm().reclaim(cpus("2-3"), at(0us)));
     EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-1"}));
@@ -446,7 +446,7 @@ TEST_F(NodeManagerTest, BadRegistrationsChangeNothing) {
 
 TEST_F(NodeManagerTest, GuaranteedCpusGoToTheirJob) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().attach("a", 1));
     ok(nm().register_job(spec("b", 1, 4, "0"), at(0us)));
     nm().ack("a", 1, 2, at(10us));
     check();
@@ -474,7 +474,7 @@ TEST_F(NodeManagerTest, ProgressIsReported) {
     EXPECT_EQ(status["jobs"][0]["steps"], 10);
     EXPECT_EQ(status["jobs"][0]["last_ack_latency_us"], -1.0);
     EXPECT_EQ(status["ack_timeout_ms"], 2000);
-    refused(MALL_ERR_NOJOB, [&] { return nm().attach("zz", 1, at(0us)); });
+    refused(MALL_ERR_NOJOB, [&] { return nm().attach("zz", 1); });
 }
 
 TEST_F(NodeManagerTest, AdoptInstallsAsIsWithoutEffects) {
@@ -544,7 +544,7 @@ TEST_F(NodeManagerTest, RandomOperationsKeepTheInvariant) {
                 Outcome o = nm().register_job(spec(id, min, min + pick(10)), now);
                 if (o.ok) names.push_back(id);
                 if (o.ok && pick(2) == 0) {  // its process attaches at once
-                    nm().attach(id, next_attach, now);
+                    nm().attach(id, next_attach);
                     attachments[id].push_back(next_attach++);
                 }
                 break;
@@ -558,7 +558,7 @@ TEST_F(NodeManagerTest, RandomOperationsKeepTheInvariant) {
                 break;
             case 3:
                 if (!names.empty()) {
-                    nm().attach(some, next_attach, now);
+                    nm().attach(some, next_attach);
                     attachments[some].push_back(next_attach++);
                 }
                 break;
@@ -759,7 +759,7 @@ TEST_F(NodeManagerTest, UsageCapLendsTheSurplusAndRaisingItTakesItBack) {
 // A capped job waits for its processes to ack the smaller allocation before the cpus are lent.
 TEST_F(NodeManagerTest, UsageCapShrinkIsTwoPhase) {
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 7, at(0us)));
+    ok(nm().attach("a", 7));
     nm().ack("a", 7, job("a").generation, at(1us));
     effects_.take();
     ok(nm().set_usage("a", 1, at(10us)));
@@ -832,7 +832,7 @@ TEST_F(NodeManagerTest, ThroughputPolicyLearnsFromProgressAndSettles) {
 TEST_F(NodeManagerTest, SteadyShortOfItsTargetIsStillChanging) {
     make("pack:1 core:6 pu:1", "0-5");
     ok(nm().register_job(spec("a", 1, 4), at(0us)));
-    ok(nm().attach("a", 1, at(0us)));
+    ok(nm().attach("a", 1));
     ok(nm().register_job(spec("b", 1, 6, "", {200}), at(10us)));
     EXPECT_EQ(job("a").published.to_string(), "0-2");
     EXPECT_EQ(job("b").published.to_string(), "4-5");

@@ -112,7 +112,7 @@ CgroupProbe probe_v1(const std::string &parent) {
     return p;
 }
 
-CgroupProbe probe_v2(const std::string &parent) {
+CgroupProbe probe_v2() {
     CgroupProbe p;
     std::vector<std::string> reasons;
     for (const auto &m : read_mountinfo()) {
@@ -478,7 +478,7 @@ std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string 
             return std::make_unique<CgroupBackend>(false, p.mount, parent);
         }
         case BackendKind::CgroupV2: {
-            CgroupProbe p = probe_v2(parent);
+            CgroupProbe p = probe_v2();
             if (p.mount.empty()) {
                 set(error, "backend cgroup-v2 is not usable: " + p.reason +
                                "; choose --backend auto or affinity");
@@ -496,7 +496,7 @@ std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string 
                 set(why, "auto: " + v1.reason);
                 return std::make_unique<CgroupBackend>(false, v1.mount, parent);
             }
-            CgroupProbe v2 = probe_v2(parent);
+            CgroupProbe v2 = probe_v2();
             if (!v2.mount.empty()) {
                 set(why, "auto: cgroup-v1 not usable (" + v1.reason + "); " + v2.reason);
                 return std::make_unique<CgroupBackend>(true, v2.mount, parent);

@@ -188,7 +188,7 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
         return;
     }
     const uint64_t attach_id = next_attach_id_++;
-    Outcome outcome = manager_.attach(job, attach_id, now);
+    Outcome outcome = manager_.attach(job, attach_id);
     if (!outcome.ok) {
         refuse(outcome.code, outcome.error);
         return;

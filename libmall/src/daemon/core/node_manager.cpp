@@ -381,7 +381,7 @@ Outcome NodeManager::add_pids(const std::string &job, uid_t uid, const std::vect
 // ---------------------------------------------------------------------------------------------
 // processes
 
-Outcome NodeManager::attach(const std::string &job, uint64_t attach_id, TimePoint now) {
+Outcome NodeManager::attach(const std::string &job, uint64_t attach_id) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return no_job(job);
     // The new process reads the page as it is now, so it has seen the current generation.

@@ -171,7 +171,7 @@ public:
                      TimePoint now);
 
     // --- processes of a job ---
-    Outcome attach(const std::string &job, uint64_t attach_id, TimePoint now);
+    Outcome attach(const std::string &job, uint64_t attach_id);
     void detach(const std::string &job, uint64_t attach_id, TimePoint now);
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
     // Progress totals since the reporting process attached; `now` dates them for rate samples.
