@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <vector>
+#include <type_traits>
+#include <map>
 
 #include "../common/protocol.hpp"
 #include "../common/rules.hpp"
@@ -24,35 +27,124 @@ constexpr int kSchemaVersion = 1;
 
 std::string state_path(const std::string &dir) { return dir + "/" + kStateFileName; }
 
-// Per-job fields that change at every progress report or ack: saved along with any other change,
-// but never worth a disk write of their own (see state_fingerprint).
-constexpr const char *kProgressFields[] = {"last_ack_latency_us", "work_units", "steps"};
+// Every field of the file, listed once. The file is written from these lists (state_to_json)
+// and the fingerprint is taken from them (state_fingerprint), so the two cannot disagree: a field
+// added here is saved and counts as a change. Fields marked Progress change at every progress
+// report or ack: they are saved along with any other change but never cause a write of their own.
+enum class Field { Saved, Progress };
+
+template <class Visit>
+void visit_job_fields(const SavedJob &saved, Visit &&visit) {
+    const Job &job = saved.job;
+    visit("job", job.spec.id, Field::Saved);
+    visit("uid", job.spec.uid, Field::Saved);
+    visit("min", job.spec.min, Field::Saved);
+    visit("max", job.spec.max, Field::Saved);
+    visit("weight", job.spec.weight, Field::Saved);
+    visit("guaranteed", job.spec.guaranteed, Field::Saved);
+    visit("order", job.order, Field::Saved);
+    visit("cpuset", job.cpuset, Field::Saved);
+    visit("published", job.published, Field::Saved);
+    visit("generation", job.generation, Field::Saved);
+    visit("pinned", job.pinned, Field::Saved);
+    visit("usage_cap", job.usage_cap, Field::Saved);
+    visit("transitions", job.transitions, Field::Saved);
+    visit("ack_timeouts", job.ack_timeouts, Field::Saved);
+    visit("last_ack_latency_us", job.last_ack_latency_us, Field::Progress);
+    visit("work_units", job.work_units, Field::Progress);
+    visit("steps", job.steps, Field::Progress);
+    visit("pids", saved.pids, Field::Saved);
+}
+
+template <class Visit>
+void visit_state_fields(const SavedState &state, Visit &&visit) {
+    visit("pool", state.pool, Field::Saved);
+    visit("reclaimed", state.reclaimed, Field::Saved);
+    visit("reserved", state.reserved, Field::Saved);
+    visit("policy", state.policy, Field::Saved);
+    visit("jobs", state.jobs, Field::Saved);
+}
+
+// --- the file: each field as JSON ---
+nlohmann::json to_json_value(const CpuSet &cpus) { return cpus.to_string(); }
+nlohmann::json to_json_value(const std::optional<CpuSet> &cpus) {
+    return cpus ? nlohmann::json(cpus->to_string()) : nlohmann::json(nullptr);
+}
+nlohmann::json to_json_value(const std::vector<SavedPid> &pids) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto &p : pids) list.push_back({{"pid", p.pid}, {"start_time", p.start_time}});
+    return list;
+}
+nlohmann::json to_json_value(const std::map<std::string, CpuSet> &reserved) {
+    nlohmann::json owners = nlohmann::json::object();
+    for (const auto &[owner, cpus] : reserved) owners[owner] = cpus.to_string();
+    return owners;
+}
+nlohmann::json to_json_value(const std::vector<SavedJob> &jobs);
+template <class T>
+nlohmann::json to_json_value(const T &value) {
+    return value;
+}
 
 nlohmann::json job_to_json(const SavedJob &saved) {
-    const Job &job = saved.job;
-    nlohmann::json pids = nlohmann::json::array();
-    for (const auto &p : saved.pids) pids.push_back({{"pid", p.pid}, {"start_time", p.start_time}});
-    return {
-        {"job", job.spec.id},
-        {"uid", job.spec.uid},
-        {"min", job.spec.min},
-        {"max", job.spec.max},
-        {"weight", job.spec.weight},
-        {"guaranteed", job.spec.guaranteed.to_string()},
-        {"order", job.order},
-        {"cpuset", job.cpuset.to_string()},
-        {"published", job.published.to_string()},
-        {"generation", job.generation},
-        {"pinned", job.pinned ? nlohmann::json(job.pinned->to_string()) : nlohmann::json(nullptr)},
-        {"usage_cap", job.usage_cap},
-        {"transitions", job.transitions},
-        {"ack_timeouts", job.ack_timeouts},
-        {"last_ack_latency_us", job.last_ack_latency_us},
-        {"work_units", job.work_units},
-        {"steps", job.steps},
-        {"pids", pids},
-    };
+    nlohmann::json j = nlohmann::json::object();
+    visit_job_fields(saved, [&](const char *name, const auto &value, Field) { j[name] = to_json_value(value); });
+    return j;
 }
+
+nlohmann::json to_json_value(const std::vector<SavedJob> &jobs) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto &job : jobs) list.push_back(job_to_json(job));
+    return list;
+}
+
+// --- the fingerprint: each saved field's bytes, no text formatting (malld takes one after every
+// batch of events, so it must cost next to nothing) ---
+class Fingerprint {
+public:
+    void add(const std::string &text) {
+        add(text.size());
+        out_ += text;
+    }
+    void add(const CpuSet &cpus) {
+        uint64_t mask[MALL_MAX_CPUS / 64];
+        cpus.to_mask(mask);
+        out_.append(reinterpret_cast<const char *>(mask), sizeof mask);
+    }
+    void add(const std::optional<CpuSet> &cpus) {
+        add(cpus.has_value());
+        if (cpus) add(*cpus);
+    }
+    void add(const std::vector<SavedPid> &pids) {
+        add(pids.size());
+        for (const auto &p : pids) {
+            add(p.pid);
+            add(p.start_time);
+        }
+    }
+    void add(const std::map<std::string, CpuSet> &reserved) {
+        add(reserved.size());
+        for (const auto &[owner, cpus] : reserved) {
+            add(owner);
+            add(cpus);
+        }
+    }
+    void add(const std::vector<SavedJob> &jobs) {
+        add(jobs.size());
+        for (const auto &job : jobs)
+            visit_job_fields(job, [&](const char *, const auto &value, Field kind) {
+                if (kind == Field::Saved) add(value);
+            });
+    }
+    template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+    void add(T value) {
+        out_.append(reinterpret_cast<const char *>(&value), sizeof value);
+    }
+    std::string take() { return std::move(out_); }
+
+private:
+    std::string out_;
+};
 
 // Field readers that say which field of which entry is wrong. They throw std::runtime_error,
 // caught by state_from_json and turned into its *error.
@@ -165,26 +257,17 @@ bool write_all(int fd, const std::string &data) {
 }  // namespace
 
 nlohmann::json state_to_json(const SavedState &state) {
-    nlohmann::json jobs = nlohmann::json::array();
-    for (const auto &job : state.jobs) jobs.push_back(job_to_json(job));
-    nlohmann::json reserved = nlohmann::json::object();
-    for (const auto &[owner, cpus] : state.reserved) reserved[owner] = cpus.to_string();
-    return {
-        {"format", kFormatName},
-        {"version", kSchemaVersion},
-        {"pool", state.pool},
-        {"reclaimed", state.reclaimed.to_string()},
-        {"reserved", reserved},
-        {"policy", state.policy},
-        {"jobs", jobs},
-    };
+    nlohmann::json j = {{"format", kFormatName}, {"version", kSchemaVersion}};
+    visit_state_fields(state, [&](const char *name, const auto &value, Field) { j[name] = to_json_value(value); });
+    return j;
 }
 
 std::string state_fingerprint(const SavedState &state) {
-    nlohmann::json j = state_to_json(state);
-    for (auto &job : j["jobs"])
-        for (const char *field : kProgressFields) job.erase(field);
-    return j.dump();
+    Fingerprint print;
+    visit_state_fields(state, [&](const char *, const auto &value, Field kind) {
+        if (kind == Field::Saved) print.add(value);
+    });
+    return print.take();
 }
 
 std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error) {

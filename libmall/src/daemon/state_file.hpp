@@ -36,8 +36,9 @@ struct SavedState {
 nlohmann::json state_to_json(const SavedState &state);
 std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error);
 // Everything the file holds except the progress counters (last ack latency, work units, steps),
-// which change at every report and are saved only along with another change: malld writes the
-// file when this text changes. Derived from state_to_json, so every field the file gains counts.
+// which change at every report and are saved only along with another change, as compact bytes:
+// malld writes the file when this changes. Taken from the same field list as state_to_json, so
+// every field the file gains counts.
 std::string state_fingerprint(const SavedState &state);
 bool save_state(const std::string &dir, const SavedState &state, std::string *error);
 // nullopt with *error empty: no state file (a fresh start); with *error set: unreadable.
