@@ -1,8 +1,8 @@
-// node_manager.cpp — jobs, targets from the policy, and the two-phase transitions of
-// node_manager.hpp. Every request validates fully and changes nothing when it fails (a change
-// that needs a plan to judge is applied tentatively, checked by feasible() and undone); every
-// change of targets runs advance(), which moves jobs until none can move further. Invariant kept
-// by construction: cpus are only ever added to a job's cpuset from cpus no other job holds.
+// node_manager.cpp — the node manager's requests, processes, queries and re-adoption (see
+// node_manager.hpp); the moving part (plans, the two-phase steps, timers, events) is in
+// transitions.cpp. Every request validates fully and changes nothing when it fails (a change that
+// needs a plan to judge is applied tentatively, checked by feasible() and undone); every change
+// of targets runs advance(), which moves jobs until none can move further.
 #include "node_manager.hpp"
 
 #include <algorithm>
@@ -37,28 +37,6 @@ Outcome no_pids() { return invalid("a job needs at least one pid"); }
 std::optional<Outcome> bad_pid(pid_t pid) {
     if (pid > 0) return std::nullopt;
     return invalid("pid " + std::to_string(pid) + " is not a valid process id");
-}
-
-// The protocol's step (node_manager.hpp): from `published` toward `goal`, keep what it holds of
-// the goal and add the goal's cpus that `others` do not hold. None when the step would be empty
-// (the job's threads would have nowhere to run: it waits until a cpu of its goal is free) or
-// would change nothing.
-std::optional<CpuSet> next_step(const CpuSet &published, const CpuSet &goal, const CpuSet &others) {
-    const CpuSet next = (published & goal) | (goal - others);
-    if (next.empty() || next == published) return std::nullopt;
-    return next;
-}
-
-// The jobs of a map in registration order (the order every policy breaks ties by).
-template <typename JobPtr, typename Jobs>
-std::vector<JobPtr> in_registration_order(Jobs &jobs) {
-    std::vector<JobPtr> ordered;
-    ordered.reserve(jobs.size());
-    for (auto &entry : jobs) ordered.push_back(&entry.second);
-    std::sort(ordered.begin(), ordered.end(), [](JobPtr a, JobPtr b) {
-        return registered_before(a->order, a->spec.id, b->order, b->spec.id);
-    });
-    return ordered;
 }
 
 }  // namespace
@@ -456,39 +434,6 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
 }
 
 // ---------------------------------------------------------------------------------------------
-// time
-
-void NodeManager::tick(TimePoint now) {
-    if (policy_ == PolicyKind::Throughput && !jobs_.empty() && (!next_rate_replan_ || *next_rate_replan_ <= now)) {
-        next_rate_replan_ = now + kRateReplan;
-        replan(now);  // new rate samples may move cores
-    }
-    for (auto &[id, job] : jobs_) {
-        if (!job.awaiting_ack) continue;
-        if (job.acked_generation() >= job.generation) {
-            finish_transition(job, now, false);
-        } else if (job.ack_deadline <= now) {
-            finish_transition(job, now, true);
-        }
-    }
-    advance(now);
-}
-
-std::optional<TimePoint> NodeManager::next_deadline() const {
-    std::optional<TimePoint> next;
-    for (const auto &[id, job] : jobs_) {
-        if (job.awaiting_ack && (!next || job.ack_deadline < *next)) next = job.ack_deadline;
-        if (job.enforce_retry_at && (!next || *job.enforce_retry_at < *next))
-            next = job.enforce_retry_at;
-    }
-    if (policy_ == PolicyKind::Throughput && !jobs_.empty()) {
-        const TimePoint replan_at = next_rate_replan_.value_or(TimePoint{});
-        if (!next || replan_at < *next) next = replan_at;
-    }
-    return next;
-}
-
-// ---------------------------------------------------------------------------------------------
 // queries
 
 const Job *NodeManager::find(const std::string &job) const {
@@ -603,49 +548,7 @@ Outcome NodeManager::adopt(const Job &job) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// private
-
-std::map<std::string, CpuSet> NodeManager::plan(TimePoint now) const {
-    // A job that holds nothing yet (just registered) gets its share now: dwell protects jobs from
-    // being moved back and forth, not from sharing with a newcomer.
-    const bool newcomer = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &entry) {
-        return entry.second.published.empty() && !entry.second.pinned;
-    });
-    std::vector<PolicyJob> input;
-    input.reserve(jobs_.size());
-    for (const auto &[id, job] : jobs_) {
-        PolicyJob p;
-        p.id = id;
-        p.min = job.spec.min;
-        p.max = job.planned_max();
-        p.weight = job.spec.weight;
-        p.guaranteed = job.spec.guaranteed;
-        p.current = job.published;  // what its processes use now: moves are counted against it
-        p.pinned = job.pinned;
-        p.order = job.order;
-        if (policy_ == PolicyKind::Throughput) {
-            p.samples = job.rate_samples;
-            p.in_dwell = !newcomer && job.generation > 0 && now - job.last_change < kDwell;
-        }
-        input.push_back(std::move(p));
-    }
-    return compute_allocation(policy_, topology_, available_pool(), input);
-}
-
-void NodeManager::end_job(const std::string &job, const char *reason) {
-    jobs_.erase(job);
-    targets_.erase(job);
-    nlohmann::json ev = make_event("end");
-    ev["job"] = job;
-    ev["reason"] = reason;
-    effects_.event(ev);
-    effects_.job_removed(job);
-}
-
-void NodeManager::replan(TimePoint now) {
-    targets_ = plan(now);
-    advance(now);
-}
+// request validation
 
 Outcome NodeManager::feasible(const std::string &change, TimePoint now) const {
     const auto targets = plan(now);
@@ -667,142 +570,6 @@ Outcome NodeManager::feasible(const std::string &change, TimePoint now) const {
                        "every job at least one cpu");
     }
     return Outcome::success();
-}
-
-bool NodeManager::reachable(const std::map<std::string, CpuSet> &targets,
-                            std::string *stuck) const {
-    // Replays advance() on sets alone, as if every ack came at once: a job takes next_step()
-    // while it has one. Cycles (two single-cpu jobs swapping) are the case this catches.
-    std::map<std::string, CpuSet> held;
-    for (const auto &[id, job] : jobs_) held[id] = job.published;
-    for (bool progress = true; progress;) {
-        progress = false;
-        for (auto &[id, mine] : held) {
-            auto goal = targets.find(id);
-            if (goal == targets.end() || goal->second == mine) continue;
-            CpuSet others;
-            for (const auto &[other_id, theirs] : held)
-                if (other_id != id) others |= theirs;
-            const auto next = next_step(mine, goal->second, others);
-            if (!next) continue;
-            mine = *next;
-            progress = true;
-        }
-    }
-    for (const auto &[id, mine] : held) {
-        auto goal = targets.find(id);
-        if (goal != targets.end() && goal->second != mine) {
-            if (stuck) *stuck = id;
-            return false;
-        }
-    }
-    return true;
-}
-
-void NodeManager::enforce(Job &job, const CpuSet &cpus, bool growing, TimePoint now) {
-    std::string error;
-    const bool ok = effects_.enforce(job.spec.id, cpus, growing, &error);
-    nlohmann::json ev = make_event("enforce");
-    ev["job"] = job.spec.id;
-    ev["cpus"] = cpus.to_string();
-    ev["growing"] = growing;
-    if (ok) {
-        job.cpuset = cpus;
-        job.enforce_retry_at.reset();
-    } else {
-        // The kernel may still give the job its old cpus: count both as held so no other job is
-        // given them. A failed narrowing is retried after kEnforceRetry (advance() sees cpuset
-        // wider than published); a failed widening is only reported: the process still pins its
-        // threads through libmall, and the next change writes the cgroup again.
-        job.cpuset |= cpus;
-        job.enforce_retry_at.reset();
-        if (job.cpuset != cpus) job.enforce_retry_at = now + kEnforceRetry;
-        ev["error"] = error.empty() ? std::string("enforce failed") : error;
-    }
-    effects_.event(ev);
-}
-
-void NodeManager::advance(TimePoint now) {
-    // Each pass either publishes a step toward a target or finishes one; published sets only
-    // grow toward targets after their first step, so this ends. The cap is a safety net.
-    for (int pass = 0; pass < 4 * CpuSet::kMaxCpus; ++pass) {
-        bool moved = false;
-        for (Job *job : in_registration_order<Job *>(jobs_)) {
-            if (job->awaiting_ack) continue;
-            if (job->cpuset != job->published) {  // adopted mid-shrink, or a failed write
-                if (job->enforce_retry_at && now < *job->enforce_retry_at) continue;
-                enforce(*job, job->published, !job->cpuset.contains(job->published), now);
-                moved = true;
-                continue;
-            }
-            auto target = targets_.find(job->spec.id);
-            if (target == targets_.end() || target->second == job->published) continue;
-            // No step (an empty one would leave the job's threads nowhere to run): wait until a
-            // cpu of its goal is free (registrations, pins, reclaims and policy switches check
-            // with feasible() that their goals can be reached).
-            const auto step = next_step(job->published, target->second, held_by_others(job->spec.id));
-            if (!step) continue;
-            const CpuSet &next = *step;
-
-            const CpuSet widened = job->cpuset | next;
-            if (widened != job->cpuset) enforce(*job, widened, true, now);
-            ++job->generation;
-            ++job->transitions;
-            job->published = next;
-            job->last_change = now;
-            effects_.publish(job->spec.id, job->generation, next);
-            nlohmann::json ev = make_event("publish");
-            ev["job"] = job->spec.id;
-            ev["generation"] = job->generation;
-            ev["cpus"] = next.to_string();
-            ev["ncpus"] = next.count();
-            effects_.event(ev);
-            if (job->attachments.empty()) {
-                finish_transition(*job, now, false);  // nobody to wait for
-            } else {
-                job->awaiting_ack = true;
-                job->publish_time = effects_.clock_now(now);
-                job->ack_deadline = now + ack_timeout_;
-            }
-            moved = true;
-        }
-        if (!moved) return;
-    }
-}
-
-void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
-    const bool was_waiting = job.awaiting_ack;
-    job.awaiting_ack = false;
-    if (was_waiting && timed_out) {
-        ++job.ack_timeouts;
-        nlohmann::json ev = make_event("ack_timeout");
-        ev["job"] = job.spec.id;
-        ev["generation"] = job.generation;
-        effects_.event(ev);
-    } else if (was_waiting && !job.attachments.empty()) {
-        job.last_ack_latency_us =
-            std::chrono::duration<double, std::micro>(now - job.publish_time).count();
-        nlohmann::json ev = make_event("ack");
-        ev["job"] = job.spec.id;
-        ev["generation"] = job.generation;
-        ev["latency_us"] = job.last_ack_latency_us;
-        effects_.event(ev);
-    }
-    if (job.cpuset != job.published) enforce(job, job.published, false, now);
-}
-
-nlohmann::json NodeManager::make_event(const char *name) {
-    nlohmann::json ev{{"event", name}};
-    if (const auto time = effects_.event_time()) ev["time"] = *time;
-    return ev;
-}
-
-CpuSet NodeManager::held_by_others(const std::string &job) const {
-    CpuSet held;
-    for (const auto &[id, other] : jobs_) {
-        if (id != job) held |= other.held();
-    }
-    return held;
 }
 
 }  // namespace mall

@@ -27,4 +27,16 @@ std::vector<size_t> registration_order(const std::vector<Job> &jobs) {
     return idx;
 }
 
+// The jobs of a map (id -> Job) in registration order, as pointers.
+template <typename JobPtr, typename Jobs>
+std::vector<JobPtr> in_registration_order(Jobs &jobs) {
+    std::vector<JobPtr> ordered;
+    ordered.reserve(jobs.size());
+    for (auto &entry : jobs) ordered.push_back(&entry.second);
+    std::sort(ordered.begin(), ordered.end(), [](JobPtr a, JobPtr b) {
+        return registered_before(a->order, a->spec.id, b->order, b->spec.id);
+    });
+    return ordered;
+}
+
 }  // namespace mall
