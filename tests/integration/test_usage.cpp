@@ -4,6 +4,7 @@
 // client re-sends it on reconnect); clearing the cap makes the first job take its share again; a cap
 // that moves no cpu is saved in the state file all the same.
 #include <csignal>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -30,17 +31,29 @@ int usage_cap(const std::string &socket, const std::string &job) {
     return status ? status->value("usage_cap", -1) : -1;
 }
 
-TEST(Usage, CapLendsTheSurplusToAnotherJobAndClearingItTakesTheShareBack) {
-    MALL_REQUIRE_ROOT_AND_CPUSET();
+// A private malld and job "a" (1:2), settled on both cpus, whose client says it uses one cpu on
+// SIGUSR1 and all of them on SIGUSR2.
+class Usage : public ::testing::Test {
+protected:
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_CPUSET();
+        std::string error;
+        ASSERT_TRUE(malld.start(&error)) << error;
+        socket = malld.socket();
+        a_child.emplace(mallrun_argv(socket, "1:2", "a", test_client_argv({"--step-us", "1000", "--usage", "1"})));
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(socket, "a", "0-1", 1); }, 20s)) << status_text(malld);
+        a_pid = registered_pid(socket, "a");
+        ASSERT_GT(a_pid, 0);
+    }
     PrivateMalld malld;
-    std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    const std::string socket = malld.socket();
+    std::string socket;
+    std::optional<Child> a_child;
+    pid_t a_pid = -1;
+};
 
-    Child a(mallrun_argv(socket, "1:2", "a", test_client_argv({"--step-us", "1000", "--usage", "1"})));
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(socket, "a", "0-1", 1); }, 20s)) << status_text(malld);
-    const pid_t a_pid = registered_pid(socket, "a");
-    ASSERT_GT(a_pid, 0);
+TEST_F(Usage, CapLendsTheSurplusToAnotherJobAndClearingItTakesTheShareBack) {
+    Child &a = *a_child;
+    std::string error;
 
     // "I use one cpu": a is shrunk to one cpu (acked), the other is free.
     ASSERT_EQ(::kill(a_pid, SIGUSR1), 0);
@@ -83,17 +96,8 @@ TEST(Usage, CapLendsTheSurplusToAnotherJobAndClearingItTakesTheShareBack) {
 // Regression (issue 11): the state file was written only when a hand-written fingerprint of the
 // state changed, and that fingerprint left usage_cap out, so a cap that moved no cpu was never
 // saved (a malld restarted before the client re-sent it planned the job without its cap).
-TEST(Usage, ACapThatMovesNoCpuIsSavedInTheStateFile) {
-    MALL_REQUIRE_ROOT_AND_CPUSET();
-    PrivateMalld malld;
-    std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    const std::string socket = malld.socket();
-
-    Child a(mallrun_argv(socket, "1:2", "a", test_client_argv({"--step-us", "1000", "--usage", "1"})));
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(socket, "a", "0-1", 1); }, 20s)) << status_text(malld);
-    const pid_t a_pid = registered_pid(socket, "a");
-    ASSERT_GT(a_pid, 0);
+TEST_F(Usage, ACapThatMovesNoCpuIsSavedInTheStateFile) {
+    Child &a = *a_child;
     Child b(mallrun_argv(socket, "1:2", "b", test_client_argv({"--step-us", "1000"})));
     auto settled_on_one_cpu = [&](const std::string &job) {
         auto j = job_status(socket, job);
