@@ -57,7 +57,7 @@ const char *kEpilog =
     "  SIGHUP           ignored.\n"
     "\n"
     "Examples:\n"
-    "  malld                                   serve the whole node on /run/mall/malld.sock\n"
+    "  malld                                   serve the whole node on " MALL_DEFAULT_SOCKET "\n"
     "  malld --cpus 4-31 --policy equal        lend only cpus 4-31\n"
     "  malld --socket /tmp/m/s.sock --backend affinity --log-level debug\n"
     "                                          a private malld for an ordinary user\n"

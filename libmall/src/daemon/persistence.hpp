@@ -40,7 +40,8 @@ public:
     static void remove_stale_job_cgroups(const NodeManager &manager, CpusetBackend &backend);
 
     // Queues a write when anything the file holds, progress counters aside, changed (always with
-    // `force`). Cheap when nothing changed: one serialization compared with the last.
+    // `force`). Runs after every batch of events: it builds the snapshot and its fingerprint (the
+    // saved fields as bytes, no text) and compares that with the last one written.
     void save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
                          bool force = false);
     void flush();  // waits until the newest snapshot is on disk
