@@ -210,8 +210,6 @@ TEST_F(StateFileTest, BadFieldsNameTheFieldAndChangeNothing) {
         {"negative pid", [](nlohmann::json &j) { j["jobs"][1]["pids"][0]["pid"] = -3; }, "pid"},
         {"string generation", [](nlohmann::json &j) { j["jobs"][0]["generation"] = "7"; }, "generation"},
         {"bad pool", [](nlohmann::json &j) { j["pool"] = "x"; }, "pool"},
-        // The weight bound every other door (Register, Set, mallrun, mallctl) keeps.
-        {"weight above the bound", [](nlohmann::json &j) { j["jobs"][0]["weight"] = 2e6; }, "at most 1000000"},
         {"zero weight", [](nlohmann::json &j) { j["jobs"][0]["weight"] = 0; }, "weight"},
     };
     for (const auto &c : cases) {
@@ -248,6 +246,17 @@ TEST_F(StateFileTest, FingerprintChangesWithEverySavedFieldButProgress) {
     progress.jobs[0].job.steps += 5;
     progress.jobs[0].job.last_ack_latency_us = 12;
     EXPECT_EQ(mall::state_fingerprint(progress), base) << "progress counters alone must not cause a write";
+}
+
+// mallds before 0.2 accepted weights above today's bound: their state files still load (the
+// weight is brought within the bound at re-adoption), so an upgrade keeps every job.
+TEST_F(StateFileTest, AnOlderFilesWeightAboveTheBoundStillLoads) {
+    nlohmann::json j = mall::state_to_json(sample());
+    j["jobs"][0]["weight"] = 2e6;
+    std::string error;
+    auto state = mall::state_from_json(j, &error);
+    ASSERT_TRUE(state.has_value()) << error;
+    EXPECT_DOUBLE_EQ(state->jobs[0].job.spec.weight, 2e6);
 }
 
 }  // namespace

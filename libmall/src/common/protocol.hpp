@@ -24,14 +24,16 @@ constexpr size_t kMaxPayload = 64 * 1024;
 constexpr size_t kMaxPacket = kHeaderSize + kMaxPayload;
 
 enum class Type : uint16_t {
-    // requests (client -> malld)
+    // requests (client -> malld). Who may send each (admin / owner / attached / any) is decided in
+    // one place, the request table of libmall/src/daemon/access.cpp; the word before each body
+    // below repeats it for the reader.
     Register = 1,    // admin: {job, uid, pids:[int], min, max, guaranteed?:"list", weight?:num,
                      //   join?:bool (a further task of a registered job adds its pids)}
                      //   reply (deferred until the job holds cpus): {job, cpus, generation}
     Deregister = 2,  // admin: {job, pid?}   (pid: remove one pid; job ends when none is left)
-    Attach = 3,      // any:   {job?:str, min?:int, max?:int} -> reply {job, generation} + page fd
-    Ack = 4,         // owner: {generation}            (no reply)
-    Progress = 5,    // owner: {work_units:uint, steps:uint}  totals since attach (no reply)
+    Attach = 3,      // owner: {job?:str, min?:int, max?:int} -> reply {job, generation} + page fd
+    Ack = 4,         // attached: {generation}            (no reply)
+    Progress = 5,    // attached: {work_units:uint, steps:uint}  totals since attach (no reply)
     Status = 6,      // any:   {} -> reply: the status object (see NodeManager::status())
     Set = 7,         // admin: {job, cpus?:"list"|"auto", weight?:num} (at least one) -> reply {job, cpus?, weight}
     Policy = 8,      // admin: {name} -> reply {policy}
@@ -40,7 +42,7 @@ enum class Type : uint16_t {
     Release = 10,    // admin: {cpus} -> reply {cpus}; or {owner} -> releases the owner's cpus and
                      //   ends its job if still registered -> reply {owner, cpus}
     Watch = 11,      // any:   {} -> reply {} then Event messages until the client hangs up
-    Usage = 12,      // owner: {cpus_used:uint}  the job uses only that many of its cpus (0 = all):
+    Usage = 12,      // attached: {cpus_used:uint}  the job uses only that many of its cpus (0 = all):
                      //   plan it with max = max(min, cpus_used) (no reply)
     // from malld
     Reply = 64,      // {ok:bool, error?:str, code?:int, ...}
@@ -107,6 +109,11 @@ int64_t get_int(const nlohmann::json &body, const char *field, int64_t min, int6
 std::optional<int64_t> get_optional_int(const nlohmann::json &body, const char *field, int64_t min,
                                         int64_t max);
 uint64_t get_uint(const nlohmann::json &body, const char *field);
+
+// The largest uid and pid a message or the state file may carry (uid -1 means "no uid" to the
+// kernel; pids are positive ints).
+inline constexpr int64_t kMaxUid = 0xFFFFFFFEll;
+inline constexpr int64_t kMaxPid = 0x7FFFFFFF;
 
 // Job names: 1-64 characters from [A-Za-z0-9._:-]. Returns an explanation when invalid.
 constexpr size_t kMaxJobNameLength = 64;

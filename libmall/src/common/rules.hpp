@@ -23,6 +23,18 @@ inline constexpr std::chrono::milliseconds kDefaultAckTimeout{2000};
 inline constexpr double kDefaultWeight = 1.0;  // a job that names no weight
 inline constexpr double kMaxWeight = 1e6;
 inline constexpr const char *kWeightRule = "a number above 0 and at most 1000000";
+// kWeightRule spells kMaxWeight out in digits: the compiler keeps the two equal.
+constexpr bool text_ends_with_number(const char *text, long long number) {
+    const char *end = text;
+    while (*end) ++end;
+    do {
+        if (end == text || *--end != static_cast<char>('0' + number % 10)) return false;
+        number /= 10;
+    } while (number > 0);
+    return end == text || *(end - 1) < '0' || *(end - 1) > '9';
+}
+static_assert(text_ends_with_number(kWeightRule, static_cast<long long>(kMaxWeight)),
+              "kWeightRule must end with kMaxWeight's digits");
 inline constexpr bool valid_weight(double weight) { return weight > 0 && weight <= kMaxWeight; }
 
 }  // namespace mall

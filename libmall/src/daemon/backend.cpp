@@ -146,6 +146,8 @@ CgroupProbe probe_v2() {
 // ---------------------------------------------------------------------------------------------
 // cgroup backends (v1 and v2 share the folder layout: <mount>/<parent>/job_<job>)
 
+constexpr const char *kJobFolderPrefix = "job_";
+
 class CgroupBackend final : public CpusetBackend {
 public:
     CgroupBackend(bool v2, std::string mount, std::string parent)
@@ -278,7 +280,13 @@ public:
     }
 
     std::string cgroup_path(const std::string &job) const override {
-        return parent_dir_ + "/job_" + job;
+        return parent_dir_ + "/" + kJobFolderPrefix + job;
+    }
+
+    std::vector<std::string> jobs_with_cgroups() const override {
+        std::vector<std::string> jobs;
+        for (const auto &folder : job_folders()) jobs.push_back(folder.substr(std::strlen(kJobFolderPrefix)));
+        return jobs;
     }
 
     std::string describe() const override {
@@ -328,7 +336,7 @@ private:
         if (!d) return names;
         while (dirent *e = ::readdir(d)) {
             std::string name = e->d_name;
-            if (name.rfind("job_", 0) == 0 && is_directory(parent_dir_ + "/" + name))
+            if (name.rfind(kJobFolderPrefix, 0) == 0 && is_directory(parent_dir_ + "/" + name))
                 names.push_back(name);
         }
         ::closedir(d);
@@ -431,6 +439,7 @@ public:
     void remove(const std::string &) override {}
     void stop() override {}
     std::string cgroup_path(const std::string &) const override { return ""; }
+    std::vector<std::string> jobs_with_cgroups() const override { return {}; }
     std::string describe() const override {
         return "affinity (sched_setaffinity on every thread, no cgroups)";
     }

@@ -45,6 +45,8 @@ public:
     virtual void stop() = 0;
     // The cgroup folder of a job ("" for affinity): reported in status for admins and tests.
     virtual std::string cgroup_path(const std::string &job) const = 0;
+    // The jobs that have a cgroup folder of this backend now (none for affinity).
+    virtual std::vector<std::string> jobs_with_cgroups() const = 0;
     virtual std::string describe() const = 0;  // e.g. "cgroup-v1 cpuset at /sys/fs/cgroup/cpuset/mall"
 };
 

@@ -34,21 +34,25 @@ RequestHandlers::RequestHandlers(std::chrono::milliseconds ack_timeout, const Cp
       backend_(backend),
       slurm_(slurm) {}
 
-TimePoint RequestHandlers::reply_deadline() const { return Clock::now() + ack_timeout_ + kDeferredReplySlack; }
+std::chrono::milliseconds RequestHandlers::reply_wait() const {
+    return ack_timeout_ + std::chrono::duration_cast<std::chrono::milliseconds>(kDeferredReplySlack);
+}
+
+TimePoint RequestHandlers::reply_deadline() const { return Clock::now() + reply_wait(); }
 
 void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) {
     const nlohmann::json &body = msg.body;
     JobSpec spec;
     spec.id = proto::get_string(body, "job");
     if (auto bad = proto::invalid_job_name(spec.id)) throw proto::ProtocolError("bad job name: " + *bad);
-    spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, 0xFFFFFFFEll));
+    spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, proto::kMaxUid));
     spec.min = static_cast<int>(proto::get_int(body, "min", 0, CpuSet::kMaxCpus));
     spec.max = static_cast<int>(proto::get_int(body, "max", 1, CpuSet::kMaxCpus));
     auto pids = body.find("pids");
     if (pids == body.end() || !pids->is_array() || pids->empty())
         throw proto::ProtocolError("field \"pids\" must be a non-empty array of process ids");
     for (const auto &p : *pids) {
-        if (!p.is_number_integer() || p.get<int64_t>() <= 0 || p.get<int64_t>() > INT_MAX)
+        if (!p.is_number_integer() || p.get<int64_t>() <= 0 || p.get<int64_t>() > proto::kMaxPid)
             throw proto::ProtocolError("field \"pids\" must hold positive process ids, got " + p.dump());
         pid_t pid = static_cast<pid_t>(p.get<int64_t>());
         if (std::find(spec.pids.begin(), spec.pids.end(), pid) == spec.pids.end()) spec.pids.push_back(pid);
@@ -77,26 +81,19 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
             return;
         }
         starts[pid] = *start;
-        for (const auto &[name, job] : manager_.jobs()) {
-            if (std::find(job.spec.pids.begin(), job.spec.pids.end(), pid) != job.spec.pids.end()) {
-                connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
-                            "pid " + std::to_string(pid) + " already belongs to job " + name +
-                                "; a process can be in one job only");
-                return;
-            }
+        if (auto refusal = manager_.pid_in_other_job(pid, "")) {  // any job, its own included
+            connections_.reply_error(c, msg.request_id, refusal->code, refusal->error);
+            return;
         }
     }
-    for (auto &[pid, start] : starts) pids_.remember_start(pid, start);
-    Outcome outcome = [&] {
-        auto announced = effects_.registering(spec.id, spec.pids);
-        return joining ? manager_.add_pids(spec.id, spec.uid, spec.pids, Clock::now())
-                       : manager_.register_job(spec, Clock::now());
-    }();
+    Outcome outcome = joining ? manager_.add_pids(spec.id, spec.uid, spec.pids, Clock::now())
+                              : manager_.register_job(spec, Clock::now());
     if (!outcome.ok) {
-        for (auto &[pid, start] : starts) pids_.forget_start(pid);
         connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
     }
+    // The start times read above, before anything else could reuse those pids.
+    for (auto &[pid, start] : starts) pids_.remember_start(pid, start);
     if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check(*slurm_id);
     std::string error;
     if (!backend_.add_pids(spec.id, spec.pids, &error)) log_warn("job " + spec.id + ": " + error);
@@ -111,7 +108,7 @@ void RequestHandlers::handle_deregister(Connection &c, const proto::Message &msg
     const std::string job = proto::get_string(msg.body, "job");
     // Checked before the name is echoed back (every registered job has a valid name).
     if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
-    auto pid = proto::get_optional_int(msg.body, "pid", 1, INT_MAX);
+    auto pid = proto::get_optional_int(msg.body, "pid", 1, proto::kMaxPid);
     Outcome outcome = pid ? manager_.remove_pid(job, static_cast<pid_t>(*pid), Clock::now())
                           : manager_.deregister_job(job, Clock::now());
     if (!outcome.ok) {
@@ -164,16 +161,12 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
         spec.min = static_cast<int>(min);
         spec.max = static_cast<int>(max);
         spec.pids = {c.peer.pid};
-        pids_.remember_start(c.peer.pid, *start);
-        Outcome outcome = [&] {
-            auto announced = effects_.registering(spec.id, spec.pids);
-            return manager_.register_job(spec, now);
-        }();
+        Outcome outcome = manager_.register_job(spec, now);
         if (!outcome.ok) {
-            pids_.forget_start(c.peer.pid);
             refuse(outcome.code, outcome.error);
             return;
         }
+        pids_.remember_start(c.peer.pid, *start);
         pids_.sync(manager_);
         job = spec.id;
         log_info("self-registered job " + job + " for uid " + std::to_string(c.peer.uid) +
@@ -343,8 +336,7 @@ void RequestHandlers::process_pending(TimePoint now) {
         Connection *asker = connections_.find(p.connection);
         if (!asker || asker->closing) continue;  // the asker left
         Connection &c = *asker;
-        const auto waited_ms = std::to_string(
-            (ack_timeout_ + std::chrono::duration_cast<std::chrono::milliseconds>(kDeferredReplySlack)).count());
+        const auto waited_ms = std::to_string(reply_wait().count());
         if (p.kind == PendingReply::Kind::LookUp) {
             if (now >= p.deadline) {
                 connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
@@ -377,7 +369,7 @@ void RequestHandlers::process_pending(TimePoint now) {
             } else if (now >= p.deadline) {
                 std::string holders;
                 for (const auto &[name, job] : manager_.jobs())
-                    if (name != p.job && (job.cpuset | job.published).intersects(p.cpus))
+                    if (name != p.job && job.held().intersects(p.cpus))
                         holders += (holders.empty() ? "" : ", ") + name;
                 connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
                             "cpus " + p.cpus.to_string() + " are still held by job(s) " + holders +
@@ -398,9 +390,10 @@ std::optional<TimePoint> RequestHandlers::next_deadline() const {
     return next;
 }
 
-bool RequestHandlers::waiting_for_reply(uint64_t connection) const {
-    return std::any_of(pending_.begin(), pending_.end(),
-                       [&](const PendingReply &p) { return p.connection == connection; });
+std::set<uint64_t> RequestHandlers::connections_waiting() const {
+    std::set<uint64_t> waiting;
+    for (const auto &p : pending_) waiting.insert(p.connection);
+    return waiting;
 }
 
 void RequestHandlers::resolve_lookups(const std::string &owner, const SlurmJobState &state) {
@@ -431,9 +424,6 @@ void RequestHandlers::resolve_lookups(const std::string &owner, const SlurmJobSt
                                   [](const PendingReply &p) { return p.connection == 0; }),
                    pending_.end());
 }
-
-// Slurm is the authority on its jobs: a registration or reservation for a job Slurm does not
-// run (it ended and the epilog was missed, malld was down meanwhile, or a client invented it),
 
 nlohmann::json RequestHandlers::full_status() const {
     nlohmann::json status = manager_.status();

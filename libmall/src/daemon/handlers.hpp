@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,7 @@ public:
     // Answers every deferred request whose condition holds or whose deadline passed.
     void process_pending(TimePoint now);
     std::optional<TimePoint> next_deadline() const;
-    bool waiting_for_reply(uint64_t connection) const;
+    std::set<uint64_t> connections_waiting() const;  // connections a deferred reply is owed to
     // Reclaims waiting for Slurm's word on an owner's cpus become ordinary deferred reclaims once
     // Slurm has answered, or fail with its words.
     void resolve_lookups(const std::string &owner, const SlurmJobState &state);
@@ -70,7 +71,8 @@ private:
         CpuSet cpus;
         TimePoint deadline;
     };
-    TimePoint reply_deadline() const;
+    std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
+    TimePoint reply_deadline() const;              // now + reply_wait()
 
     std::chrono::milliseconds ack_timeout_;
     const CpuSet &pool_;

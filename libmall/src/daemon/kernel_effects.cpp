@@ -33,8 +33,7 @@ KernelEffects::~KernelEffects() {
 
 std::vector<pid_t> KernelEffects::pids_of(const std::string &job) const {
     if (const Job *j = manager_ ? manager_->find(job) : nullptr) return j->spec.pids;
-    auto it = registering_pids_.find(job);
-    return it == registering_pids_.end() ? std::vector<pid_t>{} : it->second;
+    return {};
 }
 
 bool KernelEffects::enforce(const std::string &job, const CpuSet &cpus, bool growing, std::string *error) {

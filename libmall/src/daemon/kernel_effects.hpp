@@ -51,24 +51,9 @@ public:
     JobPage *ensure_page(const std::string &job, std::string *error);
     void write_page(JobPage &page, uint64_t generation, const CpuSet &cpus);
 
-    // A job's pids, also while it is being registered (the core enforces before it lists the
-    // job): registering() announces them until the returned guard goes.
+    // A job's registered pids (the core lists a job, and a joining task's pids, before it asks
+    // for any enforcement); empty for an unknown job.
     std::vector<pid_t> pids_of(const std::string &job) const;
-    class Registering {
-    public:
-        Registering(KernelEffects &effects, std::string job) : effects_(effects), job_(std::move(job)) {}
-        ~Registering() { effects_.registering_pids_.erase(job_); }
-        Registering(const Registering &) = delete;
-        Registering &operator=(const Registering &) = delete;
-
-    private:
-        KernelEffects &effects_;
-        std::string job_;
-    };
-    [[nodiscard]] Registering registering(const std::string &job, const std::vector<pid_t> &pids) {
-        registering_pids_[job] = pids;
-        return Registering(*this, job);
-    }
 
 private:
     CpusetBackend &backend_;
@@ -76,7 +61,6 @@ private:
     PidWatcher &pids_;
     const NodeManager *manager_ = nullptr;
     std::map<std::string, JobPage> pages_;
-    std::map<std::string, std::vector<pid_t>> registering_pids_;
 };
 
 }  // namespace mall

@@ -1,5 +1,5 @@
 // log.cpp — see log.hpp. The level is an atomic (read on every line, set once at start-up); the
-// rate limiter's windows sit behind a mutex (warnings are rare, and come from several threads).
+// rate limiter's windows sit behind a mutex, so that any thread may use it.
 #include "log.hpp"
 
 #include <time.h>

@@ -2,8 +2,6 @@
 // itself, so it can never leave out a field the file holds.
 #include "persistence.hpp"
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "../common/files.hpp"
+#include "../common/rules.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
 
@@ -129,6 +128,12 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
             continue;
         }
         Job job = sj.job;
+        if (!valid_weight(job.spec.weight)) {
+            log_warn("job " + id + " was saved with weight " + std::to_string(job.spec.weight) +
+                     " (an older malld's bound); it now has " + std::to_string(kMaxWeight) +
+                     ", the largest weight allowed (" + kWeightRule + ")");
+            job.spec.weight = kMaxWeight;
+        }
         job.spec.pids = live;
         job.attachments.clear();
         job.awaiting_ack = false;
@@ -173,21 +178,8 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
 // caught up, or from a deleted state file: their processes are not managed any more, so they go
 // back to the root cpuset rather than stay confined to cpus malld may lend to others.
 void Persistence::remove_stale_job_cgroups(const NodeManager &manager, CpusetBackend &backend) {
-    const std::string probe = backend.cgroup_path("x");
-    if (probe.empty()) return;
-    const std::string parent = probe.substr(0, probe.rfind('/'));
-    DIR *dir = ::opendir(parent.c_str());
-    if (!dir) return;
-    std::vector<std::string> stale;
-    while (dirent *e = ::readdir(dir)) {
-        std::string name = e->d_name;
-        if (name.rfind("job_", 0) != 0) continue;
-        std::string job = name.substr(4);
-        if (!manager.find(job) && backend.cgroup_path(job) == parent + "/" + name)
-            stale.push_back(job);
-    }
-    ::closedir(dir);
-    for (const auto &job : stale) {
+    for (const auto &job : backend.jobs_with_cgroups()) {
+        if (manager.find(job)) continue;
         log_warn("removing the cgroup of unknown job " + job + " (" + backend.cgroup_path(job) +
                  "); its processes, if any, go back to the root cpuset");
         backend.remove(job);

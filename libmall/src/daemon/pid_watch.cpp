@@ -1,6 +1,6 @@
-// pid_watch.cpp — see pid_watch.hpp. pidfd_open(2) by syscall number (glibc 2.36 has no wrapper
-// on every distribution this runs on); a pidfd names whatever process holds the pid when it is
-// opened, so each new watch checks the start time against the recorded one.
+// pid_watch.cpp — see pid_watch.hpp. pidfd_open(2) by syscall number (glibc has a wrapper only
+// since 2.36); a pidfd names whatever process holds the pid when it is opened, so each new watch
+// checks the start time against the recorded one.
 #include "pid_watch.hpp"
 
 #include <fcntl.h>
@@ -72,7 +72,9 @@ void PidWatcher::sync(NodeManager &manager) {
             ::fcntl(fd, F_SETFD, FD_CLOEXEC);
         } else {
             log_warn("pidfd_open(" + std::to_string(pid) + ") failed: " + std::strerror(errno) +
-                     "; checking that process every second instead");
+                     "; checking that process every " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kPidPollInterval).count()) +
+                     " ms instead");
         }
         // The pidfd names whatever process has the pid now: make sure it is the registered one.
         auto start = process_start_time(pid);

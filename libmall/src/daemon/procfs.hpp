@@ -2,7 +2,8 @@
 // time and liveness (/proc/PID/stat), its threads and descendants, its uids (/proc/PID/status),
 // the pid behind a pidfd (/proc/self/fdinfo), and the mount table (/proc/self/mountinfo). Every
 // reader returns "unknown" (nullopt, false or empty) for a process that is gone or unreadable and
-// never throws. Each call reads the files anew: nothing is cached.
+// never throws. Each call reads the files anew (only whether the kernel has
+// /proc/PID/task/TID/children is checked once).
 #pragma once
 
 #include <sys/types.h>

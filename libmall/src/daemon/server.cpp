@@ -5,7 +5,8 @@
 // but not free: cgroup writes and /proc reads for a change of allocation (on kernels without
 // /proc/PID/task/TID/children, a scan of all of /proc to find a job's descendants), and removing
 // an ended job's cgroup, which retries for up to 100 ms while the kernel lets go of an exiting
-// process. Stop signals arrive through a signalfd only.
+// process (and first retries, as long again each, removals that failed before). Stop signals
+// arrive through a signalfd only.
 #include "server.hpp"
 
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "log.hpp"
@@ -57,6 +59,10 @@ Server::~Server() {
 }
 
 void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval) {
+    if (handlers_) {  // after start() the handlers and the epoll set would not know of it
+        log_error("internal: Slurm checks must be enabled before malld starts; they stay off");
+        return;
+    }
     slurm_ = std::make_unique<SlurmReconciler>(std::move(query), interval);
 }
 
@@ -196,8 +202,8 @@ void Server::stop_cleanly() {
 
 // Connections that are not attached, not watching and not waiting for a deferred reply may be
 // closed once idle for kIdleTimeout: they only hold one of malld's descriptors.
-bool Server::idle_candidate(const Connection &c) const {
-    return c.job.empty() && !c.watcher && !handlers_->waiting_for_reply(c.id);
+bool Server::idle_candidate(const Connection &c, const std::set<uint64_t> &waiting) const {
+    return c.job.empty() && !c.watcher && waiting.count(c.id) == 0;
 }
 
 int Server::next_timeout_ms() const {
@@ -208,8 +214,9 @@ int Server::next_timeout_ms() const {
     };
     consider(handlers_->next_deadline());
     consider(pids_->next_poll());
+    const std::set<uint64_t> waiting = handlers_->connections_waiting();
     for (const auto &[id, c] : connections_->all())
-        if (idle_candidate(c)) consider(c.last_activity + kIdleTimeout);
+        if (idle_candidate(c, waiting)) consider(c.last_activity + kIdleTimeout);
     if (slurm_) consider(slurm_->next_check());
     if (!next) return -1;
     if (*next <= now) return 0;
@@ -240,8 +247,9 @@ void Server::after_events() {
 }
 
 void Server::close_idle_connections(TimePoint now) {
+    const std::set<uint64_t> waiting = handlers_->connections_waiting();
     for (auto &[id, c] : connections_->all()) {
-        if (c.closing || !idle_candidate(c)) continue;
+        if (c.closing || !idle_candidate(c, waiting)) continue;
         if (now - c.last_activity < kIdleTimeout) continue;
         log_debug("closing connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) +
                   " pid " + std::to_string(c.peer.pid) + "): idle for " +
@@ -374,7 +382,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
 
 void Server::handle_slurm_results() {
     for (const SlurmJobState &state : slurm_->take_results()) {
-        handlers_->resolve_lookups("slurm-" + std::to_string(state.job_id), state);
+        handlers_->resolve_lookups(slurm_job_name(state.job_id), state);
         slurm_->apply(state, *manager_);
     }
 }

@@ -70,7 +70,7 @@ private:
     void close_idle_connections(TimePoint now);
     void close_connection(uint64_t id);
     int next_timeout_ms() const;
-    bool idle_candidate(const Connection &c) const;
+    bool idle_candidate(const Connection &c, const std::set<uint64_t> &waiting) const;
     void stop_cleanly();
 
     ServerOptions options_;
@@ -86,7 +86,8 @@ private:
     bool listening_ = false;
     bool stopping_ = false;
 
-    // Built in start(), in this order (each refers to those before it); destroyed in reverse.
+    // Built in start() (persistence_ first, to read the state; slurm_ by enable_slurm_checks());
+    // each refers only to those declared before it, and ~Server() ends the writer thread first.
     std::unique_ptr<Connections> connections_;
     std::unique_ptr<PidWatcher> pids_;
     std::unique_ptr<KernelEffects> effects_;

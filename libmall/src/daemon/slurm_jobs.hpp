@@ -23,7 +23,9 @@
 
 namespace mall {
 
-// "slurm-123" -> 123; anything else -> nullopt.
+// malld's name for Slurm job 123, "slurm-123" (what the plugin registers and reserves under),
+// and back; anything else -> nullopt.
+std::string slurm_job_name(uint32_t job_id);
 std::optional<uint32_t> slurm_job_id_of(const std::string &job_name);
 
 struct SlurmJobState {

@@ -21,7 +21,7 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
 }
 
 void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {
-    const std::string name = "slurm-" + std::to_string(state.job_id);
+    const std::string name = slurm_job_name(state.job_id);
     const Job *job = manager.find(name);
     switch (state.kind) {
         case SlurmJobState::Kind::Unreachable:

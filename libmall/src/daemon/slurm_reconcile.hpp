@@ -1,6 +1,6 @@
 // slurm_reconcile.hpp — Slurm is the authority on its jobs. With `malld --slurm`, every
-// "slurm-<jobid>" registration and reservation is checked against slurmctld right after it is
-// made and every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
+// "slurm-<jobid>" registration is checked against slurmctld right after it is made, and every
+// registration and reservation every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
 // or a client invented it) is ended and its cpus released; a registration under another uid than
 // the job's is ended. Queries run on SlurmChecker's thread; verdicts come back through its fd.
 #pragma once

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -200,14 +201,17 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     job.spec.id = r.text("job");
     r.where = "job \"" + job.spec.id + "\"";
     if (auto why = proto::invalid_job_name(job.spec.id)) throw std::runtime_error(r.where + ": " + *why);
-    job.spec.uid = static_cast<uid_t>(r.integer("uid", 0, 0xFFFFFFFEll));
+    job.spec.uid = static_cast<uid_t>(r.integer("uid", 0, proto::kMaxUid));
     job.spec.min = static_cast<int>(r.integer("min", 0, CpuSet::kMaxCpus));
     job.spec.max = static_cast<int>(r.integer("max", 1, CpuSet::kMaxCpus));
     if (job.spec.min > job.spec.max)
         throw std::runtime_error(r.where + ": min " + std::to_string(job.spec.min) +
                                  " is larger than max " + std::to_string(job.spec.max));
     job.spec.weight = r.real("weight");
-    if (!valid_weight(job.spec.weight)) r.bad("weight", std::string("must be ") + kWeightRule);
+    // Above 0 and finite; a weight above kMaxWeight, which mallds before 0.2 accepted, is read as it
+    // is and brought within the bound when the job is re-adopted (persistence.cpp), so an old file
+    // does not cost every job its re-adoption.
+    if (!(job.spec.weight > 0) || !std::isfinite(job.spec.weight)) r.bad("weight", "must be a finite number above 0");
     job.spec.guaranteed = r.cpus("guaranteed");
     job.order = r.unsigned_number("order");
     job.cpuset = r.cpus("cpuset");
@@ -228,7 +232,7 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
         if (!pids[i].is_object()) r.bad("pids", "must hold objects {pid, start_time}");
         Reader pr{pids[i], r.where + " pids[" + std::to_string(i) + "]"};
         SavedPid p;
-        p.pid = static_cast<pid_t>(pr.integer("pid", 1, 0x7FFFFFFF));
+        p.pid = static_cast<pid_t>(pr.integer("pid", 1, proto::kMaxPid));
         p.start_time = pr.unsigned_number("start_time");
         saved.pids.push_back(p);
         job.spec.pids.push_back(p.pid);

@@ -1,7 +1,8 @@
 // state_file.hpp — malld's state on disk (JSON, written atomically: temp file + fsync + rename),
 // so a restarted malld re-adopts running jobs without touching their cpusets. Holds the pool, the
-// reclaimed cpus, the policy, and per job: spec, pids with their start times, enforced and
-// published cpus, generation, pin. Unreadable or foreign files are reported, never half-applied.
+// reclaimed cpus and those reserved for an owner, the policy, and per job: spec, order, pids with
+// their start times, enforced and published cpus, generation, pin, usage cap, and its counters.
+// The field list is in state_file.cpp (visit_job_fields). Unreadable or foreign files are reported, never half-applied.
 #pragma once
 
 #include <map>

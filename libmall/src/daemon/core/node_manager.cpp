@@ -39,6 +39,7 @@ std::optional<Outcome> bad_pid(pid_t pid) {
     return invalid("pid " + std::to_string(pid) + " is not a valid process id");
 }
 
+
 }  // namespace
 
 uint64_t Job::acked_generation() const {
@@ -339,11 +340,7 @@ Outcome NodeManager::add_pids(const std::string &job, uid_t uid, const std::vect
     if (pids.empty()) return no_pids();
     for (pid_t pid : pids) {
         if (auto refusal = bad_pid(pid)) return *refusal;
-        for (const auto &[id, other] : jobs_) {
-            const auto &known = other.spec.pids;
-            if (id != job && std::find(known.begin(), known.end(), pid) != known.end())
-                return invalid("pid " + std::to_string(pid) + " already belongs to job \"" + id + "\"");
-        }
+        if (auto refusal = pid_in_other_job(pid, job)) return *refusal;
     }
     auto &known = it->second.spec.pids;
     for (pid_t pid : pids)
@@ -435,6 +432,16 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
 
 // ---------------------------------------------------------------------------------------------
 // queries
+
+std::optional<Outcome> NodeManager::pid_in_other_job(pid_t pid, const std::string &job) const {
+    for (const auto &[id, other] : jobs_) {
+        const auto &known = other.spec.pids;
+        if (id != job && std::find(known.begin(), known.end(), pid) != known.end())
+            return invalid("pid " + std::to_string(pid) + " already belongs to job " + id +
+                           "; a process can be in one job only");
+    }
+    return std::nullopt;
+}
 
 const Job *NodeManager::find(const std::string &job) const {
     auto it = jobs_.find(job);

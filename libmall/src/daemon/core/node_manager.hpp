@@ -192,6 +192,9 @@ public:
     // Some job's cpuset or published set meets cpus (the job named `except` does not count).
     bool holds_any(const CpuSet &cpus, const std::string &except = "") const;
     bool steady(const std::string &job) const;   // the job exists and Job::steady()
+    // A process is in one job only: the refusal when pid is a pid of a job other than `job` ("":
+    // of any job). malld's Register checks each pid with it; add_pids uses it too.
+    std::optional<Outcome> pid_in_other_job(pid_t pid, const std::string &job) const;
     const CpuSet &pool() const { return pool_; }            // configured pool
     // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved
     // cpus of registered owners that are their guaranteed cpus.

@@ -154,7 +154,7 @@ std::map<std::string, int> compute_throughput_counts(int pool_size, const std::v
         --left;
     }
 
-    // 5. Damping: keep the current counts unless the plan adds more than the threshold (a probe
+    // 5. Damping: keep the current counts unless the plan adds at least the threshold (a probe
     //    always goes ahead: it is how the curves get known).
     std::vector<int> current(jobs.size());
     bool current_feasible = true;
