@@ -3,7 +3,6 @@
 #include "handlers.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <map>
 #include <set>
 

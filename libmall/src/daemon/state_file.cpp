@@ -16,7 +16,6 @@
 #include <map>
 
 #include "../common/protocol.hpp"
-#include "../common/rules.hpp"
 
 namespace mall {
 
