@@ -20,8 +20,8 @@
 //   (in task_init, before exec, with exit code 1 and a line on its stderr): the step fails, the
 //   node stays up.
 // - Job ids: task_init sees S_JOB_ID 0 (a 22.05 bug), so it reads SLURM_JOB_ID from the task env.
-// - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; they are mapped to Linux
-//   cpus through hwloc's logical core order (identity when ThreadsPerCore=1 and the topology agrees).
+// - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; common/slurm_cpu_map.hpp
+//   maps them to Linux cpus as slurmd does (malld maps the prolog's lookup with the same code).
 // - The job prolog (a separate process under slurmd) gets no core list in 22.05 (S_JOB_ALLOC_CORES
 //   is a slurmstepd item and the prolog environment has no cpu list), so the prolog sends a Reclaim
 //   naming only the owner and malld (started with --slurm) asks slurmctld for the job's cores on
@@ -56,6 +56,7 @@ extern "C" {
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
 #include "common/rules.hpp"
+#include "common/slurm_cpu_map.hpp"
 #include "malleable_option.hpp"
 #include "plugstack_args.hpp"
 
@@ -153,23 +154,18 @@ unsigned node_cpu_count() {
     return n > 0 ? static_cast<unsigned>(n) : 0;
 }
 
-// Slurm numbers cores 0..N-1 socket by socket; hwloc's logical core order is the same walk. Core i
-// becomes the Linux cpus (PUs) of hwloc's core i. When the counts disagree (slurm.conf describes
-// a different node), the ids are used as Linux cpus unchanged, with a note in the log.
-CpuSet slurm_cores_to_cpus(const CpuSet &cores) {
-    hwloc_topology_t t = node_topology();
-    int ncores = t ? hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) : 0;
-    if (ncores <= 0 || cores.last() >= ncores) {
-        log_info("Slurm core ids %s do not fit this node's %d hwloc cores; using them as Linux cpu ids",
-                 cores.to_string().c_str(), ncores);
-        return cores;
-    }
-    CpuSet cpus;
-    for (int id : cores.to_vector()) {
-        hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, static_cast<unsigned>(id));
-        if (core && core->cpuset) cpus |= CpuSet::from_hwloc(core->cpuset);
-    }
-    return cpus;
+// Slurm's abstract core ids -> Linux cpus, by the mapping malld uses for the prolog's lookup
+// (common/slurm_cpu_map.hpp). slurmstepd does not tell a plugin how slurm.conf describes the node,
+// so it is taken to match hwloc (as `slurmd -C` prints it); malld, which asks slurmctld, logs it
+// when they differ. Ids the node does not have map to nothing: no Reclaim from here, and the job
+// runs non-malleable, rather than mall guessing the cores.
+std::optional<CpuSet> slurm_cores_to_cpus(const CpuSet &cores) {
+    static const mall::NodeCores node = mall::node_cores_in_slurm_order(node_topology());
+    mall::SlurmCpuMapping mapped = mall::map_slurm_cores(cores, node, mall::SlurmNodeShape{});
+    if (!mapped.cpus)
+        log_info("cannot map Slurm's core ids %s to this node's cpus: %s", cores.to_string().c_str(),
+                 mapped.error.c_str());
+    return mapped.cpus;
 }
 
 // The job's cores on this node as Linux cpus, from S_JOB_ALLOC_CORES (slurmstepd only).
