@@ -127,7 +127,7 @@ TEST(Protocol, RejectsUnknownType) {
 
 TEST(Protocol, RejectsOtherVersion) {
     std::string error = rejection(raw_packet(proto::kMagic, 2, 6, 2, 1, "{}"));
-    EXPECT_NE(error.find("protocol version 2, this malld speaks 1"), std::string::npos) << error;
+    EXPECT_NE(error.find("the peer speaks mall protocol version 2 and this program speaks version 1"), std::string::npos) << error;
 }
 
 TEST(Protocol, RejectsBadMagic) {
@@ -148,6 +148,22 @@ TEST(Protocol, RejectsInvalidJson) {
     EXPECT_NE(error.find("invalid JSON"), std::string::npos) << error;
     error = rejection(raw_packet("{job: 1}"));
     EXPECT_NE(error.find("invalid JSON"), std::string::npos) << error;
+}
+
+// Regression (found by tests/fuzz/fuzz_protocol_decode): a number beyond a double's range made
+// nlohmann throw out_of_range, not parse_error; it escaped decode() and ended malld ("fatal: ...
+// number overflow"). Any local client could stop the daemon with one packet.
+TEST(Protocol, NumberOverflowIsInvalidJsonNotAnException) {
+    for (const char *payload : {"{\"a\":1E400}", "{\"a\":-1e9551616}", "{\"pids\":[1,2e308000]}"}) {
+        std::string error;
+        proto::DecodeFailure failure;
+        std::optional<proto::Message> msg;
+        EXPECT_NO_THROW(msg = proto::decode(raw_packet(payload), &error, &failure)) << payload;
+        EXPECT_FALSE(msg.has_value()) << payload;
+        EXPECT_EQ(failure.reason, proto::DecodeError::InvalidJson) << payload;
+        EXPECT_NE(error.find("invalid JSON"), std::string::npos) << payload << ": " << error;
+    }
+    EXPECT_TRUE(proto::decode(raw_packet("{\"a\":1E300}"), nullptr).has_value());
 }
 
 TEST(Protocol, RejectsNonObjectJson) {

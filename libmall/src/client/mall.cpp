@@ -32,6 +32,7 @@
 
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
+#include "common/quiet_thread.hpp"
 #include "common/shared_page.hpp"
 #include "common/unix_socket.hpp"
 
@@ -43,8 +44,10 @@ using std::chrono::milliseconds;
 constexpr int kMaxCallbacks = 16;
 constexpr int kMaxBoundThreads = 1024;
 constexpr size_t kJobIdMax = mall::proto::kMaxJobNameLength;
-// mall_open() never waits longer than this for malld (connect + attach reply).
-constexpr milliseconds kAttachTimeout{2000};
+// mall_open() waits at most this long for malld's attach reply by default ($MALL_ATTACH_TIMEOUT_MS
+// changes it, 0 to 60000; the connect itself never waits: a full backlog fails at once).
+constexpr milliseconds kDefaultAttachTimeout{2000};
+constexpr long kMaxAttachTimeoutMs = 60000;
 // Reconnect backoff when no malld answers: 50 ms doubling to 1 s.
 constexpr milliseconds kFirstBackoff{50};
 constexpr milliseconds kMaxBackoff{1000};
@@ -128,6 +131,7 @@ struct mall_handle {
     // it) name it, since malld refuses to self-register a process that already has a job.
     std::string self_job;
     std::chrono::milliseconds first_retry{kFirstBackoff};  // after mall_open's own attempt
+    milliseconds attach_timeout{kDefaultAttachTimeout};    // $MALL_ATTACH_TIMEOUT_MS
     uint64_t progress_base_units = 0, progress_base_calls = 0;
     uint64_t progress_sent_units = 0, progress_sent_calls = 0;
 };
@@ -207,18 +211,28 @@ int remaining_ms(Clock::time_point deadline) {
     return left > 0 ? static_cast<int>(std::min<int64_t>(left, 60000)) : 0;
 }
 
-bool known_error_code(int64_t code) { return code <= MALL_ERR_INVAL && code >= MALL_ERR_FULL; }
+// True while addr starts a mapped page (mincore fails with ENOMEM on an unmapped one).
+bool page_is_mapped(void *addr) {
+    unsigned char resident;
+    return ::mincore(addr, mall::kSharedPageSize, &resident) == 0 || errno != ENOMEM;
+}
 
-// Replaces the mapping at the handle's fixed page address with the job's page. Called with
-// conn_mu held. If the replacement fails, an anonymous zero page goes back at the same address so
-// that the fast path can always read it.
-bool install_page(mall_handle *m, int page_fd, std::string *why) {
+// Moves the job's page, mapped at `incoming` (which this call takes over), to the handle's fixed
+// page address, where mall_step() reads it without a lock. Called with conn_mu held. One mremap
+// does it: the kernel checks its limits before it lets go of the old page, so on failure the old
+// page normally stays. Should the address be unmapped all the same, a zero page goes back (retried
+// for up to a second under memory pressure): the fast path must never read an unmapped address.
+bool install_page(mall_handle *m, void *incoming, std::string *why) {
     void *at = const_cast<mall::SharedPage *>(m->page);
-    void *mapped = ::mmap(at, mall::kSharedPageSize, PROT_READ, MAP_SHARED | MAP_FIXED, page_fd, 0);
-    if (mapped == at) return true;
+    void *moved = ::mremap(incoming, mall::kSharedPageSize, mall::kSharedPageSize, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    if (moved == at) return true;
     int err = errno;
-    ::mmap(at, mall::kSharedPageSize, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    *why = std::string("cannot map malld's page: ") + std::strerror(err);
+    ::munmap(incoming, mall::kSharedPageSize);
+    *why = std::string("cannot install malld's page: ") + std::strerror(err);
+    for (int attempt = 0; !page_is_mapped(at) && attempt < 1000; ++attempt) {
+        if (::mmap(at, mall::kSharedPageSize, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == at) break;
+        ::usleep(1000);
+    }
     return false;
 }
 
@@ -251,23 +265,23 @@ void reconcile_after_attach(mall_handle *m) {
     m->seen_generation.store(kForceApply, std::memory_order_release);
 }
 
-// One attempt to connect and attach, bounded by kAttachTimeout and interrupted by mall_close().
+// One attempt to connect and attach, bounded by the attach timeout and interrupted by mall_close().
 // On success installs the connection and the page and returns MALL_SUCCESS.
-int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why);
+int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout, std::string *why);
 
-int attach_once(mall_handle *m, std::string *why) {
-    if (m->self_job.empty()) return attach_with(m, m->attach_body, why);
-    int rc = attach_with(m, nlohmann::json{{"job", m->self_job}}, why);
+int attach_once(mall_handle *m, milliseconds timeout, std::string *why) {
+    if (m->self_job.empty()) return attach_with(m, m->attach_body, timeout, why);
+    int rc = attach_with(m, nlohmann::json{{"job", m->self_job}}, timeout, why);
     if (rc != MALL_ERR_NOJOB) return rc;
     // malld forgot the job (restarted without its state): register anew.
     m->self_job.clear();
-    return attach_with(m, m->attach_body, why);
+    return attach_with(m, m->attach_body, timeout, why);
 }
 
-int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
+int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout, std::string *why) {
     const std::string &path = m->socket_path;
-    auto deadline = Clock::now() + kAttachTimeout;
-    mall::UniqueFd sock(mall::unix_connect(path, /*nonblocking=*/true));
+    auto deadline = Clock::now() + timeout;
+    mall::UniqueFd sock(mall::unix_connect(path, milliseconds(0)));  // non-blocking: a full backlog fails at once
     if (!sock) {
         mall::ConnectFailure failure = mall::explain_connect_failure(path, errno, mall::SocketNaming::Environment);
         *why = failure.text();
@@ -280,7 +294,12 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
     if (m->next_request_id == 0) m->next_request_id = 1;
     request.body = body;
     if (!mall::send_packet(sock.get(), mall::proto::encode(request), -1, true)) {
-        *why = "cannot send the attach request to malld at " + path + ": " + std::strerror(errno);
+        int err = errno;
+        if (auto refusal = mall::pending_refusal(sock.get())) {
+            *why = refusal->error;
+            return refusal->code;
+        }
+        *why = "cannot send the attach request to malld at " + path + ": " + std::strerror(err);
         return MALL_ERR_NODAEMON;
     }
 
@@ -299,7 +318,8 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
         }
         if (ready == 0) {
             *why = "malld at " + path + " did not answer the attach request within " +
-                   decimal(kAttachTimeout.count()) + " ms (stuck or overloaded?); retrying in the background";
+                   decimal(timeout.count()) +
+                   " ms (stuck or overloaded?); retrying in the background";
             return MALL_ERR_NODAEMON;
         }
         int passed = -1;
@@ -315,7 +335,12 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
                 *why = "malld sent a packet larger than the protocol allows";
                 return MALL_ERR_PROTOCOL;
             }
-            *why = "receiving malld's attach reply failed: " + std::string(std::strerror(errno));
+            int err = errno;
+            if (auto refusal = mall::pending_refusal(sock.get())) {
+                *why = refusal->error;
+                return refusal->code;
+            }
+            *why = "receiving malld's attach reply failed: " + std::string(std::strerror(err));
             return MALL_ERR_NODAEMON;
         }
         std::string decode_error;
@@ -331,22 +356,19 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
             }
             return mall::proto::decode_error_code(failure.reason);
         }
-        if (reply->type != mall::proto::Type::Reply || reply->request_id != request.request_id) continue;
+        if (reply->type != mall::proto::Type::Reply) continue;
+        const bool refused_connection = reply->request_id == mall::proto::kConnectionRefusalId;
+        if (reply->request_id != request.request_id && !refused_connection) continue;
 
         const nlohmann::json &answer = reply->body;
-        auto ok = answer.find("ok");
-        if (ok == answer.end() || !ok->is_boolean()) {
-            *why = "malld's attach reply has no boolean \"ok\" field";
-            return MALL_ERR_PROTOCOL;
+        mall::proto::ReplyOutcome outcome = mall::proto::read_reply(answer, "attach");
+        if (refused_connection) {
+            *why = "malld refused the connection: " + (outcome.ok ? std::string("no reason given") : outcome.error);
+            return outcome.ok ? MALL_ERR_PROTOCOL : outcome.code;
         }
-        if (!ok->get<bool>()) {
-            auto code = answer.find("code");
-            auto text = answer.find("error");
-            std::string words = (text != answer.end() && text->is_string()) ? text->get<std::string>() : "no reason given";
-            *why = "malld refused to attach: " + words;
-            if (code != answer.end() && code->is_number_integer() && known_error_code(code->get<int64_t>()))
-                return static_cast<int>(code->get<int64_t>());
-            return MALL_ERR_PROTOCOL;
+        if (!outcome.ok) {
+            *why = outcome.malformed ? outcome.error : "malld refused to attach: " + outcome.error;
+            return outcome.code;
         }
 
         std::string job;
@@ -375,16 +397,21 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
                    decimal(mall::kSharedPageSize);
             return MALL_ERR_PROTOCOL;
         }
-        // Check the page before it replaces the current one.
-        void *probe = ::mmap(nullptr, mall::kSharedPageSize, PROT_READ, MAP_SHARED, page_fd.get(), 0);
-        if (probe == MAP_FAILED) {
+        // Mapped away from the live page and checked there; only a good page replaces it.
+        void *incoming = ::mmap(nullptr, mall::kSharedPageSize, PROT_READ, MAP_SHARED, page_fd.get(), 0);
+        if (incoming == MAP_FAILED) {
             *why = std::string("cannot map malld's page: ") + std::strerror(errno);
             return MALL_ERR_SYSTEM;
         }
-        const auto *probe_page = static_cast<const mall::SharedPage *>(probe);
-        uint32_t page_magic = __atomic_load_n(&probe_page->magic, __ATOMIC_RELAXED);
-        uint32_t page_version = __atomic_load_n(&probe_page->version, __ATOMIC_RELAXED);
-        ::munmap(probe, mall::kSharedPageSize);
+        struct Unmap {
+            void *addr;
+            ~Unmap() {
+                if (addr) ::munmap(addr, mall::kSharedPageSize);
+            }
+        } unmap_incoming{incoming};
+        const auto *incoming_page = static_cast<const mall::SharedPage *>(incoming);
+        uint32_t page_magic = __atomic_load_n(&incoming_page->magic, __ATOMIC_RELAXED);
+        uint32_t page_version = __atomic_load_n(&incoming_page->version, __ATOMIC_RELAXED);
         if (page_magic != mall::kPageMagic) {
             *why = "malld's page does not start with the page magic";
             return MALL_ERR_PROTOCOL;
@@ -397,7 +424,8 @@ int attach_with(mall_handle *m, const nlohmann::json &body, std::string *why) {
 
         {
             std::lock_guard<std::mutex> lock(m->conn_mu);
-            if (!install_page(m, page_fd.get(), why)) return MALL_ERR_SYSTEM;
+            unmap_incoming.addr = nullptr;  // install_page takes it over
+            if (!install_page(m, incoming, why)) return MALL_ERR_SYSTEM;
             if (m->sock >= 0) ::close(m->sock);
             m->sock = sock.release();
             if (job != m->job_id) std::snprintf(m->job_id, sizeof m->job_id, "%s", job.c_str());
@@ -475,7 +503,8 @@ void monitor_loop(mall_handle *m) {
             if (!m->attached.load(std::memory_order_acquire)) {
                 if (wait_for_stop(m, backoff)) return;
                 std::string why;
-                int rc = attach_once(m, &why);
+                // The monitor's own thread may wait the default even when mall_open() may not.
+                int rc = attach_once(m, std::max(m->attach_timeout, kDefaultAttachTimeout), &why);
                 if (rc == MALL_SUCCESS) {
                     // A new connection (maybe a restarted malld): tell it the usage cap again.
                     if (int cap = m->usage_cap.load(); cap > 0)
@@ -515,28 +544,21 @@ void monitor_loop(mall_handle *m) {
 }
 
 void monitor_main(mall_handle *m) noexcept {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     try {
         monitor_loop(m);
     } catch (...) {
     }
 }
 
-// Starts the monitor with every signal blocked from its first instruction on.
+// Starts the monitor with every signal blocked from its first instruction on (quiet_thread.hpp):
+// the host's signal handlers keep running on the host's threads.
 bool start_monitor(mall_handle *m) {
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &previous);
     bool started = true;
     try {
-        m->monitor = std::thread([m] { monitor_main(m); });  // a local type keeps std::thread's
-        // template instances out of the exported symbols
+        m->monitor = mall::start_quiet_thread([m] { monitor_main(m); });
     } catch (...) {
         started = false;
     }
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     return started;
 }
 
@@ -720,11 +742,20 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
             if (max != 0) attach_body["max"] = max;  // no "max" asks for up to the whole pool
         }
 
+        long attach_timeout_ms = 0;
+        if (!env_int("MALL_ATTACH_TIMEOUT_MS", 0, kMaxAttachTimeoutMs, kDefaultAttachTimeout.count(),
+                     &attach_timeout_ms)) {
+            set_error(err, "MALL_ATTACH_TIMEOUT_MS must be a whole number of milliseconds from 0 to %ld (or unset)",
+                      kMaxAttachTimeoutMs);
+            return MALL_ERR_INVAL;
+        }
+
         m = new (std::nothrow) mall_handle();
         if (!m) {
             set_error(err, "mall_open: out of memory");
             return MALL_ERR_NOMEM;
         }
+        m->attach_timeout = milliseconds(attach_timeout_ms);
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);
 
@@ -747,7 +778,7 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
         }
 
         std::string why;
-        int rc = attach_once(m, &why);
+        int rc = attach_once(m, m->attach_timeout, &why);
         if (rc != MALL_SUCCESS) {
             set_error(err, "%s", why.c_str());
             m->first_retry = rc == MALL_ERR_NODAEMON ? kFirstBackoff : next_backoff(rc, kFirstBackoff);

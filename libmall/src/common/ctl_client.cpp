@@ -3,6 +3,7 @@
 // Event/Notify packets; every failure comes back as a code and in words that say what to do about it.
 #include "common/ctl_client.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,11 @@ ConnectFailure explain_connect_failure(const std::string &path, int err, SocketN
             f.advice = "the path is too long for a Unix socket (" + std::to_string(kMaxSocketPathBytes) +
                        " bytes at most), " + (option ? "pass a shorter --socket" : "set a shorter MALL_SOCKET");
             break;
+        case ETIMEDOUT:
+            f.what = "malld at " + path + " did not take the connection in time";
+            f.advice = std::string("it is stopped, stuck or overloaded (its listen backlog is full); ") +
+                       (option ? "check it with ps/top and try again" : "retrying in the background");
+            break;
         case EAGAIN:
             // libmall keeps trying by itself; a tool's user runs the command again.
             f.advice = std::string("malld is not accepting connections (overloaded or stuck), ") +
@@ -69,8 +75,8 @@ ConnectFailure explain_connect_failure(const std::string &path, int err, SocketN
 }
 
 std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error,
-                                            ConnectFailure *failure) {
-    int fd = unix_connect(socket_path);
+                                            ConnectFailure *failure, std::chrono::milliseconds max_wait) {
+    int fd = unix_connect(socket_path, std::max(max_wait, std::chrono::milliseconds(1)));
     if (fd < 0) {
         ConnectFailure f = explain_connect_failure(socket_path, errno, SocketNaming::Option);
         if (error) *error = f.text();
@@ -95,14 +101,21 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
         } catch (const std::length_error &e) {
             return transport_failure(MALL_ERR_INVAL, std::string("cannot send the ") + what + " request: " + e.what());
         }
-        if (!send_packet(fd_.get(), packet)) {
+        const auto deadline = Clock::now() + timeout;
+        // The send shares the deadline: a stopped malld's full queue would block it for good.
+        if (!set_send_timeout(fd_.get(), timeout) || !send_packet(fd_.get(), packet)) {
             int err = errno;
+            if (auto refusal = pending_refusal(fd_.get())) return transport_failure(refusal->code, refusal->error);
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return transport_failure(MALL_ERR_NODAEMON,
+                                         std::string("malld at ") + path_ + " did not take the " + what +
+                                             " request within " + std::to_string(timeout.count()) +
+                                             " ms (its queue is full); check that it is running and not stuck");
             return transport_failure(MALL_ERR_NODAEMON, std::string("cannot send the ") + what +
                                                             " request to malld at " + path_ + ": " +
                                                             std::strerror(err) + "; malld may have stopped");
         }
 
-        auto deadline = Clock::now() + timeout;
         std::string data;
         for (;;) {
             int ready = wait_readable(fd_.get(), remaining(deadline));
@@ -127,6 +140,7 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
                 if (err == EMSGSIZE)
                     return transport_failure(MALL_ERR_PROTOCOL, "malld sent a packet larger than " +
                                                                     std::to_string(proto::kMaxPacket) + " bytes");
+                if (auto refusal = pending_refusal(fd_.get())) return transport_failure(refusal->code, refusal->error);
                 return transport_failure(MALL_ERR_NODAEMON, std::string("receiving malld's reply failed: ") +
                                                                 std::strerror(err) +
                                                                 " (malld stopped or restarted?)");
@@ -137,26 +151,18 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
             if (!reply)
                 return transport_failure(proto::decode_error_code(failure.reason),
                                          "cannot read malld's reply: " + why);
-            if (reply->type != proto::Type::Reply || reply->request_id != msg.request_id) continue;
+            if (reply->type != proto::Type::Reply) continue;
+            const bool refused_connection = reply->request_id == proto::kConnectionRefusalId;
+            if (reply->request_id != msg.request_id && !refused_connection) continue;
 
+            proto::ReplyOutcome outcome = proto::read_reply(reply->body, what);
             CtlResult result;
             result.body = std::move(reply->body);
-            auto ok = result.body.find("ok");
-            if (ok == result.body.end() || !ok->is_boolean()) {
-                result.ok = false;
-                result.code = MALL_ERR_PROTOCOL;
-                result.error = "malld's reply has no boolean \"ok\" field";
-                return result;
-            }
-            result.ok = ok->get<bool>();
+            result.ok = outcome.ok && !refused_connection;
             if (!result.ok) {
-                auto code = result.body.find("code");
-                result.code = (code != result.body.end() && code->is_number_integer()) ? code->get<int>()
-                                                                                       : MALL_ERR_PROTOCOL;
-                auto text = result.body.find("error");
-                result.error = (text != result.body.end() && text->is_string())
-                                   ? text->get<std::string>()
-                                   : std::string("malld refused the ") + what + " request without saying why";
+                result.code = outcome.ok ? MALL_ERR_PROTOCOL : outcome.code;
+                result.error = refused_connection ? "malld refused the connection: " + outcome.error
+                                                  : std::move(outcome.error);
             }
             return result;
         }
@@ -197,6 +203,27 @@ std::optional<nlohmann::json> CtlClient::next_event(std::chrono::milliseconds ti
         if (closed) *closed = true;
         return std::nullopt;
     }
+}
+
+std::optional<proto::ReplyOutcome> pending_refusal(int fd) {
+    try {
+        std::string data;
+        // A hang-up with our request unread makes the first receive fail with ECONNRESET (the
+        // error is reported, and cleared, before the queued packets).
+        for (int resets = 0;;) {
+            ssize_t n = recv_packet(fd, &data, proto::kMaxPacket, nullptr, /*nonblocking=*/true);
+            if (n < 0 && errno == ECONNRESET && ++resets <= 2) continue;
+            if (n <= 0) break;
+            auto msg = proto::decode(data, nullptr);
+            if (!msg || msg->type != proto::Type::Reply || msg->request_id != proto::kConnectionRefusalId) continue;
+            proto::ReplyOutcome outcome = proto::read_reply(msg->body, "connection");
+            if (outcome.ok) return std::nullopt;
+            outcome.error = "malld refused the connection: " + outcome.error;
+            return outcome;
+        }
+    } catch (...) {
+    }
+    return std::nullopt;
 }
 
 std::string resolve_socket_path(const std::string &option_value) {

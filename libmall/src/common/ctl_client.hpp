@@ -48,11 +48,16 @@ public:
     // "cannot connect to malld at /run/mall/malld.sock: No such file or directory; is malld
     // running? start it or pass --socket": explain_connect_failure(..., Option).text()) and
     // *failure, when given, holds the same as a code and parts. Either pointer may be null.
+    // Waits at most max_wait for malld to take the connection (a stopped or overloaded malld's
+    // full backlog): then it fails with ETIMEDOUT's words.
     static std::optional<CtlClient> connect(const std::string &socket_path, std::string *error,
-                                            ConnectFailure *failure = nullptr);
+                                            ConnectFailure *failure = nullptr,
+                                            std::chrono::milliseconds max_wait = kDefaultConnectWait);
 
-    // Sends a request and waits for its reply (timeout covers deferred replies such as register
-    // and reclaim, which malld sends once the cpus have moved).
+    // Sends a request and waits for its reply; the whole exchange (sending included: a stopped
+    // malld's queue fills) takes at most timeout, which also covers deferred replies such as
+    // register and reclaim, sent once the cpus have moved. When malld refused the connection
+    // itself (proto::kConnectionRefusalId) the result carries its words.
     CtlResult request(proto::Type type, const nlohmann::json &body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
@@ -68,6 +73,11 @@ private:
     std::string path_;
     uint32_t next_id_ = 1;
 };
+
+// After a send to or receive from malld failed because it hung up (EPIPE, ECONNRESET): malld may
+// have refused the connection with words first (a Reply with proto::kConnectionRefusalId, still in the receive queue). Returns
+// that refusal (its code and "malld refused the connection: <words>"), or nullopt. Never waits.
+std::optional<proto::ReplyOutcome> pending_refusal(int fd);
 
 // The socket path a client should use: the explicit option (or mall_open() argument), else
 // $MALL_SOCKET, else kDefaultSocketPath.

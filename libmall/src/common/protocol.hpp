@@ -82,8 +82,8 @@ struct DecodeFailure {
 };
 
 // Decodes one packet. On failure returns std::nullopt, sets *error to words that say what was
-// wrong (never empty; written from malld's side: "this malld speaks ...") and *failure to the
-// reason. Either pointer may be null. The magic and version are checked before the header's
+// wrong (never empty, and true from either side: "the peer speaks mall protocol version 2 and
+// this program speaks version 1; ...") and *failure to the reason. Either pointer may be null. The magic and version are checked before the header's
 // length, so a peer of another version is recognized even if its header is laid out differently.
 std::optional<Message> decode(std::string_view packet, std::string *error, DecodeFailure *failure = nullptr);
 
@@ -98,6 +98,24 @@ int decode_error_code(DecodeError reason);
 // Builders for replies.
 nlohmann::json ok_reply(nlohmann::json fields = nlohmann::json::object());
 nlohmann::json error_reply(int code, const std::string &text);
+
+// A Reply with this request id answers no request: malld refuses the connection itself (e.g. the
+// user has too many connections open), says why, and hangs up. Clients number their requests from
+// 1, so they report such a reply's error instead of waiting for their own.
+inline constexpr uint32_t kConnectionRefusalId = 0;
+
+// What a Reply body says, read the same way by every client. A body without a boolean "ok" is
+// MALL_ERR_PROTOCOL; an error whose code is not a mall_rc error value is MALL_ERR_PROTOCOL too;
+// an error without words gets "malld refused the <request> request without saying why".
+struct ReplyOutcome {
+    bool ok = false;
+    bool malformed = false;  // not a reply at all (no boolean "ok"): code is MALL_ERR_PROTOCOL
+    int code = 0;       // when !ok: a mall_rc error value
+    std::string error;  // when !ok: malld's words, or what was wrong with the reply
+};
+ReplyOutcome read_reply(const nlohmann::json &body, const char *request_name);
+// True for the mall_rc error values of mall.h (MALL_ERR_INVAL .. MALL_ERR_FULL).
+bool is_error_code(int64_t code);
 
 // Typed field access for handlers: each throws ProtocolError with a message naming the field.
 struct ProtocolError : std::runtime_error {

@@ -1,7 +1,8 @@
 // rules.hpp — the values and bounds every part of mall must agree on, each defined once: the
-// default socket, malld's default ack timeout, the job weight bound. Header-only and free of
-// dependencies beyond the public mall.h, so pure parsers (the Slurm plugin's option logic) use
-// the same rule as malld without linking mall_common. Change a rule here and nowhere else.
+// default socket, malld's default ack timeout, how long tools wait to connect, the job weight
+// bound. Header-only and free of dependencies beyond the public mall.h, so pure parsers (the
+// Slurm plugin's option logic) use the same rule as malld without linking mall_common. Change a
+// rule here and nowhere else.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,10 @@ inline constexpr const char *kDefaultSocketPath = MALL_DEFAULT_SOCKET;
 // How long malld waits for a job's processes to acknowledge a smaller allocation before it
 // enforces anyway (malld --ack-timeout-ms; the plugin's plugstack.conf ack_timeout_ms= mirrors it).
 inline constexpr std::chrono::milliseconds kDefaultAckTimeout{2000};
+
+// How long a tool (mallctl, mallrun, the Slurm plugin) waits for malld to take a connection: a
+// stopped or overloaded malld's listen backlog fills, and a blocking connect would wait forever.
+inline constexpr std::chrono::milliseconds kDefaultConnectWait{3000};
 
 // Job weights (the weighted policy's shares): a number above 0 and at most kMaxWeight; the same
 // bound for Register, Set, the state file, mallrun --weight, mallctl set --weight and the Slurm

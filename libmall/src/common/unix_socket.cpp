@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/files.hpp"
+#include "common/quiet_thread.hpp"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -77,13 +79,14 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 // Closes descriptors a peer pushed on us without being asked, on a detached thread: a close can
 // block (the last reference to a lingering TCP socket waits for its data to drain), and the
-// caller may be malld's event loop or libmall's monitor thread. Falls back to closing here only
+// caller may be malld's event loop or libmall's monitor thread. The thread takes no signals
+// (quiet_thread.hpp). Falls back to closing here only
 // when no thread can be started.
 void close_unwanted(std::vector<int> fds) {
     if (fds.empty()) return;
     int saved = errno;
     try {
-        std::thread([fds] {
+        start_quiet_thread([fds] {
             for (int fd : fds) ::close(fd);
         }).detach();
     } catch (...) {
@@ -123,15 +126,44 @@ bool make_parent_folders(const std::string &path, std::string *why) {
 
 }  // namespace
 
-int unix_connect(const std::string &path, bool nonblocking) {
+bool set_send_timeout(int fd, std::chrono::milliseconds timeout) {
+    auto ms = std::max<long long>(timeout.count(), 1);  // 0 would mean "wait forever"
+    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+    return ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0;
+}
+
+int unix_connect(const std::string &path, std::chrono::milliseconds max_wait) {
+    using Clock = std::chrono::steady_clock;
     sockaddr_un addr;
     socklen_t len = 0;
     if (!make_address(path, &addr, &len)) return -1;
+    const bool nonblocking = max_wait.count() <= 0;
     UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0));
     if (!fd) return -1;
-    while (::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) != 0) {
-        if (errno != EINTR) return -1;
+    if (nonblocking) {
+        while (::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) != 0)
+            if (errno != EINTR) return -1;
+        return fd.release();
     }
+    // A Unix socket's blocking connect waits for backlog room at most the send timeout, then fails
+    // with EAGAIN (Linux net/unix/af_unix.c): the kernel does the bounded wait, and the connection
+    // is made the moment room appears.
+    const auto deadline = Clock::now() + max_wait;
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (!set_send_timeout(fd.get(), left)) return -1;
+        if (::connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), len) == 0) break;
+        if (errno == EAGAIN) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (errno != EINTR) return -1;  // interrupted: nothing was done, try again with the time left
+    }
+    if (!set_send_timeout(fd.get(), max_wait)) return -1;
     return fd.release();
 }
 

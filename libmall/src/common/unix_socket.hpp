@@ -9,6 +9,8 @@
 #include <chrono>
 #include <string>
 
+#include "rules.hpp"
+
 namespace mall {
 
 // Owns a file descriptor; closes it on destruction.
@@ -39,10 +41,17 @@ struct PeerCred {
 // The longest socket path that fits a Unix socket address (sun_path minus its terminating NUL).
 inline constexpr size_t kMaxSocketPathBytes = sizeof(sockaddr_un::sun_path) - 1;
 
-// Connects to a SOCK_SEQPACKET socket at path (close-on-exec). Returns -1 and sets errno on error
-// (ENOENT for an empty path, ENAMETOOLONG for one over kMaxSocketPathBytes). With nonblocking the
-// socket is O_NONBLOCK and a full listen backlog fails with EAGAIN instead of waiting.
-int unix_connect(const std::string &path, bool nonblocking = false);
+// Connects to a SOCK_SEQPACKET socket at path (close-on-exec), waiting at most max_wait for room
+// in the listener's backlog (a stopped or overloaded malld never accepts). Returns -1 and sets
+// errno on error: ETIMEDOUT when the wait ran out, ENOENT for an empty path, ENAMETOOLONG for one
+// over kMaxSocketPathBytes. max_wait 0: the socket is O_NONBLOCK and a full backlog fails at once
+// with EAGAIN. Otherwise the socket is blocking and its send timeout (SO_SNDTIMEO) is max_wait, so
+// a later blocking send_packet() to a peer whose queue stays full fails with EAGAIN after that
+// long instead of waiting forever (set_send_timeout() changes it).
+int unix_connect(const std::string &path, std::chrono::milliseconds max_wait = kDefaultConnectWait);
+// Bounds how long a blocking send on fd may wait for room in the peer's queue (SO_SNDTIMEO;
+// at least 1 ms). False with errno on failure.
+bool set_send_timeout(int fd, std::chrono::milliseconds timeout);
 // Creates, binds and listens (mode applied with chmod). Refuses to remove a path that is not a
 // socket; removes a stale socket nobody listens on. Returns -1 with errno and *why on error.
 int unix_listen(const std::string &path, unsigned mode, std::string *why);

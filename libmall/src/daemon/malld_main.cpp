@@ -115,6 +115,10 @@ int main(int argc, char **argv) {
     int64_t ack_timeout_ms = 0;
     std::vector<unsigned> admin_uids;
 
+    const std::string per_user_help =
+        "connections one non-admin user may hold open at once (every rank of a job holds one); "
+        "further ones are refused with an error naming this option (default: 8 per cpu of the "
+        "pool, at least 256; at most " + std::to_string(mall::kMaxDaemonConnections) + ")";
     po::options_description options("Options", 100, 40);
     // clang-format off
     options.add_options()
@@ -144,6 +148,7 @@ int main(int argc, char **argv) {
          "a uid that may administer malld besides root and malld's own user (repeatable)")
         ("allow-self-register", po::bool_switch(),
          "let a process without a registration register itself (job \"self-<pid>\") on attach")
+        ("max-connections-per-user", po::value<int>(), per_user_help.c_str())
         ("slurm", po::bool_switch(),
          "check \"slurm-<jobid>\" registrations and reservations against Slurm (libslurm, "
          "$SLURM_CONF): jobs Slurm does not run, or runs for another uid, are ended and their "
@@ -233,6 +238,15 @@ int main(int argc, char **argv) {
 
     std::unique_ptr<mall::SlurmQuery> slurm_query;
     std::string slurm_note;  // what the Slurm query connects to, logged at start-up
+    int max_connections_per_user = 0;  // 0: from the pool, once it is known
+    if (vm.count("max-connections-per-user")) {
+        max_connections_per_user = vm["max-connections-per-user"].as<int>();
+        if (max_connections_per_user < 1 || max_connections_per_user > mall::kMaxDaemonConnections) {
+            std::cerr << "malld: --max-connections-per-user must be between 1 and " << mall::kMaxDaemonConnections
+                      << " (got " << max_connections_per_user << ")\n";
+            return kExitUsage;
+        }
+    }
     const int slurm_interval = vm["slurm-interval-s"].as<int>();
     if (slurm_interval < 1 || slurm_interval > 3600) {
         std::cerr << "malld: --slurm-interval-s must be between 1 and 3600 (got " << slurm_interval << ")\n";
@@ -292,6 +306,9 @@ int main(int argc, char **argv) {
     server_options.policy_given = !vm["policy"].defaulted();
     for (unsigned uid : admin_uids) server_options.admin_uids.insert(static_cast<uid_t>(uid));
     server_options.allow_self_register = vm["allow-self-register"].as<bool>();
+    server_options.max_connections_per_uid = max_connections_per_user > 0
+                                                 ? max_connections_per_user
+                                                 : mall::default_connections_per_uid(pool.count());
 
     try {
         mall::Server server(std::move(server_options), *topology, pool, std::move(backend));

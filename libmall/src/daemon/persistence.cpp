@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/files.hpp"
+#include "../common/quiet_thread.hpp"
 #include "../common/rules.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
@@ -25,7 +26,7 @@ namespace mall {
 
 class StateWriter {
 public:
-    explicit StateWriter(std::string dir) : dir_(std::move(dir)), thread_([this] { loop(); }) {}
+    explicit StateWriter(std::string dir) : dir_(std::move(dir)), thread_(start_quiet_thread([this] { loop(); })) {}
     ~StateWriter() {
         {
             std::lock_guard<std::mutex> lock(mutex_);

@@ -30,15 +30,31 @@ namespace mall {
 
 namespace {
 
-constexpr size_t kMaxConnections = 4096;
-// One ordinary user cannot take every connection (or malld's descriptors): admins are exempt.
-constexpr int kMaxConnectionsPerUid = 64;
+constexpr size_t kMaxConnections = kMaxDaemonConnections;
 // A connection that is not attached, not watching and not waiting for a deferred reply has no
 // reason to stay silent this long: it only holds a descriptor.
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
 constexpr int kPacketsPerWakeup = 32;  // fairness between connections
 
+// Tells a client why its connection is refused before it is closed: a Reply to no request
+// (proto::kConnectionRefusalId), which every client reports instead of waiting for its own.
+// Non-blocking: a client that sent a queue full of packets just loses the words.
+void refuse_connection(int fd, int code, const std::string &text) {
+    proto::Message refusal;
+    refusal.type = proto::Type::Reply;
+    refusal.request_id = proto::kConnectionRefusalId;
+    refusal.body = proto::error_reply(code, text);
+    try {
+        send_packet(fd, proto::encode(refusal), -1, /*nonblocking=*/true);
+    } catch (...) {  // out of memory: the hang-up alone must do
+    }
+}
+
 }  // namespace
+
+int default_connections_per_uid(int cpus) {
+    return std::clamp(8 * std::max(cpus, 0), 256, kMaxDaemonConnections);
+}
 
 Server::Server(ServerOptions options, const Topology &topology, CpuSet pool,
                std::unique_ptr<CpusetBackend> backend)
@@ -63,7 +79,8 @@ void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono:
         log_error("internal: Slurm checks must be enabled before malld starts; they stay off");
         return;
     }
-    slurm_ = std::make_unique<SlurmReconciler>(std::move(query), interval);
+    slurm_query_ = std::move(query);
+    slurm_interval_ = interval;
 }
 
 bool Server::start(std::string *error) {
@@ -72,8 +89,9 @@ bool Server::start(std::string *error) {
         return false;
     };
     ::signal(SIGPIPE, SIG_IGN);
-    // Block the stop signals before any thread exists (the state writer's inherits the mask), so
-    // they only ever arrive through the signalfd and never kill malld uncleanly.
+    // Block the stop signals before any thread exists, so they only ever arrive through the
+    // signalfd and never kill malld uncleanly (every thread malld starts blocks all signals as
+    // well: quiet_thread.hpp).
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
@@ -115,6 +133,8 @@ bool Server::start(std::string *error) {
             policy = *p;
         }
     }
+    if (slurm_query_)  // after the mask: its thread must not take the stop signals
+        slurm_ = std::make_unique<SlurmReconciler>(std::move(slurm_query_), slurm_interval_);
     epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_fd_) return fail(std::string("epoll_create1 failed: ") + std::strerror(errno));
     connections_ = std::make_unique<Connections>(epoll_fd_.get());
@@ -308,14 +328,23 @@ void Server::handle_listen() {
                                                 " pid " + std::to_string(peer.pid) + ": " +
                                                 std::to_string(kMaxConnections) +
                                                 " connections are open already");
+            refuse_connection(owned.get(), MALL_ERR_DENIED,
+                              "malld serves " + std::to_string(kMaxConnections) +
+                                  " connections already, its limit; try again later");
             continue;
         }
-        if (!access_.is_admin(peer.uid) && connections_->count_of_uid(peer.uid) >= kMaxConnectionsPerUid) {
+        // One ordinary user cannot take every connection (or malld's descriptors): admins are exempt.
+        if (!access_.is_admin(peer.uid) &&
+            connections_->count_of_uid(peer.uid) >= options_.max_connections_per_uid) {
+            const std::string limit = std::to_string(options_.max_connections_per_uid);
             log_warn_limited("connections-per-uid",
                              "refused a connection from uid " + std::to_string(peer.uid) + " pid " +
-                                 std::to_string(peer.pid) + ": that user has " +
-                                 std::to_string(kMaxConnectionsPerUid) +
-                                 " connections to malld open already (the limit per non-admin user)");
+                                 std::to_string(peer.pid) + ": that user has " + limit +
+                                 " connections open, the limit per non-admin user "
+                                 "(raise it with malld --max-connections-per-user)");
+            refuse_connection(owned.get(), MALL_ERR_DENIED,
+                              "uid " + std::to_string(peer.uid) + " holds " + limit +
+                                  " connections, the per-user limit (malld --max-connections-per-user)");
             continue;
         }
         // The peer process itself, taken now: its pid may be reused before it sends Attach.

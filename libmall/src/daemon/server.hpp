@@ -40,7 +40,14 @@ struct ServerOptions {
     bool policy_given = false;     // --policy was on the command line: it wins over the state file
     std::set<uid_t> admin_uids;    // besides root and malld's own euid
     bool allow_self_register = false;
+    int max_connections_per_uid = 256;  // open connections of one non-admin uid (malld option)
 };
+
+// malld serves at most this many connections at once (every user together).
+inline constexpr int kMaxDaemonConnections = 4096;
+// --max-connections-per-user's default for a pool of `cpus` cpus: 8 per cpu (a rank per cpu with
+// room for tools and helper connections), at least 256, at most kMaxDaemonConnections.
+int default_connections_per_uid(int cpus);
 
 class Server final {
 public:
@@ -85,8 +92,12 @@ private:
     UniqueFd spare_fd_;  // /dev/null held in reserve: freed to accept-and-close on EMFILE/ENFILE
     bool listening_ = false;
     bool stopping_ = false;
+    // What enable_slurm_checks() asked for: start() builds slurm_ from it once the stop signals
+    // are blocked, so the checker's thread can never take them.
+    std::unique_ptr<SlurmQuery> slurm_query_;
+    std::chrono::seconds slurm_interval_{0};
 
-    // Built in start() (persistence_ first, to read the state; slurm_ by enable_slurm_checks());
+    // Built in start() (persistence_ first, to read the state; slurm_ if enable_slurm_checks() ran);
     // each refers only to those declared before it, and ~Server() ends the writer thread first.
     std::unique_ptr<Connections> connections_;
     std::unique_ptr<PidWatcher> pids_;
