@@ -401,14 +401,16 @@ void RequestHandlers::resolve_lookups(const std::string &owner, const SlurmJobSt
         Connection *asker = connections_.find(p.connection);
         if (!asker) continue;
         Connection &c = *asker;
-        if (state.kind != SlurmJobState::Kind::Running || !state.cpus_on_node || state.cpus_on_node->empty()) {
+        std::string why;
+        const auto on_node = slurm_->cpus_on_node(state, manager_.topology(), &why);
+        if (!on_node) {
             connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
                         "Slurm gives no cpus on this node to job " + std::to_string(state.job_id) + " (" +
-                            state.detail + "); nothing was reclaimed");
+                            why + "); nothing was reclaimed");
             p.connection = 0;  // answered: dropped below
             continue;
         }
-        const CpuSet cpus = *state.cpus_on_node & pool_;
+        const CpuSet cpus = *on_node & pool_;
         Outcome outcome = manager_.reclaim(cpus, Clock::now(), owner);
         if (!outcome.ok) {
             connections_.reply_error(c, p.request_id, outcome.code, outcome.error);

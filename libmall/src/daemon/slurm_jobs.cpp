@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -126,6 +127,10 @@ const char *base_state_name(uint32_t state) {
     }
 }
 
+// How long Slurm's description of this node is reused before it is asked again (it changes only
+// when slurmctld is reconfigured).
+constexpr std::chrono::minutes kNodeShapeMaxAge{5};
+
 class LibSlurmQuery final : public SlurmQuery {
 public:
     explicit LibSlurmQuery(std::string node) : node_(std::move(node)) { slurm_init(nullptr); }
@@ -155,12 +160,19 @@ public:
             out.uid = job.user_id;
             if (base == JOB_RUNNING) {
                 out.kind = SlurmJobState::Kind::Running;
-                char cpus[4096] = {};
+                // slurm_job_cpus_allocated_str_on_node (22.05, src/api/job_info.c) lists each core
+                // of the job on the node as `threads` ids, with threads read from a node table that
+                // libslurm loads only inside slurm_sprint_job_info (and indexes there by the job's
+                // node index, not the cluster's). malld never prints job info, so threads is 1 and
+                // the list holds Slurm's abstract core ids, as S_JOB_ALLOC_CORES does. Do not call
+                // slurm_sprint_job_info or slurm_print_job_info in malld.
+                char cores[4096] = {};
                 if (job.job_resrcs != nullptr &&
-                    slurm_job_cpus_allocated_str_on_node(cpus, sizeof cpus, job.job_resrcs,
+                    slurm_job_cpus_allocated_str_on_node(cores, sizeof cores, job.job_resrcs,
                                                          node_.c_str()) == 0) {
-                    if (auto set = CpuSet::parse(cpus)) out.cpus_on_node = *set;
+                    if (auto set = CpuSet::parse(cores)) out.slurm_cores = *set;
                 }
+                out.slurm_node = node_shape();
             } else {
                 out.kind = SlurmJobState::Kind::NotRunning;
             }
@@ -170,7 +182,25 @@ public:
     }
 
 private:
+    // Slurm's sockets, cores per socket and threads per core of this node (unknown on failure).
+    SlurmNodeShape node_shape() {
+        const auto now = std::chrono::steady_clock::now();
+        if (shape_.known() && now - shape_asked_ < kNodeShapeMaxAge) return shape_;
+        shape_ = SlurmNodeShape{};
+        node_info_msg_t *nodes = nullptr;
+        if (slurm_load_node_single(&nodes, const_cast<char *>(node_.c_str()), SHOW_ALL) == SLURM_SUCCESS &&
+            nodes != nullptr && nodes->record_count > 0) {
+            const node_info_t &n = nodes->node_array[0];
+            shape_ = SlurmNodeShape{n.sockets, n.cores, n.threads};
+            shape_asked_ = now;
+        }
+        if (nodes != nullptr) slurm_free_node_info_msg(nodes);
+        return shape_;
+    }
+
     std::string node_;
+    SlurmNodeShape shape_;  // only the checker's thread calls query(): no lock
+    std::chrono::steady_clock::time_point shape_asked_{};
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 // slurm_jobs.hpp — what malld asks Slurm about the jobs it serves ("slurm-<jobid>" registrations
-// and reservations): does the job exist, is it running, whose is it, which cpus did Slurm give it
-// on this node. Queries are RPCs to slurmctld that may take seconds when it is slow or down, so
-// they run on SlurmChecker's own thread; the event loop posts job ids and collects verdicts
-// through an eventfd. Without libslurm (MALL_WITH_SLURM off) make_libslurm_query says why.
+// and reservations): does the job exist, is it running, whose is it, which cores did Slurm give it
+// on this node (in Slurm's numbering, with Slurm's description of the node: SlurmReconciler maps
+// them to Linux cpus through the topology). Queries are RPCs to slurmctld that may take seconds
+// when it is slow or down, so they run on SlurmChecker's own thread; the event loop posts job ids
+// and collects verdicts through an eventfd. Without libslurm (MALL_WITH_SLURM off)
+// make_libslurm_query says why.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "../common/slurm_cpu_map.hpp"
 #include "../common/unix_socket.hpp"
 
 namespace mall {
@@ -30,15 +33,18 @@ std::optional<uint32_t> slurm_job_id_of(const std::string &job_name);
 
 struct SlurmJobState {
     enum class Kind {
-        Running,     // Slurm runs it (uid and cpus_on_node are set)
+        Running,     // Slurm runs it (uid and slurm_cores are set)
         NotRunning,  // finished, cancelled, pending again, or unknown to slurmctld
         Unreachable  // slurmctld did not answer: decide nothing
     };
     uint32_t job_id = 0;
     Kind kind = Kind::Unreachable;
     uid_t uid = 0;
-    std::optional<CpuSet> cpus_on_node;  // Slurm's cpu ids on this node (= Linux cpus with 1 thread/core)
-    std::string detail;                  // Slurm's state name or the error, for the log
+    // Slurm's abstract core ids on this node (not Linux cpus: common/slurm_cpu_map.hpp maps them)
+    // and Slurm's description of the node they count in (unknown if slurmctld did not give it).
+    std::optional<CpuSet> slurm_cores;
+    SlurmNodeShape slurm_node;
+    std::string detail;  // Slurm's state name or the error, for the log
 };
 
 class SlurmQuery {

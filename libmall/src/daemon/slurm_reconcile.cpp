@@ -43,14 +43,38 @@ void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {
                           " but Slurm runs it for uid " + std::to_string(state.uid) +
                           ": ending the registration");
                 manager.deregister_job(name, Clock::now());
-            } else if (job && state.cpus_on_node && !state.cpus_on_node->contains(job->spec.guaranteed)) {
-                log_warn("job " + name + " claims guaranteed cpus " + job->spec.guaranteed.to_string() +
-                         " but Slurm allocated it " + state.cpus_on_node->to_string() +
-                         " on this node (Slurm's cpu ids; with several threads per core they differ "
-                         "from Linux cpu numbers)");
+            } else if (job) {
+                std::string why;
+                auto cpus = cpus_on_node(state, manager.topology(), &why);
+                if (!cpus && state.slurm_cores && !state.slurm_cores->empty())
+                    log_warn_limited("slurm-cpus", why);
+                else if (cpus && !cpus->contains(job->spec.guaranteed))
+                    log_warn("job " + name + " claims guaranteed cpus " + job->spec.guaranteed.to_string() +
+                             " but Slurm allocated it cpus " + cpus->to_string() + " on this node (Slurm's cores " +
+                             state.slurm_cores->to_string() + ")");
             }
             break;
     }
+}
+
+std::optional<CpuSet> SlurmReconciler::cpus_on_node(const SlurmJobState &state, const Topology &topology,
+                                                    std::string *why) {
+    auto say = [&](std::string text) {
+        if (why != nullptr) *why = std::move(text);
+        return std::nullopt;
+    };
+    if (state.kind != SlurmJobState::Kind::Running) return say(state.detail);
+    if (!state.slurm_cores || state.slurm_cores->empty()) return say(state.detail + ", no cores on this node");
+    SlurmCpuMapping mapped = map_slurm_cores(*state.slurm_cores, topology.cores(), state.slurm_node);
+    if (!mapped.disagreement.empty() && mapped.disagreement != disagreement_logged_) {
+        log_warn(mapped.disagreement);
+        disagreement_logged_ = mapped.disagreement;
+    }
+    if (!mapped.cpus) {
+        return say("cannot map Slurm's cores " + state.slurm_cores->to_string() + " of job " +
+                   std::to_string(state.job_id) + " to this node's cpus: " + mapped.error);
+    }
+    return mapped.cpus;
 }
 
 }  // namespace mall

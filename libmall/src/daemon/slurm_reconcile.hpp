@@ -3,6 +3,7 @@
 // registration and reservation every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
 // or a client invented it) is ended and its cpus released; a registration under another uid than
 // the job's is ended. Queries run on SlurmChecker's thread; verdicts come back through its fd.
+// Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
 #pragma once
 
 #include <chrono>
@@ -30,11 +31,19 @@ public:
     // the wrong uid, warns about guaranteed cpus Slurm did not give; keeps everything when
     // slurmctld is unreachable.
     void apply(const SlurmJobState &state, NodeManager &manager);
+    // The job's cpus on this node as Linux cpus: Slurm's core ids mapped through the node's
+    // topology by common/slurm_cpu_map.hpp, the mapping the Slurm plugin uses for S_JOB_ALLOC_CORES.
+    // nullopt with *why when there are none to take: Slurm does not run the job (why = Slurm's
+    // state), gave it no cores here, or gave ids the node does not have (why says so; the caller
+    // changes nothing). When Slurm's description of the node differs from the topology, a warning
+    // is logged (again only when the difference changes) and the ids are mapped as slurmd does.
+    std::optional<CpuSet> cpus_on_node(const SlurmJobState &state, const Topology &topology, std::string *why);
 
 private:
     SlurmChecker checker_;
     std::chrono::seconds interval_;
     TimePoint next_check_{};
+    std::string disagreement_logged_;  // the last disagreement warned about
 };
 
 }  // namespace mall

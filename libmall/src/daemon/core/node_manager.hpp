@@ -196,6 +196,7 @@ public:
     // of any job). malld's Register checks each pid with it; add_pids uses it too.
     std::optional<Outcome> pid_in_other_job(pid_t pid, const std::string &job) const;
     const CpuSet &pool() const { return pool_; }            // configured pool
+    const Topology &topology() const { return topology_; }  // what the node is made of
     // The pool the policy divides: the configured pool minus reclaimed cpus, plus the reserved
     // cpus of registered owners that are their guaranteed cpus.
     CpuSet available_pool() const;

@@ -1,7 +1,8 @@
 // topology.cpp — loads the node's hwloc topology (system, XML file or synthetic description) and
 // precomputes, per PU, its ancestors from the root, so shared_depth() is a short prefix compare.
 // Contract (topology.hpp): cpus are PU os indexes below CpuSet::kMaxCpus; tree order = hwloc
-// logical PU order; the system topology includes PUs outside malld's own cpuset.
+// logical PU order; the system topology includes PUs outside malld's own cpuset; cores() is
+// node_cores_in_slurm_order() of the same hwloc topology.
 #include "topology.hpp"
 
 #include <hwloc.h>
@@ -89,6 +90,7 @@ std::unique_ptr<Topology> Topology::load(const std::string &spec, std::string *e
         topology->ancestors_.push_back(std::move(ancestors));
         topology->all_cpus_.add(cpu);
     }
+    topology->cores_ = node_cores_in_slurm_order(topo);
     if (topology->order_.empty()) {
         set_error("the topology \"" + (system ? std::string("system") : spec) +
                   "\" has no usable PU (cpu numbers must be below " +

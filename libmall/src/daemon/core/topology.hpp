@@ -1,7 +1,8 @@
 // topology.hpp — the node's hardware topology as malld sees it, loaded with hwloc from the running
 // system (including cpus outside malld's own cpuset), an hwloc XML file, or a synthetic description
 // ("pack:2 core:16 pu:2"). The unit of allocation is the PU (a Linux cpu number, hwloc os_index).
-// Gives policies a locality measure: how deep in the tree two PUs share an ancestor.
+// Gives policies a locality measure (how deep in the tree two PUs share an ancestor) and the
+// Slurm daemon code the cores Slurm's core ids count (cores()).
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "../../common/cpuset.hpp"
+#include "../../common/slurm_cpu_map.hpp"
 
 struct hwloc_topology;
 
@@ -32,6 +34,9 @@ public:
     int shared_depth(int cpu_a, int cpu_b) const;
     // Position of a cpu in cpus_in_tree_order(), -1 if unknown.
     int tree_index(int cpu) const;
+    // Every core in hwloc logical order with its PUs: the order Slurm's abstract core ids count in
+    // (map them with map_slurm_cores() from common/slurm_cpu_map.hpp, as the Slurm plugin does).
+    const NodeCores &cores() const { return cores_; }
     std::string description() const;  // e.g. "1 package, 2 cores, 2 PUs"
 
 private:
@@ -39,6 +44,7 @@ private:
     hwloc_topology *topo_ = nullptr;
     CpuSet all_cpus_;
     std::vector<int> order_;
+    NodeCores cores_;
     std::vector<int> index_of_;                 // cpu -> tree index or -1
     std::vector<std::vector<int>> ancestors_;  // tree index -> ancestor ids from root to PU
 };

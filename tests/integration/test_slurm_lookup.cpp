@@ -1,0 +1,167 @@
+// Proves malld's Reclaim by owner (what a Slurm job prolog sends: no cpus, malld looks the job up
+// in Slurm) reserves the Linux cpus of the job's Slurm cores on SMT and interleaved nodes (issue 12,
+// defect 4: it reserved Slurm's ids as if they were Linux cpus).
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/ctl_client.hpp"
+#include "daemon/backend.hpp"
+#include "daemon/core/topology.hpp"
+#include "daemon/server.hpp"
+#include "daemon/slurm_jobs.hpp"
+#include "support/malld_fixture.hpp"
+
+MALL_TEST_WATCHDOG(60);
+
+namespace mall::test {
+namespace {
+
+// Two packages x four cores x two threads; core k of package p = Linux cpus 2k+p and 2k+p+8.
+const std::string kInterleavedXml = std::string(MALL_SOURCE_DIR) + "/tests/data/topology-2pack-4core-2pu-interleaved.xml";
+
+// Slurm as libslurm answers malld for one running job: its abstract core ids on this node (what
+// slurm_job_cpus_allocated_str_on_node gives malld) and Slurm's description of the node.
+class FakeSlurm final : public SlurmQuery {
+public:
+    FakeSlurm(uint32_t job, std::string cores, SlurmNodeShape node)
+        : job_(job), cores_(std::move(cores)), node_(node) {}
+    SlurmJobState query(uint32_t id) override {
+        SlurmJobState s;
+        s.job_id = id;
+        if (id != job_) {
+            s.kind = SlurmJobState::Kind::NotRunning;
+            s.detail = "unknown to slurmctld";
+            return s;
+        }
+        s.kind = SlurmJobState::Kind::Running;
+        s.uid = ::getuid();
+        s.detail = "RUNNING";
+        s.slurm_cores = CpuSet::parse(cores_);
+        s.slurm_node = node_;
+        return s;
+    }
+
+private:
+    uint32_t job_;
+    std::string cores_;
+    SlurmNodeShape node_;
+};
+
+// malld's server in this process, on a private socket, with the affinity backend (no cgroups) and
+// a fake Slurm; served on its own thread until the destructor stops it with SIGTERM.
+class InProcessMalld {
+public:
+    InProcessMalld(const std::string &topology_spec, std::unique_ptr<SlurmQuery> slurm) {
+        char tmpl[] = "/tmp/mall_test_slurm_lookup_XXXXXX";
+        if (char *d = ::mkdtemp(tmpl)) dir_ = d;
+        socket_ = dir_ + "/malld.sock";
+        std::promise<std::string> started;
+        auto ready = started.get_future();
+        thread_ = std::thread([this, topology_spec, &started, query = std::move(slurm)]() mutable {
+            std::string error;
+            auto topology = Topology::load(topology_spec, &error);
+            std::string why;
+            auto backend = topology ? make_backend(BackendKind::Affinity, "mall", &why, &error) : nullptr;
+            if (!topology || !backend) {
+                started.set_value("cannot set up: " + error);
+                return;
+            }
+            ServerOptions options;
+            options.socket_path = socket_;
+            options.state_dir = dir_ + "/state";
+            Server server(options, *topology, topology->all_cpus(), std::move(backend));
+            server.enable_slurm_checks(std::move(query), std::chrono::seconds(3600));
+            if (!server.start(&error)) {
+                started.set_value("start failed: " + error);
+                return;
+            }
+            started.set_value("");
+            server.run();
+        });
+        start_error_ = ready.get();
+    }
+    ~InProcessMalld() {
+        if (thread_.joinable()) {
+            // The server thread blocks SIGTERM and reads it from its signalfd.
+            ::pthread_kill(thread_.native_handle(), SIGTERM);
+            thread_.join();
+        }
+        std::error_code ignored;
+        std::filesystem::remove_all(dir_, ignored);
+    }
+    const std::string &start_error() const { return start_error_; }
+    const std::string &socket() const { return socket_; }
+
+private:
+    std::string dir_, socket_, start_error_;
+    std::thread thread_;
+};
+
+struct Case {
+    std::string topology;    // what malld runs on (--topology)
+    SlurmNodeShape slurm;    // slurm.conf's description of the node
+    std::string slurm_cores; // the job's cores in Slurm's numbering
+    std::string linux_cpus;  // what must be reserved for it
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.topology << " cores " << c.slurm_cores; }
+
+class PrologReclaim : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrologReclaim, ReservesTheLinuxCpusOfTheJobsSlurmCores) {
+    const Case &c = GetParam();
+    InProcessMalld malld(c.topology, std::make_unique<FakeSlurm>(7, c.slurm_cores, c.slurm));
+    ASSERT_EQ(malld.start_error(), "");
+
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    CtlResult reply = client->request(proto::Type::Reclaim, {{"owner", "slurm-7"}}, std::chrono::seconds(20));
+    ASSERT_TRUE(reply.ok) << reply.error;
+    EXPECT_EQ(reply.body.value("cpus", ""), c.linux_cpus);
+
+    auto status = status_json(malld.socket());
+    ASSERT_TRUE(status.has_value());
+    EXPECT_EQ((*status)["reserved"].value("slurm-7", ""), c.linux_cpus) << status->dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SmtAndInterleaved, PrologReclaim,
+    ::testing::Values(
+        // Numbering alternates packages, siblings 8 apart: Slurm's core 1 is package 0's second core.
+        Case{kInterleavedXml, {2, 4, 2}, "1", "2,10"},
+        Case{kInterleavedXml, {2, 4, 2}, "0,4", "0-1,8-9"},
+        // Siblings adjacent (core c = cpus 2c, 2c+1).
+        Case{"package:2 core:4 pu:2", {2, 4, 2}, "1", "2-3"},
+        // Siblings numbered 4 apart, one package (core k = cpus k, k+4).
+        Case{"pack:1 core:4 pu:2(indexes=0,4,1,5,2,6,3,7)", {1, 4, 2}, "1-2", "1-2,5-6"},
+        // One thread per core, numbered in order: the identity.
+        Case{"pack:1 core:4", {1, 4, 1}, "1-2", "1-2"}));
+
+// Ids the node does not have reserve nothing, and the prolog hears why.
+TEST(PrologReclaimRefusal, SlurmCoresTheNodeDoesNotHaveReserveNothing) {
+    InProcessMalld malld("package:2 core:4 pu:2", std::make_unique<FakeSlurm>(7, "3,9", SlurmNodeShape{2, 8, 2}));
+    ASSERT_EQ(malld.start_error(), "");
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    CtlResult reply = client->request(proto::Type::Reclaim, {{"owner", "slurm-7"}}, std::chrono::seconds(20));
+    EXPECT_FALSE(reply.ok);
+    EXPECT_NE(reply.error.find("core id 9 is beyond this node's 8 cores"), std::string::npos) << reply.error;
+    auto status = status_json(malld.socket());
+    ASSERT_TRUE(status.has_value());
+    EXPECT_FALSE((*status)["reserved"].contains("slurm-7")) << status->dump();
+}
+
+}  // namespace
+}  // namespace mall::test
