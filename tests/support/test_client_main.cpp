@@ -3,6 +3,10 @@
 // then "change step=<n> gen=<g> ncpus=<c> cpus=<list>" for each applied allocation (line-buffered).
 // Exits 0 on SIGTERM/SIGINT or when --duration-s has passed. With --usage N, SIGUSR1 makes it call
 // mall_set_usage(N) and SIGUSR2 mall_set_usage(0) at its next step (printing "usage <n> rc=<rc>").
+// With --steps N it exits 0 after its N-th step (or --duration-s, or a stop signal, whichever comes
+// first), printing last "done steps=<n> changes=<c>
+// checksum=<hex>": FNV-1a 64 over the step numbers 1..n as little-endian 64-bit words, so a run
+// that lost or repeated a step, or ended early, shows another checksum (the soak test checks it).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -80,6 +84,15 @@ private:
 std::atomic<int> g_usage_request{-1};
 void on_usage_signal(int sig) { g_usage_request.store(sig == SIGUSR1 ? 1 : 0); }
 
+// FNV-1a 64 of one step number, as 8 little-endian bytes, folded into `hash`.
+uint64_t fold_step(uint64_t hash, uint64_t step) {
+    for (int i = 0; i < 8; ++i) {
+        hash ^= (step >> (8 * i)) & 0xffu;
+        hash *= 0x100000001b3ULL;
+    }
+    return hash;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -88,6 +101,7 @@ int main(int argc, char **argv) {
     double duration_s = 60;
     bool no_step = false, spin = false;
     int usage = 0;
+    long long steps_wanted = 0;
     std::string socket;
 
     po::options_description opts("mall_test_client options");
@@ -98,7 +112,10 @@ int main(int argc, char **argv) {
         "duration-s", po::value<double>(&duration_s)->default_value(60), "exit 0 after this many seconds")(
         "spin", po::bool_switch(&spin), "workers busy-loop instead of sleeping")(
         "socket", po::value<std::string>(&socket), "malld's socket (default: $MALL_SOCKET, then the default)")(
-        "usage", po::value<int>(&usage), "on SIGUSR1 call mall_set_usage(N); on SIGUSR2 mall_set_usage(0)");
+        "usage", po::value<int>(&usage), "on SIGUSR1 call mall_set_usage(N); on SIGUSR2 mall_set_usage(0)")(
+        "steps", po::value<long long>(&steps_wanted)->default_value(0),
+        "exit 0 after this many steps (0: no limit; --duration-s still applies), printing "
+        "\"done steps=N changes=C checksum=H\"");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -113,8 +130,10 @@ int main(int argc, char **argv) {
                   << opts;
         return 0;
     }
-    if (threads < 0 || threads > 1024 || step_us < 1 || !(duration_s > 0)) {
-        std::cerr << "mall_test_client: need 0 <= --threads <= 1024, --step-us >= 1, --duration-s > 0\n";
+    if (threads < 0 || threads > 1024 || step_us < 1 || !(duration_s > 0) || steps_wanted < 0 ||
+        (steps_wanted > 0 && no_step)) {
+        std::cerr << "mall_test_client: need 0 <= --threads <= 1024, --step-us >= 1, --duration-s > 0, "
+                     "--steps >= 0, and not both --steps and --no-step\n";
         return 2;
     }
 
@@ -142,7 +161,7 @@ int main(int argc, char **argv) {
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(duration_s));
     static mall_alloc_t alloc;  // large (4 KiB of text): keep it off the stack
-    uint64_t step = 0;
+    uint64_t step = 0, changes = 0, checksum = 0xcbf29ce484222325ULL;
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // wake at the deadline, not up to 50 µs after it
     StepPacer pacer(step_us);
     while (!g_stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
@@ -151,19 +170,25 @@ int main(int argc, char **argv) {
             continue;
         }
         ++step;
+        checksum = fold_step(checksum, step);
         mall_report_progress(m, 1);
         if (int wanted = g_usage_request.exchange(-1); wanted >= 0) {
             const int value = wanted == 1 ? usage : 0;
             std::printf("usage %d rc=%d\n", value, mall_set_usage(m, value));
         }
         if (mall_step(m) == MALL_SUCCESS && mall_get_allocation(m, &alloc) == MALL_SUCCESS) {
+            ++changes;
             std::printf("change step=%llu gen=%llu ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
                         static_cast<unsigned long long>(alloc.generation), alloc.ncpus, alloc.cpus);
         }
+        if (steps_wanted > 0 && step >= static_cast<uint64_t>(steps_wanted)) break;
         pacer.wait();
     }
     g_stop.store(true);
     for (auto &t : workers) t.join();
     mall_close(m);
+    if (steps_wanted > 0)
+        std::printf("done steps=%llu changes=%llu checksum=%016llx\n", static_cast<unsigned long long>(step),
+                    static_cast<unsigned long long>(changes), static_cast<unsigned long long>(checksum));
     return 0;
 }
