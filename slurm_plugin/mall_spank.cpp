@@ -19,6 +19,10 @@
 //   `required` one that fails drains the node. on_daemon_down=fail therefore ends the task itself
 //   (in task_init, before exec, with exit code 1 and a line on its stderr): the step fails, the
 //   node stays up.
+// - Time: a wedged malld must never hang slurmstepd or slurmd. Each callback's exchanges with
+//   malld (connect, send, reply) share one budget: malld's ack timeout + 3 s (5 s by default),
+//   after which the job runs non-malleable with a warning; once malld ran out of time in a
+//   process, its later callbacks get 0.5 s (CallbackBudget).
 // - Job ids: task_init sees S_JOB_ID 0 (a 22.05 bug), so it reads SLURM_JOB_ID from the task env.
 // - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; common/slurm_cpu_map.hpp
 //   maps them to Linux cpus as slurmd does (malld maps the prolog's lookup with the same code).
@@ -80,7 +84,13 @@ using mall::slurm::OnDaemonDown;
 using mall::slurm::PlugstackConfig;
 
 constexpr const char *kOptionEnv = "SLURM_SPANK__SLURM_SPANK_OPTION_mall_malleable";
+// How long one callback may spend with malld (connect, send and reply together): malld's ack
+// timeout (a Register or Reclaim reply waits for a shrinking job's ack) plus a margin, 5 s with the
+// defaults. Once malld failed to answer in this process (a wedged malld), the later callbacks of
+// the same process (one task_post_fork per local task) get kAfterTimeoutBudget only, so a step of
+// many tasks is not held back that long per task.
 constexpr std::chrono::milliseconds kRequestMargin{3000};  // on top of malld's ack timeout
+constexpr std::chrono::milliseconds kAfterTimeoutBudget{500};
 
 // Per-process state: each Slurm process (sbatch, srun, slurmstepd, the prolog) loads its own copy.
 struct PluginState {
@@ -91,6 +101,7 @@ struct PluginState {
     bool option_bare = false;        // given without a value
     std::string option_text;         // the value as the user wrote it
     bool reclaimed = false;          // this process already sent the Reclaim for its job
+    bool malld_unresponsive = false; // a connect or request to malld ran out of time here
 };
 PluginState g_state;
 
@@ -125,8 +136,37 @@ __attribute__((format(printf, 1, 2))) void log_debug(const char *fmt, ...) {
     slurm_debug("mall: %s", text.c_str());
 }
 
-std::chrono::milliseconds request_timeout() {
-    return std::chrono::milliseconds(g_state.config.ack_timeout_ms) + kRequestMargin;
+// One callback's time with malld: every connect and request of the callback draws on it.
+class CallbackBudget {
+public:
+    CallbackBudget()
+        : end_(std::chrono::steady_clock::now() +
+               (g_state.malld_unresponsive
+                    ? kAfterTimeoutBudget
+                    : std::chrono::milliseconds(g_state.config.ack_timeout_ms) + kRequestMargin)) {}
+    // What is left, at least 1 ms (a request with no time left fails at once as timed out).
+    std::chrono::milliseconds left() const {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now());
+        return std::max(ms, std::chrono::milliseconds(1));
+    }
+
+private:
+    std::chrono::steady_clock::time_point end_;
+};
+
+// Connects within the budget; nullopt with *error when malld cannot be reached.
+std::optional<mall::CtlClient> connect_to_malld(const CallbackBudget &budget, std::string *error) {
+    auto client = mall::CtlClient::connect(g_state.config.socket, error, nullptr, budget.left());
+    if (!client) g_state.malld_unresponsive = true;  // not there, or not taking connections
+    return client;
+}
+
+// A request within the budget; a transport failure (no answer in time) marks malld unresponsive.
+mall::CtlResult request_within(mall::CtlClient &client, const CallbackBudget &budget, mall::proto::Type type,
+                               const nlohmann::json &body) {
+    mall::CtlResult result = client.request(type, body, budget.left());
+    if (!result.ok && result.code == MALL_ERR_NODAEMON) g_state.malld_unresponsive = true;
+    return result;
 }
 
 // The node's topology, loaded once per process, including cpus outside our own cpuset (slurmstepd
@@ -293,12 +333,13 @@ void load_option(spank_t sp) {
 std::optional<mall::CtlResult> ask_malld(mall::proto::Type type, const nlohmann::json &body, bool *unreachable,
                                          std::string *error) {
     *unreachable = false;
-    auto client = mall::CtlClient::connect(g_state.config.socket, error);
+    CallbackBudget budget;
+    auto client = connect_to_malld(budget, error);
     if (!client) {
         *unreachable = true;
         return std::nullopt;
     }
-    mall::CtlResult result = client->request(type, body, request_timeout());
+    mall::CtlResult result = request_within(*client, budget, type, body);
     if (!result.ok && result.code == MALL_ERR_NODAEMON) {
         *unreachable = true;
         *error = result.error;
@@ -318,13 +359,14 @@ std::optional<mall::CtlResult> ask_malld(mall::proto::Type type, const nlohmann:
 bool reclaim_owner_only(uint32_t id) {
     const std::string owner = malld_job_name(id);
     std::string error;
-    auto client = mall::CtlClient::connect(g_state.config.socket, &error);
+    CallbackBudget budget;
+    auto client = connect_to_malld(budget, &error);
     if (!client) {
         log_info("job %u: prolog reclaim skipped: %s", id, error.c_str());
         return false;
     }
     auto t0 = std::chrono::steady_clock::now();
-    mall::CtlResult result = client->request(mall::proto::Type::Reclaim, {{"owner", owner}}, request_timeout());
+    mall::CtlResult result = request_within(*client, budget, mall::proto::Type::Reclaim, {{"owner", owner}});
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!result.ok) {
         log_debug("job %u: prolog reclaim by owner not done (%s); the reclaim happens at step start",
@@ -341,13 +383,14 @@ void reclaim_for_job(uint32_t id, const CpuSet &cpus, const char *where) {
     g_state.reclaimed = true;
     const std::string owner = malld_job_name(id);
     std::string error;
-    auto client = mall::CtlClient::connect(g_state.config.socket, &error);
+    CallbackBudget budget;
+    auto client = connect_to_malld(budget, &error);
     if (!client) {
         log_info("job %u: cores %s not reclaimed: %s", id, cpus.to_string().c_str(), error.c_str());
         return;
     }
     auto t0 = std::chrono::steady_clock::now();
-    mall::CtlResult status = client->request(mall::proto::Type::Status, nlohmann::json::object(), request_timeout());
+    mall::CtlResult status = request_within(*client, budget, mall::proto::Type::Status, nlohmann::json::object());
     if (status.ok && status.body.contains("reserved") && status.body["reserved"].is_object()) {
         const auto &reserved = status.body["reserved"];
         auto it = reserved.find(owner);
@@ -358,7 +401,7 @@ void reclaim_for_job(uint32_t id, const CpuSet &cpus, const char *where) {
             }
     }
     nlohmann::json body = {{"cpus", cpus.to_string()}, {"owner", owner}};
-    mall::CtlResult result = client->request(mall::proto::Type::Reclaim, body, request_timeout());
+    mall::CtlResult result = request_within(*client, budget, mall::proto::Type::Reclaim, body);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!result.ok)
         log_info("job %u: cores %s not reclaimed: %s", id, cpus.to_string().c_str(), result.error.c_str());
@@ -508,7 +551,8 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
                          g_state.config.socket.c_str(), error.c_str());
                 return 0;
             }
-            tell_user("malld not reachable at %s; this job runs non-malleable", g_state.config.socket.c_str());
+            tell_user("malld not reachable at %s (%s); this job runs non-malleable", g_state.config.socket.c_str(),
+                      error.c_str());
             return 0;
         }
         if (!result->ok) {
@@ -541,7 +585,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
             // Errors of an `optional` plugin are ignored by slurmstepd, and a `required` one that fails
             // drains the node: so the task ends itself, before exec, saying why on its own stderr.
             std::string error;
-            if (!mall::CtlClient::connect(g_state.config.socket, &error)) {
+            if (!connect_to_malld(CallbackBudget(), &error)) {
                 dprintf(STDERR_FILENO,
                         "mall: malld not reachable at %s (%s); on_daemon_down=fail: this --malleable task does "
                         "not run\n",

@@ -20,7 +20,10 @@ systest_begin() {
   cluster=$src/launch_scripts/local-cluster.sh
   failures=0
   if [ "$(id -u)" -ne 0 ]; then
-    echo "SKIP: the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
+    local why="the local cluster needs root (Slurm's daemons, munged, malld's cgroups); run as root"
+    echo "SKIP: $why"
+    # run-tests.sh lists skips with their reasons from this log (the format of tests/support/gtest_main.cpp).
+    [ -n "${MALL_TEST_SKIP_LOG:-}" ] && echo "SKIPPED $me $me: $why" >>"$MALL_TEST_SKIP_LOG"
     exit 77   # ctest: SKIP_RETURN_CODE
   fi
 }

@@ -456,10 +456,74 @@ if [ -n "${j7:-}" ]; then
   fi
 fi
 
+# ---- 11. a wedged malld (SIGSTOPped, backlog full): a --malleable job starts non-malleable in time --
+# The plugin bounds each callback's time with malld (ack_timeout_ms + 3 s = 5 s here; see
+# mall_spank.cpp): the job prolog's and the step's reclaims and the task's registration each give
+# up after that, so the task starts after at most ~2 x 5 s + 0.5 s of plugin time. The check below
+# allows 40 s on top for Slurm itself: it catches a hang, it does not time the plugin.
+malld_pid=$(cat "$MALL_CLUSTER_DIR/run/malld.pid" 2>/dev/null)
+plugin_bound_s=11
+if [ -n "$malld_pid" ] && live "$malld_pid" && kill -STOP "$malld_pid"; then
+  # Connections nobody accepts, held until killed: the listen backlog is full.
+  python3 - "$MALL_SOCKET" >"$work/backlog.out" 2>&1 <<'PY' &
+import errno, socket, sys, time
+held = []
+while True:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.setblocking(False)
+    try:
+        s.connect(sys.argv[1])
+    except BlockingIOError:
+        break
+    held.append(s)
+print("full after", len(held), "connections", flush=True)
+time.sleep(3600)
+PY
+  filler_pid=$!
+  if wait_for 10 grep -q '^full after' "$work/backlog.out"; then
+    submitted=$(date +%s.%N)
+    j11=$(submit wedged --malleable=1:2 -c 1 --wrap "date +%s.%N; $client --threads 2 --duration-s 0.5; echo client-rc=\$?") ||
+      fail "(11) sbatch refused the job while malld is wedged: $(cat "$work/wedged.sbatch.err")"
+    if [ -n "${j11:-}" ]; then
+      if wait_for 120 job_final "$j11" && [ "$(job_state "$j11")" = COMPLETED ] && grep -qx 'client-rc=0' "$work/wedged.out" &&
+         grep -q 'runs non-malleable' "$work/wedged.out"; then
+        started=$(grep -m1 -E '^[0-9]+\.[0-9]+$' "$work/wedged.out")   # the task's `date`; stderr lines come first
+        delay=$(awk -v a="$submitted" -v b="${started:-0}" 'BEGIN { printf "%.1f", b - a }')
+        if [ -n "$started" ] && awk -v d="$delay" -v lim="$plugin_bound_s" 'BEGIN { exit !(d >= 0 && d < lim + 40) }'; then
+          pass "(11) with malld wedged ($(cat "$work/backlog.out")), job $j11's task started ${delay}s after sbatch (plugin bound ${plugin_bound_s}s) and ran non-malleable: $(grep -m1 'runs non-malleable' "$work/wedged.out")"
+        else
+          fail "(11) job $j11's task started ${delay}s after sbatch with malld wedged (plugin bound ${plugin_bound_s}s)"
+        fi
+      else
+        fail "(11) job $j11 with malld wedged"; dump_job wedged "$j11"
+      fi
+    fi
+  else
+    fail "(11) could not fill malld's backlog: $(cat "$work/backlog.out")"
+  fi
+  kill "$filler_pid" 2>/dev/null; wait "$filler_pid" 2>/dev/null
+  kill -CONT "$malld_pid"
+  if wait_for $wait_default_s status_json >/dev/null; then
+    pass "(11) malld serves again after SIGCONT"
+  else
+    fail "(11) malld does not answer after SIGCONT"
+  fi
+else
+  fail "(11) could not stop malld with SIGSTOP (pid file: '${malld_pid}')"
+fi
+
 # ---- 6. malld stopped: a --malleable job still runs, the node stays up -----------------------------
+# malld --slurm (with its Slurm checker thread) stops cleanly on SIGTERM: it says so, writes its
+# state and removes its socket (issue 12: the checker thread used to take SIGTERM and die).
 malld_pid=$(cat "$MALL_CLUSTER_DIR/run/malld.pid" 2>/dev/null)
 if [ -n "$malld_pid" ] && live "$malld_pid" && kill -TERM "$malld_pid" && wait_for 15 bash -c "! kill -0 $malld_pid 2>/dev/null || [ \"\$(awk '{print \$3}' /proc/$malld_pid/stat 2>/dev/null)\" = Z ]"; then
   note "malld (pid $malld_pid) stopped with SIGTERM"
+  if grep -q 'received SIGTERM' "$MALL_CLUSTER_DIR/log/malld.log" && grep -q 'info: stopped$' "$MALL_CLUSTER_DIR/log/malld.log" &&
+     [ ! -e "$MALL_SOCKET" ]; then
+    pass "(6) malld --slurm stopped cleanly on SIGTERM: $(grep -m1 'received SIGTERM' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/^.*info: //'), socket removed"
+  else
+    fail "(6) malld --slurm did not stop cleanly on SIGTERM (socket $( [ -e "$MALL_SOCKET" ] && echo left behind || echo removed)): $(tail -n 3 "$MALL_CLUSTER_DIR/log/malld.log" | tr '\n' '|')"
+  fi
   j6=$(submit nodaemon --malleable=1:2 -c 1 --wrap "grep Cpus_allowed_list /proc/self/status; $client --threads 2 --duration-s 0.5; echo client-rc=\$?") ||
     fail "(6) sbatch refused the job while malld is down: $(cat "$work/nodaemon.sbatch.err")"
   if [ -n "${j6:-}" ]; then

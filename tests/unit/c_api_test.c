@@ -1,5 +1,6 @@
 /* c_api_test.c — proves mall.h compiles as C99 and libmall links from C: versions agree, every code
- * has words, a missing daemon gives a detached handle that says "nothing changed", NULL is refused. */
+ * has words, a missing daemon gives a detached handle that says "nothing changed" (usage caps kept,
+ * callback arguments released once at close), NULL is refused. */
 #define _POSIX_C_SOURCE 200809L
 #include <mall/mall.h>
 
@@ -24,6 +25,10 @@ static void on_resize(const mall_alloc_t *alloc, void *arg) {
     (void)alloc;
     (void)arg;
 }
+
+/* Counts the release calls for each callback argument. */
+static int releases[20];
+static void count_release(void *arg) { ++releases[(int *)arg - releases]; }
 
 int main(void) {
     mall_test_watchdog_arm(30); /* a hang fails the test */
@@ -77,8 +82,39 @@ int main(void) {
             CHECK(mall_report_progress(m, 10) == MALL_SUCCESS);
             CHECK(mall_on_resize(m, NULL, NULL) == MALL_ERR_INVAL);
             CHECK(mall_get_allocation(m, NULL) == MALL_ERR_INVAL);
+            /* The usage cap: kept while detached (sent at the next attach); out of range refused. */
+            CHECK(mall_set_usage(m, 1) == MALL_SUCCESS);
+            CHECK(mall_set_usage(m, 0) == MALL_SUCCESS);
+            CHECK(mall_set_usage(m, MALL_MAX_CPUS) == MALL_SUCCESS);
+            CHECK(mall_set_usage(m, -1) == MALL_ERR_INVAL);
+            CHECK(mall_set_usage(m, MALL_MAX_CPUS + 1) == MALL_ERR_INVAL);
             mall_close(m);
         }
+    }
+
+    /* mall_on_resize_with_release: mall_close() releases each registered argument exactly once; a
+     * refused registration (NULL function, table full) leaves its argument to the caller. */
+    {
+        char path[128];
+        mall_t *m = NULL;
+        int registered = 0, i, rc;
+        snprintf(path, sizeof path, "/tmp/mall-c-api-test-%ld/no-such.sock", (long)getpid());
+        rc = mall_open(path, &m, NULL);
+        CHECK(rc == MALL_ERR_NODAEMON && m != NULL);
+        if (m != NULL) {
+            CHECK(mall_on_resize_with_release(m, NULL, &releases[19], count_release) == MALL_ERR_INVAL);
+            for (i = 0; i < 18; ++i) {
+                rc = mall_on_resize_with_release(m, on_resize, &releases[i], count_release);
+                if (rc == MALL_SUCCESS) ++registered;
+                else CHECK(rc == MALL_ERR_FULL);
+            }
+            CHECK(registered == 16); /* mall.h: at most 16 callbacks per handle */
+            for (i = 0; i < 20; ++i) CHECK(releases[i] == 0); /* nothing released before mall_close */
+            mall_close(m);
+            for (i = 0; i < 20; ++i) CHECK(releases[i] == (i < 16 ? 1 : 0));
+        }
+        CHECK(mall_on_resize_with_release(NULL, on_resize, &releases[19], count_release) == MALL_ERR_INVAL);
+        CHECK(releases[19] == 0);
     }
 
     /* NULL handling for every function. */
@@ -96,6 +132,7 @@ int main(void) {
         CHECK(mall_fd(NULL) == MALL_ERR_INVAL);
         CHECK(mall_report_progress(NULL, 1) == MALL_ERR_INVAL);
         CHECK(mall_attached(NULL) == MALL_ERR_INVAL);
+        CHECK(mall_set_usage(NULL, 0) == MALL_ERR_INVAL);
         CHECK(mall_job_id(NULL) == NULL);
         mall_close(NULL);
     }

@@ -3,8 +3,32 @@
  * A training process opens a handle once, then calls mall_step() at every training-step boundary.
  * When the node manager (malld) has published a new CPU allocation for the process's job,
  * mall_step() runs the registered resize callbacks, re-pins the registered threads and acknowledges
- * the new generation; otherwise it costs one atomic load. The library never terminates or blocks
- * its host process: without a daemon, every call behaves as "nothing changes".
+ * the new generation; otherwise it costs one atomic load. The library never terminates its host
+ * process, and its waits are bounded: without a daemon, every call behaves as "nothing changes".
+ *
+ * Time. mall_open() is the only call that waits for the node manager: at most
+ * $MALL_ATTACH_TIMEOUT_MS milliseconds (default 2000, 0 to 60000; 0 = do not wait, attach in the
+ * background) for its reply; connecting itself never waits (a node manager whose queue is full
+ * counts as not answering). mall_step() without a change makes no system call and takes no lock;
+ * with a change it runs the callbacks, re-pins the bound threads and sends one message without
+ * waiting. mall_set_usage() sends one message without waiting. mall_close() stops the background
+ * thread, which never waits longer than it takes to notice (it polls a stop descriptor).
+ * Everything else returns without waiting for anyone.
+ *
+ * Threads. A handle may be used from several threads at once, with these rules:
+ * - mall_step(), mall_get_allocation(), mall_report_progress(), mall_set_usage(), mall_attached(),
+ *   mall_job_id() and mall_fd() may run concurrently from any threads. Concurrent mall_step() calls
+ *   apply a change once; the callbacks run on the thread whose mall_step() applies it.
+ * - mall_bind_thread() / mall_unbind_thread() act on the calling thread; any thread may call them.
+ * - mall_on_resize*() may run concurrently with mall_step(); a callback registered meanwhile runs
+ *   from the next change on.
+ * - A resize callback must not call mall_step() or mall_close() on its handle (it runs inside
+ *   mall_step()); other calls are allowed.
+ * - mall_close() must be the handle's last call: no other call on the handle may run concurrently
+ *   with it or start after it. It must not be called from a resize callback.
+ * - The pointer mall_job_id() returns stays valid, and its text unchanged, until mall_close().
+ * - The library's own thread blocks every signal, so signals reach only the host's threads. No
+ *   call is async-signal-safe: do not call the library from a signal handler.
  *
  * This header compiles as C99 and as C++. It is the only header a training process needs.
  */
@@ -95,9 +119,13 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * *out is set in every case except MALL_ERR_INVAL and MALL_ERR_NOMEM: on the other errors the
  * handle is detached, every later call on it treats the allocation as unchanged, and it keeps
  * trying to attach in the background, so callers may ignore the code.
- * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_NOMEM, MALL_ERR_NODAEMON, MALL_ERR_DENIED,
- * MALL_ERR_NOJOB, MALL_ERR_PROTOCOL, MALL_ERR_VERSION or MALL_ERR_SYSTEM; err (may be NULL)
- * receives words on failure.
+ * Waits at most $MALL_ATTACH_TIMEOUT_MS (default 2000) for the node manager's reply; a malformed
+ * value is MALL_ERR_INVAL.
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_NOMEM, MALL_ERR_NODAEMON (nothing answered in
+ * time), MALL_ERR_DENIED (also when the node manager refuses the connection itself, e.g. this user
+ * holds as many connections as malld --max-connections-per-user allows), MALL_ERR_NOJOB,
+ * MALL_ERR_PROTOCOL, MALL_ERR_VERSION or MALL_ERR_SYSTEM; err (may be NULL) receives words on
+ * failure.
  * A handle belongs to the process that opened it: after fork(), the child must not use the
  * parent's handle (its background thread does not exist there); it opens its own. */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
@@ -111,11 +139,12 @@ MALL_EXPORT int mall_step(mall_t *m);
 
 /* Copies the allocation last applied by mall_step(): generation 0 and ncpus 0 before the first
  * applied change; after malld goes away, the last one applied (the cores the process still has).
- * Returns MALL_SUCCESS or MALL_ERR_INVAL. */
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL or MALL_ERR_SYSTEM (a lock failed; *out is unchanged). */
 MALL_EXPORT int mall_get_allocation(mall_t *m, mall_alloc_t *out);
 
 /* Registers a callback run by mall_step() on each new allocation (at most 16 per handle).
- * Returns MALL_SUCCESS, MALL_ERR_INVAL or MALL_ERR_FULL. */
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_FULL or MALL_ERR_SYSTEM (a lock failed; nothing
+ * was registered). */
 MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg);
 
 /* As mall_on_resize(), and the handle takes ownership of arg: mall_close() calls release(arg) once
@@ -129,7 +158,8 @@ MALL_EXPORT int mall_on_resize_with_release(mall_t *m, mall_resize_fn fn, void *
  * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_FULL or MALL_ERR_SYSTEM. */
 MALL_EXPORT int mall_bind_thread(mall_t *m);
 
-/* Removes the calling thread from the re-pin list. Returns MALL_SUCCESS or MALL_ERR_INVAL. */
+/* Removes the calling thread from the re-pin list (its current mask stays). Returns MALL_SUCCESS,
+ * MALL_ERR_INVAL or MALL_ERR_SYSTEM (a lock failed; the thread stays registered). */
 MALL_EXPORT int mall_unbind_thread(mall_t *m);
 
 /* A descriptor that becomes readable when a change is published, for poll/epoll loops. It is
@@ -150,8 +180,8 @@ MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units);
  * guaranteed it); the smaller, or after a raise the larger, allocation arrives as a normal change at
  * a later mall_step(). Kept across reconnects. Sends one message when attached (a system call, no
  * reply): call it when the value changes, not every step. Since API 0.2.0.
- * Returns MALL_SUCCESS, MALL_ERR_INVAL (NULL handle, ncpus < 0 or > MALL_MAX_CPUS) or
- * MALL_ERR_SYSTEM (out of memory). */
+ * Returns MALL_SUCCESS, MALL_ERR_INVAL (NULL handle, ncpus < 0 or > MALL_MAX_CPUS), MALL_ERR_NOMEM
+ * (out of memory: the value is kept and sent at the next attach) or MALL_ERR_SYSTEM (a lock failed). */
 MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus);
 
 /* MALL_SUCCESS when attached to a node manager now, MALL_ERR_DETACHED when not, MALL_ERR_INVAL
@@ -159,11 +189,13 @@ MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus);
 MALL_EXPORT int mall_attached(mall_t *m);
 
 /* The job the handle is attached to (empty text when detached). Never NULL for a valid handle;
- * NULL for NULL. */
+ * NULL for NULL. The text stays valid and unchanged until mall_close(), also when the handle later
+ * re-attaches (a later call may then return another pointer). */
 MALL_EXPORT const char *mall_job_id(mall_t *m);
 
-/* Closes the handle: stops the background thread, unmaps the page, closes the socket. Bound
- * threads keep their last mask. NULL is accepted. */
+/* Closes the handle: stops the background thread, unmaps the page, closes the socket, and calls
+ * the release function of each mall_on_resize_with_release() callback. Bound threads keep their
+ * last mask. NULL is accepted. The handle's last call (see "Threads" above). */
 MALL_EXPORT void mall_close(mall_t *m);
 
 #ifdef __cplusplus

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <forward_list>
 #include <mutex>
 #include <new>
 #include <string>
@@ -43,7 +44,6 @@ using std::chrono::milliseconds;
 
 constexpr int kMaxCallbacks = 16;
 constexpr int kMaxBoundThreads = 1024;
-constexpr size_t kJobIdMax = mall::proto::kMaxJobNameLength;
 // mall_open() waits at most this long for malld's attach reply by default ($MALL_ATTACH_TIMEOUT_MS
 // changes it, 0 to 60000; the connect itself never waits: a full backlog fails at once).
 constexpr milliseconds kDefaultAttachTimeout{2000};
@@ -106,7 +106,12 @@ struct mall_handle {
     std::mutex conn_mu;
     int sock = -1;                      // written by the monitor (and open) only, under conn_mu
     std::atomic<bool> attached{false};
-    char job_id[kJobIdMax + 1] = {};    // rewritten only while detached, and only when it differs
+    // mall_job_id()'s text: every name the handle was attached under, kept until mall_close() so
+    // that a pointer handed out never changes or dangles; job_name points at the latest. A new
+    // entry only when a re-attach names another job (malld lost its state and self-registered
+    // the process anew): a handful per handle at most.
+    std::forward_list<std::string> job_names;  // written by the monitor (and open), under conn_mu
+    std::atomic<const char *> job_name{""};
 
     // --- the change path ---
     std::mutex step_mu;     // one change path at a time; guards scratch
@@ -428,7 +433,10 @@ int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout
             if (!install_page(m, incoming, why)) return MALL_ERR_SYSTEM;
             if (m->sock >= 0) ::close(m->sock);
             m->sock = sock.release();
-            if (job != m->job_id) std::snprintf(m->job_id, sizeof m->job_id, "%s", job.c_str());
+            if (job != m->job_name.load(std::memory_order_relaxed)) {
+                m->job_names.push_front(job);
+                m->job_name.store(m->job_names.front().c_str(), std::memory_order_release);
+            }
             m->progress_base_units = m->work_units.load(std::memory_order_relaxed);
             m->progress_base_calls = m->progress_calls.load(std::memory_order_relaxed);
             m->progress_sent_units = 0;
@@ -903,6 +911,8 @@ MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus) {
         // Detached: the monitor sends it after the next attach.
         send_nonblocking(m, mall::proto::Type::Usage, {{"cpus_used", ncpus}});
         return MALL_SUCCESS;
+    } catch (const std::bad_alloc &) {
+        return MALL_ERR_NOMEM;  // the cap is kept: the monitor sends it at the next attach
     } catch (...) {
         return MALL_ERR_SYSTEM;
     }
@@ -915,7 +925,7 @@ MALL_EXPORT int mall_attached(mall_t *m) {
 
 MALL_EXPORT const char *mall_job_id(mall_t *m) {
     if (!m) return nullptr;
-    return m->attached.load(std::memory_order_acquire) ? m->job_id : "";
+    return m->attached.load(std::memory_order_acquire) ? m->job_name.load(std::memory_order_acquire) : "";
 }
 
 MALL_EXPORT void mall_close(mall_t *m) {

@@ -79,18 +79,37 @@ bool Connections::send_message(Connection &c, proto::Type type, uint32_t request
         return false;
     }
     Connection::Outgoing out;
+    if (pass_fd >= 0) {
+        out.fd.reset(::fcntl(pass_fd, F_DUPFD_CLOEXEC, 0));
+        if (!out.fd) {  // a reply without its descriptor would be wrong: the client asks again
+            give_up(c, std::string("cannot keep a descriptor for a queued reply: ") + std::strerror(errno));
+            return false;
+        }
+    }
     c.outbox_bytes += data.size();
     out.data = std::move(data);
-    if (pass_fd >= 0) out.fd.reset(::fcntl(pass_fd, F_DUPFD_CLOEXEC, 0));
     c.outbox.push_back(std::move(out));
     if (!c.want_write) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLOUT;
-        ev.data.u64 = epoll_tag(Source::Connection, c.id);
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.get(), &ev);
+        if (!watch_for(c, EPOLLIN | EPOLLOUT)) return false;  // the outbox would never drain
         c.want_write = true;
     }
     return true;
+}
+
+bool Connections::watch_for(Connection &c, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = epoll_tag(Source::Connection, c.id);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) return true;
+    give_up(c, std::string("epoll_ctl failed: ") + std::strerror(errno));
+    return false;
+}
+
+void Connections::give_up(Connection &c, const std::string &why) {
+    log_warn_limited("connection-failure", "closing the connection of uid " + std::to_string(c.peer.uid) +
+                                               " pid " + std::to_string(c.peer.pid) + ": " + why +
+                                               " (the client reconnects)");
+    c.closing = true;
 }
 
 void Connections::flush_outbox(Connection &c) {
@@ -104,13 +123,8 @@ void Connections::flush_outbox(Connection &c) {
         c.outbox_bytes -= std::min(c.outbox_bytes, out.data.size());
         c.outbox.pop_front();
     }
-    if (c.want_write && !c.closing) {
-        epoll_event ev{};
-        ev.events = EPOLLIN;
-        ev.data.u64 = epoll_tag(Source::Connection, c.id);
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.get(), &ev);
-        c.want_write = false;
-    }
+    // Still watched for EPOLLOUT, the (level-triggered) loop would spin: give up if it cannot stop.
+    if (c.want_write && !c.closing && watch_for(c, EPOLLIN)) c.want_write = false;
 }
 
 void Connections::reply(Connection &c, uint32_t request_id, const nlohmann::json &body, int pass_fd) {

@@ -91,6 +91,10 @@ public:
 private:
     bool send_message(Connection &c, proto::Type type, uint32_t request_id, const nlohmann::json &body,
                       int pass_fd, bool droppable);
+    // Changes the events epoll watches on c; on failure gives up on c (false).
+    bool watch_for(Connection &c, uint32_t events);
+    // Marks c closing and logs why (rate-limited): it cannot be served correctly any more.
+    void give_up(Connection &c, const std::string &why);
 
     int epoll_fd_;
     uint64_t next_id_ = 1;

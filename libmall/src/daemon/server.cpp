@@ -111,7 +111,10 @@ bool Server::start(std::string *error) {
     }
     listen_fd_.reset(lfd);
     listening_ = true;
-    ::fcntl(lfd, F_SETFL, ::fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    // A blocking listener would stall the loop in accept() whenever a client gave up first.
+    const int listen_flags = ::fcntl(lfd, F_GETFL);
+    if (listen_flags < 0 || ::fcntl(lfd, F_SETFL, listen_flags | O_NONBLOCK) != 0)
+        return fail(std::string("cannot make the socket non-blocking: ") + std::strerror(errno));
     // No client may push descriptors on malld: closing a peer-chosen file can block the loop.
     // Set on the listener so that it already holds for packets sent before accept().
     if (!refuse_passed_descriptors(lfd))
