@@ -24,6 +24,9 @@ packages=(
   libtorch-dev
   # launch_scripts/bench-cosched.sh draws its timeline plot (PNG) with gnuplot.
   gnuplot-nox
+  # tests/fuzz (libFuzzer): clang, its fuzzer/sanitizer runtimes (only a Recommends of clang, hence
+  # named), and llvm-symbolizer for file:line in the reports.
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()

@@ -5,6 +5,8 @@
 # Environment: MALL_BUILD_DIR (default <repo>/build), MALL_JOBS (default 2),
 #              MALL_SANITIZE_PASS=1 also builds an ASan/UBSan tree (build-asan/) and runs the suite
 #              there (malld, libmall and the tools all instrumented; CI sets it).
+#              MALL_FUZZ_PASS=1 (default: as MALL_SANITIZE_PASS) runs every libFuzzer target for
+#              MALL_FUZZ_SECONDS (default 20) after the suite (tests/fuzz/run-fuzz.sh).
 #              CI=true: a skipped test fails the run unless tests/expected-skips names it.
 # A skipped test is never a passed one: ctest reports it "Skipped", and the run ends with the list of
 # skipped tests and their reasons.
@@ -110,6 +112,11 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
   set -o pipefail
   [ "$asan_status" -eq 0 ] || status=$asan_status
   report_skips "$repo/build-asan/Testing/mall-ctest.log" "$asan_skip_log" "ASan/UBSan" || status=1
+fi
+
+if [ "${MALL_FUZZ_PASS:-${MALL_SANITIZE_PASS:-0}}" = 1 ]; then
+  echo "== run-tests: fuzzing (tests/fuzz/run-fuzz.sh: each parser ${MALL_FUZZ_SECONDS:-20} s under ASan/UBSan, clang tree build-fuzz/)"
+  "$repo/tests/fuzz/run-fuzz.sh" --seconds "${MALL_FUZZ_SECONDS:-20}" --jobs "$jobs" || status=1
 fi
 
 leftover=$(comm -13 <(echo "$cgroups_before" | sort) <(test_cgroups | sort) | tr '\n' ' ')

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <utility>
 
+#include "../common/quiet_thread.hpp"
+
 #ifdef MALL_WITH_SLURM
 extern "C" {
 #include <slurm/slurm.h>
@@ -44,9 +46,9 @@ std::optional<uint32_t> slurm_job_id_of(const std::string &job_name) {
 
 SlurmChecker::SlurmChecker(std::unique_ptr<SlurmQuery> query)
     : query_(std::move(query)), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    // The thread must not take malld's signals (they arrive through the loop's signalfd); the
-    // caller has them blocked already, and a new thread inherits that mask.
-    thread_ = std::thread([this] { loop(); });
+    // The thread must not take malld's signals (they arrive through the loop's signalfd): it
+    // blocks them all, whatever its creator's mask (quiet_thread.hpp).
+    thread_ = start_quiet_thread([this] { loop(); });
 }
 
 SlurmChecker::~SlurmChecker() {
