@@ -5,6 +5,8 @@
 # Environment: MALL_BUILD_DIR (default <repo>/build), MALL_JOBS (default 2),
 #              MALL_SANITIZE_PASS=1 also builds an ASan/UBSan tree (build-asan/) and runs the suite
 #              there (malld, libmall and the tools all instrumented; CI sets it).
+#              MALL_TSAN_PASS=1 (default: as MALL_SANITIZE_PASS) runs the thread-heavy tests under
+#              ThreadSanitizer (tests/tsan/run-tsan.sh, tree build-tsan/).
 #              MALL_FUZZ_PASS=1 (default: as MALL_SANITIZE_PASS) runs every libFuzzer target for
 #              MALL_FUZZ_SECONDS (default 20) after the suite (tests/fuzz/run-fuzz.sh).
 #              CI=true: a skipped test fails the run unless tests/expected-skips names it.
@@ -112,6 +114,11 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
   set -o pipefail
   [ "$asan_status" -eq 0 ] || status=$asan_status
   report_skips "$repo/build-asan/Testing/mall-ctest.log" "$asan_skip_log" "ASan/UBSan" || status=1
+fi
+
+if [ "${MALL_TSAN_PASS:-${MALL_SANITIZE_PASS:-0}}" = 1 ]; then
+  echo "== run-tests: ThreadSanitizer (tests/tsan/run-tsan.sh: the pool, libmall's client threads, malld, the MPI step; tree build-tsan/)"
+  "$repo/tests/tsan/run-tsan.sh" -j "$jobs" || status=1
 fi
 
 if [ "${MALL_FUZZ_PASS:-${MALL_SANITIZE_PASS:-0}}" = 1 ]; then
