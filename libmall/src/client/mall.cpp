@@ -106,10 +106,10 @@ struct mall_handle {
     std::mutex conn_mu;
     int sock = -1;                      // written by the monitor (and open) only, under conn_mu
     std::atomic<bool> attached{false};
-    // mall_job_id()'s text: every name the handle was attached under, kept until mall_close() so
-    // that a pointer handed out never changes or dangles; job_name points at the latest. A new
-    // entry only when a re-attach names another job (malld lost its state and self-registered
-    // the process anew): a handful per handle at most.
+    // mall_job_id()'s text: every distinct name the handle was attached under, kept until
+    // mall_close() so that a pointer handed out never changes or dangles; job_name points at the
+    // current one. A new entry only when a re-attach names a job never seen before (malld lost its
+    // state and self-registered the process anew): a handful per handle at most.
     std::forward_list<std::string> job_names;  // written by the monitor (and open), under conn_mu
     std::atomic<const char *> job_name{""};
 
@@ -434,8 +434,9 @@ int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout
             if (m->sock >= 0) ::close(m->sock);
             m->sock = sock.release();
             if (job != m->job_name.load(std::memory_order_relaxed)) {
-                m->job_names.push_front(job);
-                m->job_name.store(m->job_names.front().c_str(), std::memory_order_release);
+                auto known = std::find(m->job_names.begin(), m->job_names.end(), job);
+                if (known == m->job_names.end()) known = m->job_names.insert_after(m->job_names.before_begin(), job);
+                m->job_name.store(known->c_str(), std::memory_order_release);
             }
             m->progress_base_units = m->work_units.load(std::memory_order_relaxed);
             m->progress_base_calls = m->progress_calls.load(std::memory_order_relaxed);
