@@ -37,13 +37,15 @@ DESCRIPTION
     - jobs arrive at random (every 1.5 s on average) through mallrun --malleable=1:2, 1:1, 2:2
       or 1 (up to the pool), with random weights: mall_test_client stepping every 0.2-5 ms,
       "slow" clients stepping every 0.7-1.5 s (their acks come after the ack timeout),
-      "noack" clients that attach and never step (every shrink of theirs times out), and the
-      examples mall_train_sgd, mall_train_digits and mall_train_linear on small presets;
+      "noack" clients that attach and never step (every move of theirs times out), the
+      examples mall_train_sgd, mall_train_digits and mall_train_linear on small presets, and
+      two-rank mall_train_mpi jobs (mpirun, each rank under its own mallrun; when built);
+      a long-lived client (the "resident") runs through the whole restart phase;
     - jobs leave at random: most run to their end, some are stopped by SIGTERM, some are
       SIGKILLed mid-step (the process alone, or with its mallrun);
     - admin commands at random (every 1.2 s on average): mallctl set JOB --cpus LIST|auto,
       set JOB --weight W, policy equal|weighted|static|throughput, reclaim CPU [--owner O]
-      and release;
+      and release; half of the moves go to a job that acks late or never;
     - malld is restarted R times in the middle half of the run (SIGKILL, or now and then
       SIGTERM): jobs keep running, arrivals meanwhile run unmanaged or lose their
       registration (mallrun exit 3), and the new malld re-adopts the survivors.
@@ -74,9 +76,13 @@ WHAT IS CHECKED (each failure is a violation; the run fails on any)
     - every job ends as expected: exit 0 with the right result (mall_test_client: FNV-1a
       checksum of the steps it took, and all of them unless stopped by SIGTERM; the examples:
       the checksum, or for mall_train_digits the loss and accuracy, of a reference run
-      without malld on one thread), 137 or -9 when SIGKILLed, 1 when malld refused the
-      registration (reasons are counted), 3 only when malld was killed during the
-      registration. mallctl exits 0, 1 (refused) or, when malld was away, 3.
+      without malld on one thread; an MPI job: every rank's), 137 or -9 when SIGKILLed, 1
+      when malld refused the registration (reasons are counted, and refusals the driver did
+      not expect from the claims it knows are counted apart), 3 only when malld was killed
+      during the registration. mallctl exits 0, 1 (refused) or, when malld was away, 3.
+    - a job's process holds no pipe or file beyond its stdio (nothing leaks in from mallrun
+      or the driver) and not two sockets in two scans a second apart (libmall keeps one
+      connection); the resident client's fds and RSS do not grow over the restarts.
     - malld answers within 15 s of each start, and exits 0 on SIGTERM.
     - the malld instance that runs the last two phases did not grow: between its drains its
       open fds may not grow at all and its RSS by at most max(1 MiB, 10%); at every drain it
@@ -86,12 +92,13 @@ WHAT IS CHECKED (each failure is a violation; the run fails on any)
       a process group the run created, no fd left open in the driver.
 
 OPTIONS
-    --minutes N         minutes per backend, a decimal number (default $minutes); about 35 s
-                        per backend are added for the drains, references and start-up
+    --minutes N         minutes per backend, a decimal number (default $minutes); the
+                        reference runs of the examples and the drains add about 15 s in all
     --backend B         cgroup-v1, affinity or both (default $backend, one after the other)
     --seed S            the plan's seed (default: drawn from the clock, printed)
     --build-dir DIR     where bin/malld, mallctl, mallrun, mall_test_client and the examples
-                        are (default <repo>/build)
+                        mall_train_sgd, _digits, _linear (and _mpi, optional) are
+                        (default <repo>/build)
     --keep-logs         keep the work folder (/tmp/mall_soak_XXXXXX): per backend soak.log,
                         plan.txt, events.jsonl, malld.N.log, mallctl.log, jobs/*.out|err,
                         report-BACKEND.json; without it, it is removed (also on failure,
@@ -118,11 +125,14 @@ EXIT STATUS
     124 the watchdog stopped a run that went on too long (nb_backends x (N min + 5 min) + 2 min)
 
 ENVIRONMENT
-    Needs /usr/bin/python3 (Debian's), root for cgroup-v1; uses 2 cpus' worth of load.
+    Needs /usr/bin/python3 (Debian's), root for cgroup-v1; loads the machine's cpus. On the
+    affinity backend the MPI jobs run with OMPI_MCA_mtl=^ofi,psm,psm2 OMPI_MCA_btl=^ofi
+    HWLOC_COMPONENTS=-x86: otherwise Open MPI's start moves a rank's threads onto other jobs'
+    cpus for up to ~100 ms, which sched_setaffinity enforcement cannot prevent (a cgroup does).
 
 EXAMPLES
     launch_scripts/$prog --minutes 10                       # both backends, 10 min each
-    launch_scripts/$prog --minutes 1.5 --backend both       # the CI form (ctest -L soak)
+    launch_scripts/$prog --minutes 1 --backend both         # the CI form (ctest -L soak)
     launch_scripts/$prog --backend affinity --seed 4242 --keep-logs --verbose   # replay
 EOF
 }

@@ -833,9 +833,24 @@ class Driver:
 
     # --- room: the soak's own guess whether malld can take a job of this min now ---
     def room_for(self, job):
+        """The pool less what this program reclaimed must hold every job's claim and the new
+        job's min: a job pinned by `mallctl set --cpus` claims its pin, others their min (jobs
+        malld does not list yet count with their min)."""
         soak = self.soak
-        live = [j for j in self.live_jobs() if j.up_at_launch]
-        return sum(j.min for j in live) + job.min <= soak.pool_count - len(self.reclaims)
+        listed = {j.get("job"): j for j in getattr(self, "soak_sampler", None).last_jobs} if hasattr(
+            self, "soak_sampler") else {}
+        claimed = 0
+        for j in self.live_jobs():
+            if not j.up_at_launch:
+                continue
+            names = [j.name] if j.ranks == 1 else ["%s-r%d" % (j.name, r) for r in range(j.ranks)]
+            for name in names:
+                entry = listed.get(name)
+                if entry and entry.get("pinned"):
+                    claimed += max(entry.get("ncpus", 0), entry.get("min", 1))
+                else:
+                    claimed += j.min // j.ranks
+        return claimed + job.min <= soak.pool_count - len(self.reclaims)
 
     def live_jobs(self):
         with self.soak.jobs_lock:
@@ -928,9 +943,13 @@ class Driver:
             outcome = "killed"  # a rank SIGKILLed: mpirun ends the others and fails
         elif "malld refused job" in err and (rc == 1 or job.ranks > 1 and rc != 0):
             outcome = "refused"
+            reason = err.split("malld refused job", 1)[1].strip().splitlines()[0]
             if job.room and job.up_at_launch:
                 soak.counts.add("jobs.refused_with_room")
-            reason = err.split("malld refused job", 1)[1].strip().splitlines()[0]
+                seen = [(j.get("job"), j.get("min"), j.get("cpus"), j.get("pinned"))
+                        for j in self.soak_sampler.last_jobs]
+                soak.say("refused although room was seen: %s; malld's jobs then: %s; reclaimed by this "
+                         "program: %s" % (reason, seen, self.reclaims))
             soak.counts.add("refusal." + re.sub(r'"soak-[^"]*"', "JOB", re.sub(r"[0-9]+", "N", reason))[:120])
         elif (rc == 3 or job.ranks > 1 and rc != 0) and "did not answer the registration" in err and killed_malld:
             outcome = "registration_lost"
@@ -1231,7 +1250,8 @@ def leftovers(soak):
     """What is left once malld stopped: cgroups, socket, processes, fds of this program."""
     found = []
     if os.path.exists(soak.cgroup_dir):
-        found.append("cgroup folder %s (and %s)" % (soak.cgroup_dir, os.listdir(soak.cgroup_dir)))
+        found.append("cgroup folder %s (job folders %s)" % (
+            soak.cgroup_dir, [d for d in os.listdir(soak.cgroup_dir) if d.startswith("job_")]))
     if os.path.exists(soak.socket):
         found.append("socket %s" % soak.socket)
     procs = processes_marked(soak.marker)
@@ -1318,7 +1338,7 @@ def run(args):
 
     def on_signal(signum, frame):
         soak.stop_requested = True
-        soak.violation("interrupted by signal %d" % signum)
+        soak.violation("interrupted by signal %d" % signum, episode=("interrupted",))
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -1339,12 +1359,20 @@ def run(args):
     chaos1 = 0.5 * total
     chaos2 = max(5.0, total - warm - chaos1)
     restarts = args.restarts if args.restarts >= 0 else max(2, round(total / 100))
-    ok = drv.run_phase("warm-up", warm, 0)
-    ok = ok and drv.drain("warm-up") is not None
-    ok = ok and drv.run_phase("chaos", chaos1, restarts)
-    ok = ok and drv.drain("after restarts") is not None
-    ok = ok and drv.run_phase("steady", chaos2, 0)
-    ok = ok and drv.drain("end") is not None
+    ok = True
+    for step in (lambda: drv.run_phase("warm-up", warm, 0), lambda: drv.drain("warm-up"),
+                 lambda: drv.run_phase("chaos", chaos1, restarts), lambda: drv.drain("after restarts"),
+                 lambda: drv.run_phase("steady", chaos2, 0), lambda: drv.drain("end")):
+        if not ok or soak.stop_requested:  # a failed start of malld, or SIGTERM/SIGINT: straight to the end
+            ok = False
+            break
+        try:
+            ok = step() not in (False, None)
+        except Exception:  # a bug here must still end in the figures, the checks and the cleanup
+            import traceback
+            traceback.print_exc()
+            soak.violation("the driver crashed (traceback above)")
+            ok = False
     sampler.stop()
     if ok and not soak.stop_requested:
         soak.stop_malld("term")
