@@ -67,6 +67,24 @@ private_cluster_init() {
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# cluster_down_and_nothing_left [EXTRA_PIDS]: brings the cluster down (sets cluster_down_done=1 for
+# the caller's cleanup trap) and checks that no daemon of the run, no process of the run's jobs (and
+# none of EXTRA_PIDS), no new cgroup folder and no state folder remain; one PASS/FAIL line each.
+cluster_down_and_nothing_left() {
+  local pids_of_run alive_left='' new_cgroups pid
+  pids_of_run=$(cat "$MALL_CLUSTER_DIR"/run/*.pid 2>/dev/null | sort -u | tr "\n" " ")
+  cluster_down_done=1
+  if "$cluster" down >"$work/down.log" 2>&1; then pass "local-cluster.sh down"; else fail "local-cluster.sh down: $(cat "$work/down.log")"; fi
+  for pid in $pids_of_run ${1:-}; do live "$pid" && alive_left+="$pid($(cat "/proc/$pid/comm" 2>/dev/null)) "; done
+  alive_left+=$(run_processes | tr '\n' ' ')
+  new_cgroups=$(comm -13 <(echo "$cgroups_before") <(cgroups_now) | tr '\n' ' ')
+  if [ -z "${alive_left// }" ] && [ -z "${new_cgroups// }" ] && [ ! -e "$MALL_CLUSTER_DIR" ]; then
+    pass "no process, cgroup folder or state folder of the cluster remains"
+  else
+    fail "left behind: processes '$alive_left', cgroups '$new_cgroups', state folder $( [ -e "$MALL_CLUSTER_DIR" ] && echo present || echo gone)"
+  fi
+}
+
 # cgroup folders a cluster makes: malld's parent and Slurm's slurm_<node> (the latter only with the
 # cgroup plugins; compared before/after, so another cluster's folders are not counted).
 cgroups_now() {

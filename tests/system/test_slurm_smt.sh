@@ -99,18 +99,7 @@ if [ $failures -gt 0 ]; then
     echo "--- end of $f"; tail -n 30 "$f" 2>/dev/null | sed 's/^/    /'
   done
 fi
-pids_of_run=$(cat "$MALL_CLUSTER_DIR"/run/*.pid 2>/dev/null | sort -u | tr "\n" " ")
-cluster_down_done=1
-if "$cluster" down >"$work/down.log" 2>&1; then pass "local-cluster.sh down"; else fail "local-cluster.sh down: $(cat "$work/down.log")"; fi
-alive_left=''
-for pid in $pids_of_run; do live "$pid" && alive_left+="$pid($(cat "/proc/$pid/comm" 2>/dev/null)) "; done
-alive_left+=$(run_processes | tr '\n' ' ')
-new_cgroups=$(comm -13 <(echo "$cgroups_before") <(cgroups_now) | tr '\n' ' ')
-if [ -z "${alive_left// }" ] && [ -z "${new_cgroups// }" ] && [ ! -e "$MALL_CLUSTER_DIR" ]; then
-  pass "no process, cgroup folder or state folder of the cluster remains"
-else
-  fail "left behind: processes '$alive_left' cgroups '$new_cgroups' state folder $([ -e "$MALL_CLUSTER_DIR" ] && echo present || echo gone)"
-fi
+cluster_down_and_nothing_left
 
 if [ $failures -eq 0 ]; then echo "test_slurm_smt: all checks passed"; exit 0; fi
 echo "test_slurm_smt: $failures check(s) failed"
