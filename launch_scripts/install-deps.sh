@@ -27,6 +27,10 @@ packages=(
   # tests/fuzz (libFuzzer): clang, its fuzzer/sanitizer runtimes (only a Recommends of clang, hence
   # named), and llvm-symbolizer for file:line in the reports.
   clang libclang-rt-14-dev llvm
+  # tests/vm (label vm): a qemu guest with cgroup v2 for the cgroup-v2 backend. Debian's kernel for
+  # the guest, busybox for its hand-made initramfs; tiny-initramfs satisfies the kernel's initramfs
+  # dependency, so apt pulls neither initramfs-tools nor udev and leaves systemd alone.
+  qemu-system-x86 linux-image-amd64 busybox-static tiny-initramfs
 )
 
 missing=()
