@@ -61,7 +61,8 @@ echo "vm-smoke: in $PWD as $(id -un), /work on $(stat -f -c %T /work), cpu: $(gr
 echo "vm-smoke: this line goes to stderr" >&2
 exit 3'
   set +e
-  TMPDIR=$runtmp "$run" --timing --work-dir "$work" --env "MALL_BIN_DIR=$bin" -- \
+  # --timeout below ctest's TIMEOUT (300): a hung guest ends here with 124 and its serial log.
+  TMPDIR=$runtmp "$run" --timing --timeout 240 --work-dir "$work" --env "MALL_BIN_DIR=$bin" -- \
     bash -c "$guest" vm-smoke "$here/check-cgroup2.sh" > "$priv/out" 2> "$priv/err"
   rc=$?
   set -e
@@ -95,7 +96,7 @@ cleanup)
   if grep -q 'TIMEOUT after 5s' "$priv/err"; then pass "--timeout says TIMEOUT"; else fail "no TIMEOUT message"; fi
   nothing_left
   # SIGTERM while the guest boots: qemu killed, temp dir removed, the script ends by SIGTERM.
-  TMPDIR=$runtmp "$run" --work-dir "$work" -- sleep 600 > "$priv/out" 2> "$priv/err" &
+  TMPDIR=$runtmp "$run" --timeout 60 --work-dir "$work" -- sleep 600 > "$priv/out" 2> "$priv/err" &
   pid=$!
   for _ in $(seq 50); do pgrep -f -- "$runtmp" | grep -qv "^$pid\$" && break; sleep 0.1; done
   sleep 2
