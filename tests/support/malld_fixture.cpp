@@ -65,6 +65,9 @@ void untrack_group(pid_t pgid) {
     }
 }
 
+// The cpuset hierarchy's root for the watchdog's sweep (set once, before any test runs).
+char g_cpuset_root[kPathLen] = "/sys/fs/cgroup/cpuset";
+
 int track_path(char (*table)[kPathLen], std::atomic<bool> *used, const std::string &path) {
     if (path.size() >= kPathLen) return -1;
     for (int i = 0; i < kMaxPaths; ++i) {
@@ -139,7 +142,7 @@ void safe_evacuate_cgroup(const char *dir) {
     int in = ::open(path, O_RDONLY | O_CLOEXEC);
     if (in < 0) return;
     char root_procs[kPathLen];
-    safe_join(root_procs, kCpusetRoot, "cgroup.procs");
+    safe_join(root_procs, g_cpuset_root, "cgroup.procs");
     int out = ::open(root_procs, O_WRONLY | O_CLOEXEC);
     char buf[4096];
     long n = ::read(in, buf, sizeof buf - 1);
@@ -237,6 +240,98 @@ std::optional<std::string> missing_privileges() {
                            "(mount -t cgroup -o cpuset cpuset /sys/fs/cgroup/cpuset)");
     return std::nullopt;
 }
+
+namespace {
+std::pair<std::string, bool> find_cpuset_root() {
+    std::ifstream mounts("/proc/mounts");
+    std::string line, v2_root;
+    while (std::getline(mounts, line)) {
+        std::istringstream in(line);
+        std::string dev, dir, type, opts;
+        in >> dev >> dir >> type >> opts;
+        if (type == "cgroup" && ("," + opts + ",").find(",cpuset,") != std::string::npos) return {dir, false};
+        if (type == "cgroup2" && v2_root.empty()) {
+            std::istringstream controllers(read_file(dir + "/cgroup.controllers"));
+            std::string c;
+            while (controllers >> c)
+                if (c == "cpuset") v2_root = dir;
+        }
+    }
+    if (!v2_root.empty()) return {v2_root, true};
+    return {kCpusetRoot, false};
+}
+const std::pair<std::string, bool> &cpuset_hierarchy() {
+    static const std::pair<std::string, bool> found = [] {
+        auto f = find_cpuset_root();
+        if (f.first.size() < kPathLen) std::memcpy(g_cpuset_root, f.first.c_str(), f.first.size() + 1);
+        return f;
+    }();
+    return found;
+}
+[[maybe_unused]] const bool g_cpuset_root_found = (cpuset_hierarchy(), true);
+}  // namespace
+
+std::string cpuset_root() { return cpuset_hierarchy().first; }
+bool cpuset_is_v2() { return cpuset_hierarchy().second; }
+
+std::optional<std::string> missing_root_or_any_cpuset() {
+    if (::geteuid() != 0)
+        return std::string("needs root: the test makes and writes cgroups (run it as root, e.g. in the "
+                           "CI container)");
+    if (cpuset_root() == kCpusetRoot && !cpuset_is_v2() &&
+        ::access((std::string(kCpusetRoot) + "/cpuset.cpus").c_str(), W_OK) != 0)
+        return std::string("no cpuset controller: neither a cgroup-v1 cpuset hierarchy nor a cgroup2 "
+                           "mount listing cpuset in cgroup.controllers (tests/vm runs the cgroup-v2 "
+                           "cases in a virtual machine)");
+    return std::nullopt;
+}
+
+TestCgroupTree::TestCgroupTree(const std::string &name) : root_(cpuset_root() + "/" + name) {
+    slot_ = track_path(g_cgroup_dirs, g_cgroup_used, root_);
+}
+
+TestCgroupTree::~TestCgroupTree() {
+    remove_cgroup_tree(root_);
+    untrack_path(g_cgroup_used, slot_);
+}
+
+std::string TestCgroupTree::make(const std::string &rel, const std::string &cpus, std::string *error) {
+    const std::string dir = rel.empty() ? root_ : root_ + "/" + rel;
+    auto fail = [&](const std::string &what) {
+        if (error) *error = what + ": " + std::strerror(errno);
+        return std::string();
+    };
+    // Every folder from the root down: v2 needs cpuset enabled in each parent's subtree_control,
+    // v1 needs cpus and mems in each before a child can have them.
+    std::string parent = cpuset_root();
+    std::string path = rel.empty() ? name_of_root() : name_of_root() + "/" + rel;
+    std::istringstream parts(path);
+    std::string part, current = parent;
+    while (std::getline(parts, part, '/')) {
+        if (part.empty()) continue;
+        if (cpuset_is_v2()) {
+            std::ofstream(current + "/cgroup.subtree_control") << "+cpuset" << std::endl;
+        }
+        const std::string next = current + "/" + part;
+        if (::mkdir(next.c_str(), 0755) != 0 && errno != EEXIST) return fail("mkdir " + next);
+        if (!cpuset_is_v2()) {
+            std::string mems = trim(read_file(current + "/cpuset.mems"));
+            if (trim(read_file(next + "/cpuset.cpus")).empty()) {
+                std::ofstream(next + "/cpuset.cpus") << trim(read_file(current + "/cpuset.cpus")) << std::endl;
+            }
+            if (trim(read_file(next + "/cpuset.mems")).empty()) std::ofstream(next + "/cpuset.mems") << mems << std::endl;
+        }
+        current = next;
+    }
+    {
+        std::ofstream out(dir + "/cpuset.cpus");
+        out << cpus << std::endl;
+        if (!out) return fail("writing '" + cpus + "' to " + dir + "/cpuset.cpus");
+    }
+    return dir;
+}
+
+std::string TestCgroupTree::name_of_root() const { return root_.substr(cpuset_root().size() + 1); }
 
 bool wait_until(const std::function<bool()> &pred, Millis timeout, Millis interval) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -695,7 +790,7 @@ PrivateMalld::PrivateMalld(MalldOptions options) : options_(std::move(options)) 
     g_slots[dir_] = {cg, tmp};
 }
 
-std::string PrivateMalld::cgroup_dir() const { return std::string(kCpusetRoot) + "/" + cgroup_parent_; }
+std::string PrivateMalld::cgroup_dir() const { return cpuset_root() + "/" + cgroup_parent_; }
 
 std::vector<std::string> PrivateMalld::argv() const {
     std::vector<std::string> argv{bin_path("malld"),    "--socket",        socket_,
@@ -801,7 +896,7 @@ bool remove_cgroup_tree(const std::string &dir) {
         std::istringstream procs(read_file(dir + "/cgroup.procs"));
         std::string pid;
         while (std::getline(procs, pid)) {
-            std::ofstream root(std::string(kCpusetRoot) + "/cgroup.procs");
+            std::ofstream root(cpuset_root() + "/cgroup.procs");
             root << pid << std::endl;
         }
         if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return ok;

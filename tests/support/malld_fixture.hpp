@@ -39,6 +39,35 @@ constexpr const char *kCpusetRoot = "/sys/fs/cgroup/cpuset";
 // writes, setuid to nobody) and a mounted cgroup-v1 cpuset controller.
 std::optional<std::string> missing_privileges();
 
+// Where the cpuset controller is: the cgroup-v1 cpuset hierarchy's mount when there is one, else
+// a cgroup2 mount whose cgroup.controllers lists cpuset (cpuset_is_v2() true), else kCpusetRoot.
+std::string cpuset_root();
+bool cpuset_is_v2();
+// Like missing_privileges(), but content with a cpuset controller on either cgroup version: for
+// the tests that also run in tests/vm's cgroup-v2 virtual machine.
+std::optional<std::string> missing_root_or_any_cpuset();
+
+// A cgroup tree a test makes itself, as a resource manager or container runtime would (a Slurm
+// job/step, a container's cgroup): cpuset_root()/<name>/... Removed by the destructor (sub-folders
+// first, leftover processes moved to the root) and by the watchdog's sweep.
+class TestCgroupTree {
+public:
+    explicit TestCgroupTree(const std::string &name);
+    ~TestCgroupTree();
+    TestCgroupTree(const TestCgroupTree &) = delete;
+    TestCgroupTree &operator=(const TestCgroupTree &) = delete;
+    // Makes <root>/<rel> (and the folders above it, v1: with their parent's cpus and mems; v2:
+    // with cpuset enabled in each parent) and writes `cpus` to its cpuset.cpus. Returns the
+    // folder's path, "" with *error on failure. rel "" is the tree's root.
+    std::string make(const std::string &rel, const std::string &cpus, std::string *error);
+    const std::string &root() const { return root_; }
+
+private:
+    std::string name_of_root() const;
+    std::string root_;
+    int slot_ = -1;
+};
+
 // Skips the current test with the stated reason when missing_privileges() says so.
 #define MALL_REQUIRE_ROOT_AND_CPUSET()                                            \
     do {                                                                          \

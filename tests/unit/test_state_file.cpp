@@ -66,6 +66,8 @@ protected:
         a.job.work_units = 1000;
         a.job.steps = 10;
         a.pids = {{1234, 99887766ull}, {1240, 99887800ull}};
+        a.cgroups = {{"/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0", true, "0"},
+                     {"/sys/fs/cgroup/cpuset/mall/job_train-a", false, ""}};
         mall::SavedJob b;
         b.job.spec.id = "b";
         b.job.spec.min = 2;
@@ -123,6 +125,11 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
     ASSERT_EQ(a.pids.size(), 2u);
     EXPECT_EQ(a.pids[0].pid, 1234);
     EXPECT_EQ(a.pids[0].start_time, 99887766ull);
+    ASSERT_EQ(a.cgroups.size(), 2u);
+    EXPECT_EQ(a.cgroups[0].path, "/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0");
+    EXPECT_TRUE(a.cgroups[0].in_place);
+    EXPECT_EQ(a.cgroups[0].original, "0");
+    EXPECT_FALSE(a.cgroups[1].in_place);
     const auto &b = loaded->jobs[1];
     EXPECT_EQ(b.job.spec.id, "b");
     EXPECT_FALSE(b.job.pinned.has_value());
@@ -211,6 +218,10 @@ TEST_F(StateFileTest, BadFieldsNameTheFieldAndChangeNothing) {
         {"string generation", [](nlohmann::json &j) { j["jobs"][0]["generation"] = "7"; }, "generation"},
         {"bad pool", [](nlohmann::json &j) { j["pool"] = "x"; }, "pool"},
         {"zero weight", [](nlohmann::json &j) { j["jobs"][0]["weight"] = 0; }, "weight"},
+        {"relative cgroup", [](nlohmann::json &j) { j["jobs"][0]["cgroups"][0]["path"] = "slurm/x"; }, "path"},
+        {"cgroup with ..", [](nlohmann::json &j) { j["jobs"][0]["cgroups"][0]["path"] = "/a/../b"; }, "path"},
+        {"bad original", [](nlohmann::json &j) { j["jobs"][0]["cgroups"][0]["original"] = "0-"; }, "original"},
+        {"string in_place", [](nlohmann::json &j) { j["jobs"][0]["cgroups"][0]["in_place"] = "yes"; }, "in_place"},
     };
     for (const auto &c : cases) {
         nlohmann::json j = mall::state_to_json(sample());
@@ -235,6 +246,8 @@ TEST_F(StateFileTest, FingerprintChangesWithEverySavedFieldButProgress) {
         {"pid start time", [](mall::SavedState &s) { s.jobs[0].pids[0].start_time = 1; }},
         {"reserved", [](mall::SavedState &s) { s.reserved["slurm-9"] = *CpuSet::parse("7"); }},
         {"policy", [](mall::SavedState &s) { s.policy = "static"; }},
+        {"cgroup original", [](mall::SavedState &s) { s.jobs[0].cgroups[0].original = "0-1"; }},
+        {"cgroup path", [](mall::SavedState &s) { s.jobs[0].cgroups.pop_back(); }},
     };
     for (const auto &[what, change] : saved) {
         mall::SavedState s = sample();
@@ -257,6 +270,17 @@ TEST_F(StateFileTest, AnOlderFilesWeightAboveTheBoundStillLoads) {
     auto state = mall::state_from_json(j, &error);
     ASSERT_TRUE(state.has_value()) << error;
     EXPECT_DOUBLE_EQ(state->jobs[0].job.spec.weight, 2e6);
+}
+
+// mallds before 0.3 saved no "cgroups": their files load with none (the restarted malld reads
+// where the pids live from /proc).
+TEST_F(StateFileTest, AnOlderFileWithoutCgroupsStillLoads) {
+    nlohmann::json j = mall::state_to_json(sample());
+    for (auto &job : j["jobs"]) job.erase("cgroups");
+    std::string error;
+    auto state = mall::state_from_json(j, &error);
+    ASSERT_TRUE(state.has_value()) << error;
+    EXPECT_TRUE(state->jobs[0].cgroups.empty());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// backend.cpp — enforces job cpus on the kernel: cgroup v1 / v2 cpuset folders per job, or
-// sched_setaffinity on every thread. Every failure message names the path, the errno text and a
+// backend.cpp — enforces job cpus on the kernel: a job's own cgroups resized in place, cgroup v1 /
+// v2 cpuset folders of malld's own, or sched_setaffinity on every thread. Every failure message names the path, the errno text and a
 // fix. Growing always re-widens every thread's own mask too (the kernel keeps requested masks).
 #include "backend.hpp"
 
@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "../common/files.hpp"
+#include "log.hpp"
 #include "procfs.hpp"
 
 namespace mall {
@@ -144,14 +145,28 @@ CgroupProbe probe_v2() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// cgroup backends (v1 and v2 share the folder layout: <mount>/<parent>/job_<job>)
+// cgroup backends. v1 and v2 share the layout of malld's own folders, <mount>/<parent>/job_<job>,
+// and the in-place rules; they differ in what a folder's cpus are (v1: cpuset.cpus, never empty
+// while it holds processes; v2: cpuset.cpus may be empty, meaning "the parent's", and
+// cpuset.cpus.effective is what applies) and in which writes order matters (v1 only: a parent
+// cannot shrink below a child, and growth does not flow down).
 
 constexpr const char *kJobFolderPrefix = "job_";
+
+bool is_path_prefix(const std::string &ancestor, const std::string &path) {
+    if (ancestor == "/") return true;
+    return path == ancestor || (path.size() > ancestor.size() && path.compare(0, ancestor.size(), ancestor) == 0 &&
+                                path[ancestor.size()] == '/');
+}
 
 class CgroupBackend final : public CpusetBackend {
 public:
     CgroupBackend(bool v2, std::string mount, std::string parent)
-        : v2_(v2), mount_(std::move(mount)), parent_dir_(mount_ + "/" + parent) {}
+        : v2_(v2),
+          mount_(std::move(mount)),
+          parent_rel_("/" + parent),
+          parent_dir_(mount_ + parent_rel_),
+          self_rel_(process_cgroup(0, v2).value_or("/")) {}
 
     BackendKind kind() const override { return v2_ ? BackendKind::CgroupV2 : BackendKind::CgroupV1; }
 
@@ -206,16 +221,343 @@ public:
         return true;
     }
 
+    bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode,
+                    std::string *error) const override {
+        for (pid_t pid : pids) {
+            auto rel = process_cgroup(pid, v2_);
+            if (!rel) continue;  // gone (registration refuses dead pids itself) or no cpuset line
+            const bool own = needs_own_folder(*rel);
+            if (mode == CgroupMode::Own || (mode == CgroupMode::Auto && own)) continue;
+            if (own)
+                return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel + ", " +
+                                       own_reason(*rel) +
+                                       ": there is no cgroup of its own to resize in place; register "
+                                       "it with cgroup mode auto or own");
+            if (auto why = cannot_write_in_place(mount_ + *rel))
+                return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel +
+                                       ", which malld cannot resize in place: " + *why);
+        }
+        return true;
+    }
+
+    void set_mode(const std::string &job, CgroupMode mode) override {
+        if (!jobs_.count(job)) jobs_[job].mode = mode;
+    }
+
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
                   std::string *error) override {
-        std::string dir = cgroup_path(job);
-        if (!is_directory(dir)) return true;  // moved when the folder is created (first apply)
-        return move_pids(dir, pids, error);
+        JobCgroups &state = jobs_[job];
+        std::vector<pid_t> to_move = classify(job, state, pids);
+        const std::string dir = own_dir(job);
+        if (to_move.empty() || !is_directory(dir)) return true;  // moved when the folder is made
+        return move_pids(dir, to_move, error);
+    }
+
+    void adopt(const std::string &job, const std::vector<pid_t> &pids,
+               const std::vector<JobCgroup> &saved) override {
+        JobCgroups &state = jobs_[job];
+        for (const JobCgroup &c : saved)
+            if (c.in_place) state.in_place.push_back(c);
+        // Where the live pids are now: a cgroup the state file did not name is recorded with its
+        // cpus of now as its original (the file was written by a malld before enforcement in place).
+        classify(job, state, pids);
+    }
+
+    std::vector<JobCgroup> cgroups_of(const std::string &job) const override {
+        // No file system access: malld saves this after every batch of events.
+        std::vector<JobCgroup> list;
+        auto it = jobs_.find(job);
+        if (it == jobs_.end()) return list;
+        list = it->second.in_place;
+        if (it->second.any_own) list.push_back(JobCgroup{own_dir(job), false, ""});
+        return list;
     }
 
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                bool growing, std::string *error) override {
-        std::string dir = cgroup_path(job);
+        JobCgroups &state = jobs_[job];
+        std::vector<pid_t> own_pids = classify(job, state, pids);
+        std::string first_error;
+        auto note = [&](const std::string &why) {
+            if (first_error.empty()) first_error = why;
+        };
+        for (const JobCgroup &c : state.in_place) {
+            std::string why;
+            if (!resize_in_place(c.path, cpus, &why)) note(why);
+        }
+        const std::string dir = own_dir(job);
+        if (state.any_own || is_directory(dir)) {
+            std::string why;
+            if (!apply_own(dir, own_pids, cpus, growing, &why)) note(why);
+        }
+        if (!first_error.empty()) return fail(error, first_error);
+        return true;
+    }
+
+    std::optional<CpuSet> current(const std::string &job,
+                                  const std::vector<pid_t> &) const override {
+        auto it = jobs_.find(job);
+        if (it != jobs_.end() && !it->second.in_place.empty())
+            return effective_cpus(it->second.in_place.front().path);
+        std::string text;
+        if (!read_text_file(own_dir(job) + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
+        return CpuSet::parse(trim(text));
+    }
+
+    void remove(const std::string &job) override {
+        retry_pending_removals();
+        auto it = jobs_.find(job);
+        if (it != jobs_.end()) {
+            for (const JobCgroup &c : it->second.in_place) give_back(c);
+            jobs_.erase(it);
+        }
+        std::string dir = own_dir(job);
+        if (!is_directory(dir)) return;
+        if (!remove_folder(dir)) pending_removals_.insert(dir);
+    }
+
+    void stop() override {
+        retry_pending_removals();
+        if (!is_directory(parent_dir_)) return;
+        if (!job_folders().empty()) return;  // running jobs keep their folders for re-adoption
+        remove_folder(parent_dir_);
+    }
+
+    std::string cgroup_path(const std::string &job) const override {
+        auto it = jobs_.find(job);
+        if (it != jobs_.end() && !it->second.in_place.empty()) return it->second.in_place.front().path;
+        return own_dir(job);
+    }
+
+    std::vector<std::string> jobs_with_cgroups() const override {
+        std::vector<std::string> jobs;
+        for (const auto &folder : job_folders()) jobs.push_back(folder.substr(std::strlen(kJobFolderPrefix)));
+        return jobs;
+    }
+
+    std::string describe() const override {
+        return std::string(v2_ ? "cgroup-v2" : "cgroup-v1") + " cpuset at " + mount_ +
+               " (jobs in place in their own cgroups; malld's folders under " + parent_dir_ + ")";
+    }
+
+private:
+    struct JobCgroups {
+        CgroupMode mode = CgroupMode::Auto;
+        std::vector<JobCgroup> in_place;  // in the order first seen
+        std::set<pid_t> seen;             // pids already classified
+        bool any_own = false;             // some process needs malld's own folder
+    };
+
+    static bool fail(std::string *error, const std::string &text) {
+        if (error) *error = text;
+        return false;
+    }
+
+    std::string own_dir(const std::string &job) const { return parent_dir_ + "/" + kJobFolderPrefix + job; }
+
+    // True for a cgroup that was not made for one job: the root, malld's own folders, the cgroup
+    // malld itself runs in and its ancestors, and (v2) systemd's user slices (login sessions).
+    bool needs_own_folder(const std::string &rel) const {
+        return !own_reason(rel).empty();
+    }
+    std::string own_reason(const std::string &rel) const {
+        if (rel == "/") return "the hierarchy's root";
+        if (is_path_prefix(parent_rel_, rel)) return "a folder of malld's own (" + parent_rel_ + ")";
+        if (is_path_prefix(rel, self_rel_)) return "the cgroup malld runs in or one of its ancestors";
+        if (v2_ && is_path_prefix("/user.slice", rel)) return "a systemd login session (/user.slice)";
+        return "";
+    }
+
+    // Why malld may not resize `dir` in place, or nullopt when it may.
+    std::optional<std::string> cannot_write_in_place(const std::string &dir) const {
+        const std::string file = dir + "/cpuset.cpus";
+        if (!is_directory(dir)) return dir + " does not exist";
+        if (::access(file.c_str(), F_OK) != 0)
+            return "it has no cpuset.cpus (the cpuset controller is not enabled for it: its parent's "
+                   "cgroup.subtree_control lacks cpuset; the resource manager must enable it, e.g. "
+                   "Slurm's cgroup/v2 plugin with ConstrainCores=yes, or systemd's Delegate=cpuset)";
+        if (::access(file.c_str(), W_OK) != 0)
+            return "cannot write " + file + ": " + errno_text(errno) +
+                   " (malld needs root, or the cgroup delegated to malld's user)";
+        return std::nullopt;
+    }
+
+    // Sorts pids not seen before: a pid in a cgroup made for it records that cgroup (in place),
+    // any other needs malld's own folder. Returns the pids (of all seen) that belong in malld's
+    // folder, so the caller can move them.
+    std::vector<pid_t> classify(const std::string &job, JobCgroups &state, const std::vector<pid_t> &pids) {
+        std::vector<pid_t> own;
+        for (pid_t pid : pids) {
+            auto rel = process_cgroup(pid, v2_);
+            const bool first = state.seen.insert(pid).second;
+            if (!rel) continue;
+            const bool in_own = needs_own_folder(*rel);
+            if (state.mode == CgroupMode::Own || in_own) {
+                own.push_back(pid);
+                state.any_own = true;
+                continue;
+            }
+            if (!first) continue;
+            const std::string dir = mount_ + *rel;
+            bool known = false;
+            for (const JobCgroup &c : state.in_place) known = known || c.path == dir;
+            if (known) continue;
+            std::string original;
+            read_text_file(dir + "/cpuset.cpus", &original, nullptr);
+            state.in_place.push_back(JobCgroup{dir, true, trim(original)});
+            if (state.in_place.size() == 2)
+                log_line(LogLevel::Info,
+                         "job " + job + "'s processes live in several cgroups (" + state.in_place[0].path +
+                             ", " + dir + "); malld resizes each of them in place");
+        }
+        return own;
+    }
+
+    // The cpus that apply to the processes of `dir` (v1 cpuset.cpus; v2 cpuset.cpus.effective).
+    std::optional<CpuSet> effective_cpus(const std::string &dir) const {
+        std::string text;
+        if (!read_text_file(dir + (v2_ ? "/cpuset.cpus.effective" : "/cpuset.cpus"), &text, nullptr))
+            return std::nullopt;
+        return CpuSet::parse(trim(text));
+    }
+    // What is written in a folder's cpuset.cpus (v2: may be empty = the parent's).
+    std::optional<CpuSet> written_cpus(const std::string &dir) const {
+        std::string text;
+        if (!read_text_file(dir + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
+        return CpuSet::parse(trim(text));
+    }
+
+    bool write_cpus(const std::string &dir, const CpuSet &cpus, std::string *error) const {
+        int err = write_file_once(dir + "/cpuset.cpus", cpus.to_string());
+        if (err == 0) return true;
+        return fail(error, "cannot write '" + cpus.to_string() + "' to " + dir + "/cpuset.cpus: " +
+                               errno_text(err) +
+                               (err == EACCES || err == EPERM
+                                    ? " (malld needs root, or the cgroup delegated to its user)"
+                                    : err == EINVAL ? " (cpus outside the parent's, or offline)"
+                                                    : ""));
+    }
+
+    // Every folder below dir, parents before children.
+    static std::vector<std::string> descendants(const std::string &dir) {
+        std::vector<std::string> out;
+        std::vector<std::string> todo{dir};
+        for (size_t i = 0; i < todo.size(); ++i) {
+            DIR *d = ::opendir(todo[i].c_str());
+            if (!d) continue;
+            std::vector<std::string> children;
+            while (dirent *e = ::readdir(d)) {
+                if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+                children.push_back(todo[i] + "/" + e->d_name);
+            }
+            ::closedir(d);
+            std::sort(children.begin(), children.end());
+            for (auto &c : children) {
+                out.push_back(c);
+                todo.push_back(c);
+            }
+        }
+        return out;
+    }
+
+    // The folders between the mount (excluded) and dir (excluded), outermost first.
+    std::vector<std::string> ancestors(const std::string &dir) const {
+        std::vector<std::string> out;
+        std::string rel = dir.substr(mount_.size());
+        for (size_t slash = rel.find('/', 1); slash != std::string::npos; slash = rel.find('/', slash + 1))
+            out.push_back(mount_ + rel.substr(0, slash));
+        return out;
+    }
+
+    // Resizes a cgroup someone else made, and its descendants, to `target`, without moving any
+    // process. Growth: every ancestor that lacks a target cpu is widened first (outermost first),
+    // then the cgroup, then its descendants (v1 growth does not flow down; v2 descendants with
+    // cpus of their own keep them). Narrowing: descendants first (deepest first), then the cgroup;
+    // ancestors keep their cpus. A move (some cpus out, some in) is a growth to the union followed
+    // by a narrowing, so no write ever asks for a child wider than its parent.
+    bool resize_in_place(const std::string &dir, const CpuSet &target, std::string *error) {
+        if (!is_directory(dir)) return true;  // the resource manager removed it: the job is ending
+        if (target.empty()) {
+            if (read_pid_list(dir + "/cgroup.procs").empty()) return true;
+            return fail(error, "cannot narrow " + dir +
+                                   " to no cpus while it holds processes (the kernel refuses an "
+                                   "empty cpuset); the job keeps its cpus until some are free");
+        }
+        auto now = written_cpus(dir);
+        if (!now) return fail(error, "cannot read " + dir + "/cpuset.cpus: " + errno_text(errno));
+        if (now->empty()) now = effective_cpus(dir);  // v2: inherited
+        const std::vector<std::string> below = descendants(dir);
+        CpuSet wide = (now ? *now : CpuSet()) | target;
+        bool grew = false;
+        if (!(target - (now ? *now : CpuSet())).empty()) {
+            grew = true;
+            for (const std::string &a : ancestors(dir)) {
+                auto held = written_cpus(a);
+                if (!held) return fail(error, "cannot read " + a + "/cpuset.cpus (an ancestor of " + dir + ")");
+                if (held->empty() && v2_) continue;  // inherits: nothing to widen here
+                if ((wide - *held).empty()) continue;
+                if (!write_cpus(a, *held | wide, error)) return false;
+            }
+            if (!write_cpus(dir, wide, error)) return false;
+            for (const std::string &d : below) {
+                auto held = written_cpus(d);
+                if (!held || (v2_ && held->empty())) continue;
+                if (!write_cpus(d, wide, error)) return false;
+            }
+        }
+        if (wide != target) {
+            for (auto it = below.rbegin(); it != below.rend(); ++it) {
+                auto held = written_cpus(*it);
+                if (!held || (v2_ && held->empty())) continue;
+                if (*held != target && !write_cpus(*it, target, error)) return false;
+            }
+            if (!write_cpus(dir, target, error)) return false;
+        }
+        if (v2_) {
+            auto effective = effective_cpus(dir);
+            if (!effective || *effective != target)
+                return fail(error, dir + "/cpuset.cpus is '" + target.to_string() +
+                                       "' but the kernel applies '" +
+                                       (effective ? effective->to_string() : std::string("?")) +
+                                       "' (cpuset.cpus.effective): an ancestor's cpus do not hold them");
+        }
+        if (grew) widen_thread_masks(dir, below, target);
+        return true;
+    }
+
+    // The kernel keeps each thread's own mask (effective = cpuset ∩ mask): after a growth every
+    // thread of the cgroup and its descendants is widened to the job's cpus.
+    void widen_thread_masks(const std::string &dir, const std::vector<std::string> &below,
+                            const CpuSet &cpus) const {
+        std::vector<std::string> all{dir};
+        all.insert(all.end(), below.begin(), below.end());
+        for (const auto &d : all)
+            for (pid_t pid : read_pid_list(d + "/cgroup.procs"))
+                for (pid_t tid : threads_of(pid)) set_thread_affinity(tid, cpus);
+    }
+
+    // At the job's end an in-place cgroup gets back the cpus it had at registration (its resource
+    // manager may be removing it at the same moment: a folder that is gone is fine).
+    void give_back(const JobCgroup &c) {
+        if (!is_directory(c.path)) return;
+        if (c.original.empty()) {
+            // v2 "inherit the parent's": kernel 6.1 refuses an empty write while the cgroup holds
+            // processes (ENOSPC); the parent's effective cpus are then the nearest equivalent.
+            if (v2_ && write_file_once(c.path + "/cpuset.cpus", "") != 0) {
+                std::string parent_cpus;
+                read_text_file(c.path.substr(0, c.path.rfind('/')) + "/cpuset.cpus.effective", &parent_cpus, nullptr);
+                if (!trim(parent_cpus).empty()) write_file_once(c.path + "/cpuset.cpus", trim(parent_cpus));
+            }
+            return;
+        }
+        auto original = CpuSet::parse(c.original);
+        std::string why;
+        if (original && !resize_in_place(c.path, *original, &why) && is_directory(c.path))
+            log_line(LogLevel::Warn, "cannot give " + c.path + " back its cpus '" + c.original + "': " + why);
+    }
+
+    bool apply_own(const std::string &dir, const std::vector<pid_t> &pids, const CpuSet &cpus,
+                   bool growing, std::string *error) {
         bool exists = is_directory(dir);
         if (cpus.empty()) {
             if (!exists) return true;  // nothing enforced yet, nothing to narrow
@@ -256,47 +598,6 @@ public:
                 for (pid_t tid : threads_of(pid)) set_thread_affinity(tid, cpus);
         }
         return ok;
-    }
-
-    std::optional<CpuSet> current(const std::string &job,
-                                  const std::vector<pid_t> &) const override {
-        std::string text;
-        if (!read_text_file(cgroup_path(job) + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
-        return CpuSet::parse(trim(text));
-    }
-
-    void remove(const std::string &job) override {
-        retry_pending_removals();
-        std::string dir = cgroup_path(job);
-        if (!is_directory(dir)) return;
-        if (!remove_folder(dir)) pending_removals_.insert(dir);
-    }
-
-    void stop() override {
-        retry_pending_removals();
-        if (!is_directory(parent_dir_)) return;
-        if (!job_folders().empty()) return;  // running jobs keep their folders for re-adoption
-        remove_folder(parent_dir_);
-    }
-
-    std::string cgroup_path(const std::string &job) const override {
-        return parent_dir_ + "/" + kJobFolderPrefix + job;
-    }
-
-    std::vector<std::string> jobs_with_cgroups() const override {
-        std::vector<std::string> jobs;
-        for (const auto &folder : job_folders()) jobs.push_back(folder.substr(std::strlen(kJobFolderPrefix)));
-        return jobs;
-    }
-
-    std::string describe() const override {
-        return std::string(v2_ ? "cgroup-v2" : "cgroup-v1") + " cpuset at " + parent_dir_;
-    }
-
-private:
-    static bool fail(std::string *error, const std::string &text) {
-        if (error) *error = text;
-        return false;
     }
 
     static bool enable_v2_controller(const std::string &dir, std::string *error) {
@@ -377,8 +678,11 @@ private:
 
     bool v2_;
     std::string mount_;
+    std::string parent_rel_;  // "/mall": malld's folders, relative to the mount
     std::string parent_dir_;
+    std::string self_rel_;    // the cgroup malld runs in, relative to the mount
     std::string mems_;
+    std::map<std::string, JobCgroups> jobs_;
     std::set<std::string> pending_removals_;
 };
 
@@ -389,9 +693,15 @@ class AffinityBackend final : public CpusetBackend {
 public:
     BackendKind kind() const override { return BackendKind::Affinity; }
     bool start(const CpuSet &, std::string *) override { return true; }
+    bool check_pids(const std::vector<pid_t> &, CgroupMode, std::string *) const override {
+        return true;  // no cgroups: every mode means "the threads' masks"
+    }
+    void set_mode(const std::string &, CgroupMode) override {}
     bool add_pids(const std::string &, const std::vector<pid_t> &, std::string *) override {
         return true;
     }
+    void adopt(const std::string &, const std::vector<pid_t> &, const std::vector<JobCgroup> &) override {}
+    std::vector<JobCgroup> cgroups_of(const std::string &) const override { return {}; }
 
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                bool, std::string *error) override {
@@ -446,6 +756,22 @@ public:
 };
 
 }  // namespace
+
+std::optional<CgroupMode> parse_cgroup_mode(const std::string &name) {
+    if (name == "auto") return CgroupMode::Auto;
+    if (name == "own") return CgroupMode::Own;
+    if (name == "in-place") return CgroupMode::InPlace;
+    return std::nullopt;
+}
+
+const char *cgroup_mode_name(CgroupMode mode) {
+    switch (mode) {
+        case CgroupMode::Auto: return "auto";
+        case CgroupMode::Own: return "own";
+        case CgroupMode::InPlace: return "in-place";
+    }
+    return "unknown";
+}
 
 std::optional<BackendKind> parse_backend(const std::string &name) {
     if (name == "auto") return BackendKind::Auto;

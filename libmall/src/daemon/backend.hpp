@@ -1,10 +1,16 @@
 // backend.hpp — how malld enforces a job's cpus on the kernel. Three backends:
-//   cgroup-v1: a cpuset folder per job under <mount>/<parent> (parent created with the pool's
-//              cpus and the root's mems; job folders created on first enforce, removed at the end);
-//   cgroup-v2: the same on the unified hierarchy where the cpuset controller is enabled;
+//   cgroup-v1: the cpuset hierarchy of cgroup v1;
+//   cgroup-v2: the unified hierarchy where the cpuset controller is enabled;
 //   affinity:  sched_setaffinity on every thread of the job's processes (and their descendants).
-// Both cgroup backends also call sched_setaffinity on every thread when a job grows, because the
-// kernel keeps each thread's own requested mask (effective = cpuset ∩ requested).
+// The cgroup backends enforce a job where its processes live (enforcement in place): a process in
+// a cgroup that a resource manager or runtime made for it (Slurm's step cgroup, a container's, a
+// systemd scope) stays there and malld resizes that cgroup (v1: ancestors widened first,
+// descendants narrowed first; v2: cpuset.cpus written, cpuset.cpus.effective read back). Only a
+// process in no such cgroup (the root, malld's own cgroup or an ancestor of it, a systemd login
+// session) moves into a folder of malld's own, <mount>/<parent>/job_<job>, created on the first
+// enforcement and removed at the job's end; an in-place cgroup gets back the cpus it had at
+// registration instead. Both cgroup backends also call sched_setaffinity on every thread when a
+// job grows, because the kernel keeps each thread's own requested mask (effective = cpuset ∩ mask).
 #pragma once
 
 #include <sys/types.h>
@@ -23,15 +29,45 @@ enum class BackendKind { Auto, CgroupV1, CgroupV2, Affinity };
 std::optional<BackendKind> parse_backend(const std::string &name);
 const char *backend_name(BackendKind kind);
 
+// Where a registering job's processes are enforced (the Register request's "cgroup" field):
+//   Auto:    in place when a process lives in a cgroup made for it, else in malld's own folder;
+//   Own:     always malld's own folder (the process is moved there);
+//   InPlace: always in place; refused when a process lives in no cgroup of its own.
+enum class CgroupMode { Auto, Own, InPlace };
+std::optional<CgroupMode> parse_cgroup_mode(const std::string &name);
+const char *cgroup_mode_name(CgroupMode mode);
+
+// One cgroup a job's cpus are enforced on.
+struct JobCgroup {
+    std::string path;       // the folder, e.g. /sys/fs/cgroup/cpuset/slurm/uid_0/job_5/step_0
+    bool in_place = false;  // made by someone else and resized where it is; false: malld's own
+    std::string original;   // in place: its cpuset.cpus at registration, given back at the end
+    bool operator==(const JobCgroup &o) const {
+        return path == o.path && in_place == o.in_place && original == o.original;
+    }
+};
+
 class CpusetBackend {
 public:
     virtual ~CpusetBackend() = default;
     virtual BackendKind kind() const = 0;
     // Prepares the backend (creates the parent cgroup with `pool`). False with *error on failure.
     virtual bool start(const CpuSet &pool, std::string *error) = 0;
-    // Moves pids of the job under its control (cgroup.procs), if the backend has such a notion.
+    // Reads where `pids` live and says, without writing anything, whether the backend can enforce
+    // them under `mode` (e.g. an in-place cgroup malld may not write). False with *error.
+    virtual bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode,
+                            std::string *error) const = 0;
+    // Records the mode of a job about to register (before its first apply()).
+    virtual void set_mode(const std::string &job, CgroupMode mode) = 0;
+    // Takes a registered job's pids under control: records the cgroups they live in and moves
+    // those that need malld's own folder into it (once it exists).
     virtual bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
                           std::string *error) = 0;
+    // A re-adopted job's cgroups, as the state file saved them: recorded without any write.
+    virtual void adopt(const std::string &job, const std::vector<pid_t> &pids,
+                       const std::vector<JobCgroup> &saved) = 0;
+    // The cgroups the job is enforced on now (empty for affinity or before the first apply).
+    virtual std::vector<JobCgroup> cgroups_of(const std::string &job) const = 0;
     // Applies `cpus` to the job (see Effects::enforce). `pids`: the job's registered processes.
     virtual bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                        bool growing, std::string *error) = 0;
@@ -39,13 +75,15 @@ public:
     // for affinity, the first registered pid's mask); nullopt when unknown.
     virtual std::optional<CpuSet> current(const std::string &job,
                                           const std::vector<pid_t> &pids) const = 0;
-    // Removes the job's cgroup (moving any leftover processes to the parent's parent).
+    // The job ended: removes its own folder (moving any leftover processes to the root) and gives
+    // each in-place cgroup back the cpus it had at registration.
     virtual void remove(const std::string &job) = 0;
     // Removes the parent cgroup if it holds no job; called at clean shutdown.
     virtual void stop() = 0;
-    // The cgroup folder of a job ("" for affinity): reported in status for admins and tests.
+    // The job's main cgroup folder ("" for affinity): its first in-place cgroup, else malld's own
+    // folder for it. Reported in status for admins and tests.
     virtual std::string cgroup_path(const std::string &job) const = 0;
-    // The jobs that have a cgroup folder of this backend now (none for affinity).
+    // The jobs that have a folder of malld's own now (none for affinity).
     virtual std::vector<std::string> jobs_with_cgroups() const = 0;
     virtual std::string describe() const = 0;  // e.g. "cgroup-v1 cpuset at /sys/fs/cgroup/cpuset/mall"
 };

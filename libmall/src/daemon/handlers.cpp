@@ -71,6 +71,13 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     auto join = body.find("join");
     if (join != body.end() && !join->is_boolean()) throw proto::ProtocolError("field \"join\" must be true or false");
     const bool joining = join != body.end() && join->get<bool>() && manager_.find(spec.id) != nullptr;
+    CgroupMode cgroup_mode = CgroupMode::Auto;
+    if (auto mode = proto::get_optional_string(body, "cgroup")) {
+        auto parsed = parse_cgroup_mode(*mode);
+        if (!parsed)
+            throw proto::ProtocolError("field \"cgroup\" is '" + *mode + "': use auto, own or in-place");
+        cgroup_mode = *parsed;
+    }
     std::map<pid_t, unsigned long long> starts;
     for (pid_t pid : spec.pids) {
         auto start = process_start_time(pid);
@@ -85,9 +92,21 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
             return;
         }
     }
+    // Where the pids live decides where malld enforces them (in place, or its own folder): a
+    // cgroup malld may not write refuses the registration here, before anything changed, and the
+    // launcher runs the job non-malleable with the words.
+    std::string cgroup_error;
+    if (!backend_.check_pids(spec.pids, cgroup_mode, &cgroup_error)) {
+        log_warn("refused to register job " + spec.id + ": " + cgroup_error);
+        connections_.reply_error(c, msg.request_id, MALL_ERR_DENIED, cgroup_error);
+        return;
+    }
+    const bool new_job = manager_.find(spec.id) == nullptr;
+    if (new_job) backend_.set_mode(spec.id, cgroup_mode);
     Outcome outcome = joining ? manager_.add_pids(spec.id, spec.uid, spec.pids, Clock::now())
                               : manager_.register_job(spec, Clock::now());
     if (!outcome.ok) {
+        if (new_job && !manager_.find(spec.id)) backend_.remove(spec.id);
         connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
     }
@@ -434,6 +453,12 @@ nlohmann::json RequestHandlers::full_status() const {
             const std::string name = j.value("job", std::string());
             j["pids"] = effects_.pids_of(name);
             j["cgroup"] = backend_.cgroup_path(name);
+            // Every cgroup the job is enforced on: in place (made by its resource manager or
+            // runtime, resized where it is) or malld's own folder.
+            nlohmann::json cgroups = nlohmann::json::array();
+            for (const JobCgroup &cg : backend_.cgroups_of(name))
+                cgroups.push_back({{"path", cg.path}, {"in_place", cg.in_place}});
+            j["cgroups"] = std::move(cgroups);
         }
     }
     return status;

@@ -148,6 +148,7 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         }
         for (const SavedPid &p : sj.pids)
             if (std::find(live.begin(), live.end(), p.pid) != live.end()) pids.remember_start(p.pid, p.start_time);
+        backend.adopt(id, live, sj.cgroups);
         std::string page_error;
         if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {
             if (job.generation > 0) effects.write_page(*page, job.generation, job.published);
@@ -188,7 +189,7 @@ void Persistence::remove_stale_job_cgroups(const NodeManager &manager, CpusetBac
 }
 
 void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
-                                  bool force) {
+                                  const CpusetBackend &backend, bool force) {
     SavedState state;
     state.pool = pool.to_string();
     state.reclaimed = manager.reclaimed();
@@ -198,6 +199,7 @@ void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool
         SavedJob saved;
         saved.job = job;
         for (pid_t pid : job.spec.pids) saved.pids.push_back({pid, pids.start_time(pid).value_or(0)});
+        saved.cgroups = backend.cgroups_of(name);
         state.jobs.push_back(std::move(saved));
     }
     std::string print = state_fingerprint(state);

@@ -43,7 +43,7 @@ public:
     // `force`). Runs after every batch of events: it builds the snapshot and its fingerprint (the
     // saved fields as bytes, no text) and compares that with the last one written.
     void save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
-                         bool force = false);
+                         const CpusetBackend &backend, bool force = false);
     void flush();  // waits until the newest snapshot is on disk
 
 private:

@@ -242,4 +242,31 @@ std::vector<MountEntry> read_mountinfo() {
     return mounts;
 }
 
+std::optional<std::string> process_cgroup(pid_t pid, bool v2) {
+    std::string text;
+    if (!read_text_file(pid == 0 ? "/proc/self/cgroup" : "/proc/" + std::to_string(pid) + "/cgroup", &text))
+        return std::nullopt;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        // hierarchy-id:controller,controller:path (the path may itself hold ':')
+        const size_t first = line.find(':');
+        const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+        if (second == std::string::npos) continue;
+        const std::string id = line.substr(0, first);
+        const std::string controllers = line.substr(first + 1, second - first - 1);
+        std::string path = line.substr(second + 1);
+        if (path.empty()) continue;
+        if (v2) {
+            if (id == "0" && controllers.empty()) return path;
+            continue;
+        }
+        std::istringstream names(controllers);
+        std::string name;
+        while (std::getline(names, name, ','))
+            if (name == "cpuset") return path;
+    }
+    return std::nullopt;
+}
+
 }  // namespace mall

@@ -1,6 +1,7 @@
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
 // time and liveness (/proc/PID/stat), its threads and descendants, its uids (/proc/PID/status),
-// the pid behind a pidfd (/proc/self/fdinfo), and the mount table (/proc/self/mountinfo). Every
+// the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount
+// table (/proc/self/mountinfo). Every
 // reader returns "unknown" (nullopt, false or empty) for a process that is gone or unreadable and
 // never throws. Each call reads the files anew (only whether the kernel has
 // /proc/PID/task/TID/children is checked once).
@@ -38,5 +39,11 @@ struct MountEntry {
     std::string super_options;  // per-superblock options (for cgroup v1: the controllers)
 };
 std::vector<MountEntry> read_mountinfo();  // /proc/self/mountinfo
+
+// The cgroup of a process in the hierarchy that holds the cpuset controller, from /proc/PID/cgroup
+// ("/" for the root, "/slurm/uid_0/job_5/step_0" ...): on cgroup v1 the line whose controller list
+// names cpuset, on cgroup v2 the "0::" line. nullopt when the process is gone or has no such line.
+// pid 0 reads /proc/self/cgroup.
+std::optional<std::string> process_cgroup(pid_t pid, bool v2);
 
 }  // namespace mall

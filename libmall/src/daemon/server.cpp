@@ -172,7 +172,7 @@ bool Server::start(std::string *error) {
     }
 
     pids_->sync(*manager_);
-    persistence_->save_if_changed(*manager_, pool_, *pids_, true);
+    persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_, true);
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", options_.socket_mode);
     log_info("listening on " + options_.socket_path + " (mode " + mode + "), state in " +
@@ -210,7 +210,7 @@ int Server::run() {
 void Server::stop_cleanly() {
     log_info("stopping: the state file keeps " + std::to_string(manager_->jobs().size()) +
              " running job(s) for the next malld");
-    persistence_->save_if_changed(*manager_, pool_, *pids_, true);
+    persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_, true);
     persistence_->flush();
     connections_->close_all();
     pids_->clear();
@@ -266,7 +266,7 @@ void Server::after_events() {
         for (uint64_t id : closing) close_connection(id);
         handlers_->process_pending(Clock::now());
     }
-    persistence_->save_if_changed(*manager_, pool_, *pids_);
+    persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_);
 }
 
 void Server::close_idle_connections(TimePoint now) {

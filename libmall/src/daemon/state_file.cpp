@@ -54,6 +54,7 @@ void visit_job_fields(const SavedJob &saved, Visit &&visit) {
     visit("work_units", job.work_units, Field::Progress);
     visit("steps", job.steps, Field::Progress);
     visit("pids", saved.pids, Field::Saved);
+    visit("cgroups", saved.cgroups, Field::Saved);
 }
 
 template <class Visit>
@@ -73,6 +74,12 @@ nlohmann::json to_json_value(const std::optional<CpuSet> &cpus) {
 nlohmann::json to_json_value(const std::vector<SavedPid> &pids) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto &p : pids) list.push_back({{"pid", p.pid}, {"start_time", p.start_time}});
+    return list;
+}
+nlohmann::json to_json_value(const std::vector<JobCgroup> &cgroups) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto &c : cgroups)
+        list.push_back({{"path", c.path}, {"in_place", c.in_place}, {"original", c.original}});
     return list;
 }
 nlohmann::json to_json_value(const std::map<std::string, CpuSet> &reserved) {
@@ -120,6 +127,14 @@ public:
         for (const auto &p : pids) {
             add(p.pid);
             add(p.start_time);
+        }
+    }
+    void add(const std::vector<JobCgroup> &cgroups) {
+        add(cgroups.size());
+        for (const auto &c : cgroups) {
+            add(c.path);
+            add(c.in_place);
+            add(c.original);
         }
     }
     void add(const std::map<std::string, CpuSet> &reserved) {
@@ -235,6 +250,25 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
         p.start_time = pr.unsigned_number("start_time");
         saved.pids.push_back(p);
         job.spec.pids.push_back(p.pid);
+    }
+    // Absent in state files of malld before 0.3 (no enforcement in place then).
+    if (r.obj.contains("cgroups")) {
+        const auto &cgroups = r.field("cgroups");
+        if (!cgroups.is_array()) r.bad("cgroups", "must be an array");
+        for (size_t i = 0; i < cgroups.size(); ++i) {
+            if (!cgroups[i].is_object()) r.bad("cgroups", "must hold objects {path, in_place, original}");
+            Reader cr{cgroups[i], r.where + " cgroups[" + std::to_string(i) + "]"};
+            JobCgroup c;
+            c.path = cr.text("path");
+            if (c.path.empty() || c.path[0] != '/' || c.path.find("/..") != std::string::npos)
+                cr.bad("path", "must be an absolute cgroup folder without '..'");
+            const auto &in_place = cr.field("in_place");
+            if (!in_place.is_boolean()) cr.bad("in_place", "must be true or false");
+            c.in_place = in_place.get<bool>();
+            c.original = cr.text("original");
+            if (!c.original.empty() && !CpuSet::parse(c.original)) cr.bad("original", "is not a cpu list");
+            saved.cgroups.push_back(std::move(c));
+        }
     }
     return saved;
 }

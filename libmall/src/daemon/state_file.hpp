@@ -1,7 +1,8 @@
 // state_file.hpp — malld's state on disk (JSON, written atomically: temp file + fsync + rename),
 // so a restarted malld re-adopts running jobs without touching their cpusets. Holds the pool, the
 // reclaimed cpus and those reserved for an owner, the policy, and per job: spec, order, pids with
-// their start times, enforced and published cpus, generation, pin, usage cap, and its counters.
+// their start times, the cgroups it is enforced on (in place, with their original cpus, or malld's
+// own), enforced and published cpus, generation, pin, usage cap, and its counters.
 // The field list is in state_file.cpp (visit_job_fields). Unreadable or foreign files are reported, never half-applied.
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend.hpp"
 #include "core/node_manager.hpp"
 
 namespace mall {
@@ -24,6 +26,7 @@ struct SavedPid {
 struct SavedJob {
     Job job;
     std::vector<SavedPid> pids;
+    std::vector<JobCgroup> cgroups;  // where the backend enforces it (absent in files before 0.3)
 };
 
 struct SavedState {

@@ -58,6 +58,9 @@ const Command kCommands[] = {
      "  GEN    the generation of that allocation, ACKED the last one its processes acknowledged\n"
      "  STATE  settled, or changing while a two-phase move waits for the job's ack\n"
      "  PIDS   the job's registered processes\n"
+     "With a cgroup backend, CGROUPS then lists each job's cgroups: \"in place\" for a cgroup its\n"
+     "resource manager or runtime made (a Slurm step, a container, a systemd scope), which malld\n"
+     "resizes where it is, \"malld's\" for a folder of malld's own.\n"
      "\n"
      "Options:\n"
      "  --json   print malld's status object as JSON (2-space indent) instead of the table\n"
@@ -437,6 +440,22 @@ void print_status_table(const json &s, std::ostream &out) {
     };
     print_row(header);
     for (const auto &r : rows) print_row(r);
+
+    // Where each job is enforced: in place (its resource manager's or runtime's cgroup, resized
+    // where it is) or a folder of malld's own.
+    std::vector<std::string> cgroup_lines;
+    for (const auto &j : jobs) {
+        if (!j.contains("cgroups") || !j["cgroups"].is_array()) continue;
+        for (const auto &c : j["cgroups"]) {
+            if (!c.is_object() || !c.contains("path") || !c["path"].is_string()) continue;
+            const bool in_place = c.value("in_place", false);
+            cgroup_lines.push_back(pad(text_or_dash(field_string(j, "job")), width[0] + 2) +
+                                   (in_place ? "in place  " : "malld's   ") + c["path"].get<std::string>());
+        }
+    }
+    if (cgroup_lines.empty()) return;
+    out << "\nCGROUPS\n";
+    for (const auto &line : cgroup_lines) out << line << "\n";
 }
 
 // ---------------------------------------------------------------------------------------------

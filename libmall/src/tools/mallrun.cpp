@@ -35,8 +35,8 @@ namespace {
 using namespace mall::tools;
 
 const char *const kUsageLine =
-    "usage: mallrun [--socket PATH] --malleable=MIN[:MAX] [--job NAME] [--weight W] [--require]\n"
-    "               [--verbose] -- CMD [ARGS...]\n";
+    "usage: mallrun [--socket PATH] --malleable=MIN[:MAX] [--job NAME] [--weight W]\n"
+    "               [--cgroup auto|own|in-place] [--require] [--verbose] -- CMD [ARGS...]\n";
 
 void print_help() {
     std::cout
@@ -57,6 +57,15 @@ void print_help() {
            "                         default: <basename of CMD>-<pid of mallrun>\n"
            "  --weight W             the job's relative share for weight-aware policies (> 0,\n"
            "                         default 1; the equal and static policies ignore it)\n"
+           "  --cgroup MODE          where malld's cgroup backends enforce the job's cores:\n"
+           "                         auto (default): in place when CMD starts in a cgroup made\n"
+           "                           for it (a Slurm step, a container, a systemd scope made\n"
+           "                           with systemd-run --scope), else in a folder of malld's own;\n"
+           "                         own: always in malld's folder (CMD is moved there);\n"
+           "                         in-place: always where CMD starts; refused when that is the\n"
+           "                           root, malld's own cgroup or a login session.\n"
+           "                         In place, malld narrows and widens that cgroup's cpuset and\n"
+           "                         never moves CMD out of it. Ignored by the affinity backend.\n"
            "  --socket PATH          malld's socket (default: $MALL_SOCKET, else "
         << mall::kDefaultSocketPath
         << ")\n"
@@ -145,7 +154,7 @@ std::optional<Limits> parse_malleable(const std::string &text, std::string *erro
 // that is neither an option nor an option's value stands before "--" (or "--" is missing).
 bool split_command_line(int argc, char **argv, std::vector<std::string> *own,
                         std::vector<std::string> *command, std::string *error) {
-    static const char *const with_value[] = {"--socket", "--job", "--weight", "--malleable"};
+    static const char *const with_value[] = {"--socket", "--job", "--weight", "--malleable", "--cgroup"};
     int i = 1;
     bool separator = false;
     std::string stray;
@@ -262,6 +271,7 @@ struct Options {
     Limits limits;
     std::string job;
     double weight = mall::kDefaultWeight;
+    std::string cgroup_mode = "auto";
     bool require = false;
     bool verbose = false;
     std::vector<std::string> command;
@@ -349,6 +359,7 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
     json body = {{"job", o.job},     {"uid", static_cast<int64_t>(getuid())},
                  {"pids", {child}},  {"min", o.limits.min},
                  {"max", max},       {"weight", o.weight}};
+    if (o.cgroup_mode != "auto") body["cgroup"] = o.cgroup_mode;  // older mallds know no such field
     if (o.verbose)
         std::cerr << "mallrun: registering job " << o.job << " (pid " << child << ", cores "
                   << o.limits.min << ".." << max << ") with malld at " << socket_path << "\n";
@@ -395,6 +406,7 @@ int run(int argc, char **argv) {
     po::options_description opts;
     opts.add_options()("socket", po::value<std::string>(), "")("malleable", po::value<std::string>(), "")(
         "job", po::value<std::string>(), "")("weight", po::value<double>(), "")(
+        "cgroup", po::value<std::string>(), "")(
         "require", po::bool_switch(), "")("verbose,v", po::bool_switch(), "")(
         "help,h", po::bool_switch(), "")("version", po::bool_switch(), "");
     po::variables_map vm;
@@ -428,6 +440,11 @@ int run(int argc, char **argv) {
     if (o.command.empty()) return usage_error("no command given; put it after --, e.g. mallrun --malleable=1:2 -- ./train");
     o.job = vm.count("job") ? vm["job"].as<std::string>() : default_job_name(o.command[0]);
     if (auto why = mall::proto::invalid_job_name(o.job)) return usage_error("bad job name '" + o.job + "': " + *why);
+    if (vm.count("cgroup")) {
+        o.cgroup_mode = vm["cgroup"].as<std::string>();
+        if (o.cgroup_mode != "auto" && o.cgroup_mode != "own" && o.cgroup_mode != "in-place")
+            return usage_error("bad --cgroup '" + o.cgroup_mode + "': use auto, own or in-place");
+    }
     o.require = vm["require"].as<bool>();
     o.verbose = vm["verbose"].as<bool>();
     if (vm.count("socket")) {

@@ -1,0 +1,259 @@
+// Enforcement in place: a job whose processes live in a cgroup someone else made (here the test
+// plays Slurm: <root>/job_1/step_0 with a task cgroup below it) is resized in that very cgroup.
+// Checked as a user would: /proc/PID/cgroup never changes, the step's (and its task cgroup's)
+// cpuset follows `mallctl status --json`, ancestors widen before a growth, the job's threads'
+// Cpus_allowed_list follow, a second job never overlaps it, a restarted malld re-adopts it without
+// a write, and at the end the cgroup gets back the cpus its resource manager gave it. Runs on the
+// cgroup-v1 cpuset here and on cgroup v2 in tests/vm's virtual machine.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "support/malld_fixture.hpp"
+
+MALL_TEST_WATCHDOG(240);
+
+namespace mall::test {
+namespace {
+
+using nlohmann::json;
+
+#define MALL_REQUIRE_ROOT_AND_ANY_CPUSET()                                        \
+    do {                                                                          \
+        if (auto mall_skip_reason_ = ::mall::test::missing_root_or_any_cpuset())  \
+            GTEST_SKIP() << *mall_skip_reason_;                                   \
+    } while (0)
+
+MalldOptions options_for_this_system() {
+    MalldOptions o;
+    o.backend = cpuset_is_v2() ? "cgroup-v2" : "cgroup-v1";
+    return o;
+}
+
+// The cgroup of pid in the cpuset hierarchy, as /proc/PID/cgroup names it.
+std::string proc_cgroup(pid_t pid) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/cgroup"));
+    std::string line;
+    while (std::getline(in, line)) {
+        auto first = line.find(':');
+        auto second = line.find(':', first + 1);
+        if (first == std::string::npos || second == std::string::npos) continue;
+        std::string controllers = line.substr(first + 1, second - first - 1);
+        if (cpuset_is_v2() ? (line.substr(0, first) == "0" && controllers.empty())
+                           : ("," + controllers + ",").find(",cpuset,") != std::string::npos)
+            return line.substr(second + 1);
+    }
+    return "?";
+}
+
+// What applies to a cgroup's processes: v1 cpuset.cpus, v2 cpuset.cpus.effective.
+std::string applied_cpus(const std::string &dir) {
+    return trim(read_file(dir + (cpuset_is_v2() ? "/cpuset.cpus.effective" : "/cpuset.cpus")));
+}
+
+std::string rel_of(const std::string &dir) { return dir.substr(cpuset_root().size()); }
+
+// `sh -c 'echo $$ > DIR/cgroup.procs && exec ARGV...'`: ARGV starts inside DIR, as a task that
+// Slurm's slurmstepd (or a container runtime) placed in its cgroup.
+std::vector<std::string> started_in(const std::string &dir, const std::vector<std::string> &argv) {
+    std::string cmd = "echo $$ > '" + dir + "/cgroup.procs' && exec";
+    for (const auto &a : argv) cmd += " '" + a + "'";
+    return {"/bin/sh", "-c", cmd};
+}
+
+// The pid of the job's registered process (mallrun's child), once malld lists it.
+pid_t registered_pid(const std::string &socket, const std::string &job) {
+    pid_t pid = -1;
+    wait_until([&] {
+        auto j = job_status(socket, job);
+        if (!j) return false;
+        auto pids = job_pids(*j);
+        if (pids.empty()) return false;
+        pid = pids.front();
+        return true;
+    }, 20s);
+    return pid;
+}
+
+class InPlace : public ::testing::Test {
+protected:
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_ANY_CPUSET();
+        tree_ = std::make_unique<TestCgroupTree>("mall_rm_" + std::to_string(::getpid()));
+        std::string error;
+        // As Slurm would for a job given cpu 0: the job's cgroup, its step, a task cgroup below.
+        job_dir_ = tree_->make("", "0", &error);
+        ASSERT_FALSE(job_dir_.empty()) << error;
+        step_dir_ = tree_->make("step_0", "0", &error);
+        ASSERT_FALSE(step_dir_.empty()) << error;
+        task_dir_ = tree_->make("step_0/task_0", "0", &error);
+        ASSERT_FALSE(task_dir_.empty()) << error;
+        malld_ = std::make_unique<PrivateMalld>(options_for_this_system());
+        ASSERT_TRUE(malld_->start(&error)) << error;
+    }
+    void TearDown() override {
+        side_.reset();
+        job_.reset();
+        malld_.reset();
+        tree_.reset();
+    }
+
+    // The job "rm": mallrun started inside the step cgroup (so mallrun and its child live there),
+    // plus a process of the job in the task cgroup below it (not registered: it is the cgroup, not
+    // the pid, that malld resizes).
+    void start_job_in_step(const std::vector<std::string> &extra = {}) {
+        job_ = std::make_unique<Child>(started_in(
+            step_dir_, mallrun_argv(malld_->socket(), "1:2", "rm",
+                                    test_client_argv({"--threads", "2", "--step-us", "1000"}), extra)));
+        side_ = std::make_unique<Child>(started_in(task_dir_, {"/bin/sleep", "300"}));
+        ASSERT_TRUE(wait_until([&] { return proc_cgroup(side_->pid()) == rel_of(task_dir_); }, 5s));
+    }
+
+    bool settled_everywhere(pid_t pid, const std::string &cpus) {
+        return job_settled_on(malld_->socket(), "rm", cpus, 1) && applied_cpus(step_dir_) == cpus &&
+               applied_cpus(task_dir_) == cpus && threads_all_on({pid, side_->pid()}, cpus);
+    }
+
+    std::string describe(pid_t pid) {
+        return "step " + applied_cpus(step_dir_) + ", task " + applied_cpus(task_dir_) + ", job " +
+               trim(read_file(job_dir_ + "/cpuset.cpus")) + "; threads " +
+               describe_threads({pid, side_->pid()}) + "\n" + status_text(*malld_);
+    }
+
+    std::unique_ptr<TestCgroupTree> tree_;
+    std::string job_dir_, step_dir_, task_dir_;
+    std::unique_ptr<PrivateMalld> malld_;
+    std::unique_ptr<Child> job_, side_;
+};
+
+TEST_F(InPlace, AJobInAResourceManagersCgroupIsResizedWhereItLives) {
+    start_job_in_step();
+    const pid_t pid = registered_pid(malld_->socket(), "rm");
+    ASSERT_GT(pid, 0) << status_text(*malld_);
+
+    // Alone on the node, the job grows from its cpu 0 to the pool 0-1: its cgroup's ancestors
+    // widened first (the job cgroup), then the step, then the task cgroup below, then the threads.
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "0-1"); }, 20s)) << describe(pid);
+    EXPECT_EQ(trim(read_file(job_dir_ + "/cpuset.cpus")), "0-1");
+    EXPECT_EQ(proc_cgroup(pid), rel_of(step_dir_)) << "malld moved the job's process out of its cgroup";
+    EXPECT_EQ(proc_cgroup(side_->pid()), rel_of(task_dir_));
+    auto j = job_status(malld_->socket(), "rm");
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->value("cgroup", ""), step_dir_) << j->dump(2);
+    ASSERT_TRUE((*j)["cgroups"].is_array() && (*j)["cgroups"].size() == 1) << j->dump(2);
+    EXPECT_EQ((*j)["cgroups"][0].value("path", ""), step_dir_);
+    EXPECT_TRUE((*j)["cgroups"][0].value("in_place", false));
+    EXPECT_FALSE(std::filesystem::exists(malld_->cgroup_dir() + "/job_rm"))
+        << "malld made a folder of its own for a job that lives in a cgroup of its own";
+    auto table = run_command(mallctl_argv(malld_->socket(), {"status"}));
+    EXPECT_NE(table.out.find("in place  " + step_dir_), std::string::npos) << table.out;
+
+    // An admin moves it to cpu 1 (narrowing: the task cgroup before the step), then to cpu 0 (a
+    // move: widen to 0-1 everywhere, then narrow to 0), as a user would check each time.
+    for (const std::string cpus : {"1", "0"}) {
+        auto set = run_command(mallctl_argv(malld_->socket(), {"set", "rm", "--cpus", cpus}));
+        ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+        ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, cpus); }, 20s)) << describe(pid);
+        EXPECT_EQ(proc_cgroup(pid), rel_of(step_dir_));
+    }
+    auto back = run_command(mallctl_argv(malld_->socket(), {"set", "rm", "--cpus", "auto"}));
+    ASSERT_EQ(back.exit_code, 0) << back.out << back.err;
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "0-1"); }, 20s)) << describe(pid);
+
+    // A second job (mallrun from the root: a folder of malld's own) arrives: the first shrinks to
+    // one cpu in its own cgroup, the second gets the other; their cgroups never overlap.
+    Child other(mallrun_argv(malld_->socket(), "1:2", "other", test_client_argv({"--step-us", "1000"})));
+    ASSERT_TRUE(wait_until([&] {
+        auto s = status_json(malld_->socket());
+        auto a = s ? find_job(*s, "rm") : std::nullopt;
+        auto b = s ? find_job(*s, "other") : std::nullopt;
+        return a && b && a->value("ncpus", 0) == 1 && b->value("ncpus", 0) == 1 &&
+               job_settled_on(malld_->socket(), "rm", a->value("cpus", ""), 1) &&
+               job_settled_on(malld_->socket(), "other", b->value("cpus", ""), 1);
+    }, 20s)) << describe(pid);
+    auto a = job_status(malld_->socket(), "rm");
+    auto b = job_status(malld_->socket(), "other");
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(applied_cpus(step_dir_), a->value("cpus", ""));
+    EXPECT_EQ(applied_cpus(task_dir_), a->value("cpus", ""));
+    EXPECT_TRUE(threads_all_on({pid}, a->value("cpus", ""))) << describe_threads({pid});
+    EXPECT_EQ(b->value("cgroup", ""), malld_->cgroup_dir() + "/job_other");
+    EXPECT_EQ(applied_cpus(malld_->cgroup_dir() + "/job_other"), b->value("cpus", ""));
+    EXPECT_NE(a->value("cpus", ""), b->value("cpus", ""));
+    EXPECT_EQ(proc_cgroup(pid), rel_of(step_dir_));
+
+    // The job ends: its cgroup gets back what its resource manager gave it (cpu 0), and the
+    // process left in the task cgroup is still there.
+    job_->signal_group(SIGTERM);
+    ASSERT_TRUE(job_->wait_exit(10s).has_value());
+    ASSERT_TRUE(wait_until([&] { return !job_status(malld_->socket(), "rm"); }, 10s)) << status_text(*malld_);
+    EXPECT_TRUE(wait_until([&] { return trim(read_file(step_dir_ + "/cpuset.cpus")) == "0"; }, 5s))
+        << describe(pid);
+    EXPECT_EQ(proc_cgroup(side_->pid()), rel_of(task_dir_));
+    EXPECT_TRUE(std::filesystem::exists(step_dir_)) << "malld removed a cgroup it did not make";
+}
+
+TEST_F(InPlace, ARestartedMalldReadoptsTheCgroupWithoutWritingAndStillGivesItBack) {
+    start_job_in_step();
+    const pid_t pid = registered_pid(malld_->socket(), "rm");
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "0-1"); }, 20s)) << describe(pid);
+    auto set = run_command(mallctl_argv(malld_->socket(), {"set", "rm", "--cpus", "1"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "1"); }, 20s)) << describe(pid);
+
+    // Killed, restarted: the step cgroup keeps cpu 1 (no write: its modification time stays).
+    malld_->kill9();
+    struct stat before {};
+    ASSERT_EQ(::stat((step_dir_ + "/cpuset.cpus").c_str(), &before), 0);
+    std::string error;
+    ASSERT_TRUE(malld_->restart(&error)) << error;
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "rm", "1"); }, 20s)) << describe(pid);
+    struct stat after {};
+    ASSERT_EQ(::stat((step_dir_ + "/cpuset.cpus").c_str(), &after), 0);
+    EXPECT_EQ(before.st_mtim.tv_sec, after.st_mtim.tv_sec);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec) << "the restarted malld wrote the job's cgroup";
+    EXPECT_EQ(applied_cpus(step_dir_), "1");
+    auto j = job_status(malld_->socket(), "rm");
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->value("cgroup", ""), step_dir_) << j->dump(2);
+    EXPECT_NE(malld_->log().find("re-adopted job rm"), std::string::npos) << malld_->log();
+
+    // It still acts in place, and at the end gives back the cpu the resource manager gave.
+    auto again = run_command(mallctl_argv(malld_->socket(), {"set", "rm", "--cpus", "0-1"}));
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "0-1"); }, 20s)) << describe(pid);
+    job_->signal_group(SIGTERM);
+    ASSERT_TRUE(job_->wait_exit(10s).has_value());
+    EXPECT_TRUE(wait_until([&] { return trim(read_file(step_dir_ + "/cpuset.cpus")) == "0"; }, 10s))
+        << describe(pid);
+}
+
+TEST_F(InPlace, ModeOwnMovesTheJobAndModeInPlaceRefusesTheRoot) {
+    // --cgroup own: the process leaves the step cgroup for malld's folder.
+    start_job_in_step({"--cgroup", "own"});
+    const pid_t pid = registered_pid(malld_->socket(), "rm");
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(wait_until([&] { return proc_cgroup(pid) == rel_of(malld_->cgroup_dir() + "/job_rm"); }, 20s))
+        << proc_cgroup(pid) << "\n" << status_text(*malld_);
+    auto j = job_status(malld_->socket(), "rm");
+    ASSERT_TRUE(j);
+    EXPECT_FALSE((*j)["cgroups"][0].value("in_place", true)) << j->dump(2);
+
+    // --cgroup in-place from the root: refused with words, nothing runs, nothing registered.
+    auto refused = run_command(mallrun_argv(malld_->socket(), "1:2", "rooted", {"/bin/true"}, {"--cgroup", "in-place"}));
+    EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+    EXPECT_NE(refused.err.find("no cgroup of its own to resize in place"), std::string::npos) << refused.err;
+    EXPECT_FALSE(job_status(malld_->socket(), "rooted"));
+
+    auto bad = run_command(mallrun_argv(malld_->socket(), "1:2", "x", {"/bin/true"}, {"--cgroup", "sideways"}));
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("use auto, own or in-place"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace mall::test
