@@ -1,5 +1,6 @@
 // Enforcement in place: a job whose processes live in a cgroup someone else made (here the test
-// plays Slurm: <root>/job_1/step_0 with a task cgroup below it) is resized in that very cgroup.
+// plays Slurm: <root> for the job, step_0 and step_0/task_0 below it; the job lives in step_0 on
+// v1, in the leaf task_0 on v2) is resized in that very cgroup.
 // Checked as a user would: /proc/PID/cgroup never changes, the step's (and its task cgroup's)
 // cpuset follows `mallctl status --json`, ancestors widen before a growth, the job's threads'
 // Cpus_allowed_list follow, a second job never overlaps it, a restarted malld re-adopts it without
@@ -21,18 +22,6 @@ namespace mall::test {
 namespace {
 
 using nlohmann::json;
-
-#define MALL_REQUIRE_ROOT_AND_ANY_CPUSET()                                        \
-    do {                                                                          \
-        if (auto mall_skip_reason_ = ::mall::test::missing_root_or_any_cpuset())  \
-            GTEST_SKIP() << *mall_skip_reason_;                                   \
-    } while (0)
-
-MalldOptions options_for_this_system() {
-    MalldOptions o;
-    o.backend = cpuset_is_v2() ? "cgroup-v2" : "cgroup-v1";
-    return o;
-}
 
 // The cgroup of pid in the cpuset hierarchy, as /proc/PID/cgroup names it.
 std::string proc_cgroup(pid_t pid) {
@@ -82,17 +71,23 @@ pid_t registered_pid(const std::string &socket, const std::string &job) {
 class InPlace : public ::testing::Test {
 protected:
     void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_ANY_CPUSET();
+        MALL_REQUIRE_ROOT_AND_CPUSET();
         tree_ = std::make_unique<TestCgroupTree>("mall_rm_" + std::to_string(::getpid()));
         std::string error;
         // As Slurm would for a job given cpu 0: the job's cgroup, its step, a task cgroup below.
+        // On v1 the job's processes live in the step and one more in the task cgroup below it
+        // (malld must narrow that one first). On v2 processes live in leaves only (a cgroup that
+        // enables cpuset for children holds none), as with Slurm's cgroup/v2: the job lives in
+        // the task cgroup, and the step and job cgroups are its ancestors.
         job_dir_ = tree_->make("", "0", &error);
         ASSERT_FALSE(job_dir_.empty()) << error;
-        step_dir_ = tree_->make("step_0", "0", &error);
-        ASSERT_FALSE(step_dir_.empty()) << error;
-        task_dir_ = tree_->make("step_0/task_0", "0", &error);
-        ASSERT_FALSE(task_dir_.empty()) << error;
-        malld_ = std::make_unique<PrivateMalld>(options_for_this_system());
+        const std::string step = tree_->make("step_0", "0", &error);
+        ASSERT_FALSE(step.empty()) << error;
+        const std::string task = tree_->make("step_0/task_0", "0", &error);
+        ASSERT_FALSE(task.empty()) << error;
+        step_dir_ = cpuset_is_v2() ? task : step;
+        task_dir_ = task;
+        malld_ = std::make_unique<PrivateMalld>();
         ASSERT_TRUE(malld_->start(&error)) << error;
     }
     void TearDown() override {
@@ -125,7 +120,9 @@ protected:
     }
 
     std::unique_ptr<TestCgroupTree> tree_;
-    std::string job_dir_, step_dir_, task_dir_;
+    std::string job_dir_;
+    std::string step_dir_;  // where the job's processes live (v1: step_0; v2: step_0/task_0)
+    std::string task_dir_;  // where the extra process lives (step_0/task_0: below it on v1)
     std::unique_ptr<PrivateMalld> malld_;
     std::unique_ptr<Child> job_, side_;
 };

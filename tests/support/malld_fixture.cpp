@@ -221,26 +221,6 @@ void sweep_on_watchdog() {
 
 std::string bin_path(const std::string &program) { return std::string(MALL_BIN_DIR) + "/" + program; }
 
-std::optional<std::string> missing_privileges() {
-    if (::geteuid() != 0)
-        return std::string("needs root: the integration tests write cgroup cpusets and run children "
-                           "as user nobody (run them as root, e.g. in the CI container)");
-    std::ifstream mounts("/proc/mounts");
-    std::string line;
-    bool cpuset = false;
-    while (std::getline(mounts, line)) {
-        std::istringstream in(line);
-        std::string dev, dir, type, opts;
-        in >> dev >> dir >> type >> opts;
-        if (type == "cgroup" && dir == kCpusetRoot && ("," + opts + ",").find(",cpuset,") != std::string::npos)
-            cpuset = true;
-    }
-    if (!cpuset)
-        return std::string("no cgroup-v1 cpuset controller mounted at /sys/fs/cgroup/cpuset "
-                           "(mount -t cgroup -o cpuset cpuset /sys/fs/cgroup/cpuset)");
-    return std::nullopt;
-}
-
 namespace {
 std::pair<std::string, bool> find_cpuset_root() {
     std::ifstream mounts("/proc/mounts");
@@ -274,10 +254,17 @@ const std::pair<std::string, bool> &cpuset_hierarchy() {
 std::string cpuset_root() { return cpuset_hierarchy().first; }
 bool cpuset_is_v2() { return cpuset_hierarchy().second; }
 
+std::optional<std::string> missing_privileges() { return missing_root_or_any_cpuset(); }
+
+std::string backend_or_system(const std::string &backend) {
+    if (!backend.empty()) return backend;
+    return cpuset_is_v2() ? "cgroup-v2" : "cgroup-v1";
+}
+
 std::optional<std::string> missing_root_or_any_cpuset() {
     if (::geteuid() != 0)
-        return std::string("needs root: the test makes and writes cgroups (run it as root, e.g. in the "
-                           "CI container)");
+        return std::string("needs root: the integration tests write cgroup cpusets and run children "
+                           "as user nobody (run them as root, e.g. in the CI container)");
     if (cpuset_root() == kCpusetRoot && !cpuset_is_v2() &&
         ::access((std::string(kCpusetRoot) + "/cpuset.cpus").c_str(), W_OK) != 0)
         return std::string("no cpuset controller: neither a cgroup-v1 cpuset hierarchy nor a cgroup2 "
@@ -795,7 +782,7 @@ std::string PrivateMalld::cgroup_dir() const { return cpuset_root() + "/" + cgro
 std::vector<std::string> PrivateMalld::argv() const {
     std::vector<std::string> argv{bin_path("malld"),    "--socket",        socket_,
                                   "--state-dir",        state_dir_,        "--backend",
-                                  options_.backend,     "--policy",        options_.policy,
+                                  backend_or_system(options_.backend), "--policy", options_.policy,
                                   "--ack-timeout-ms",   std::to_string(options_.ack_timeout_ms),
                                   "--cgroup-parent",    cgroup_parent_,    "--log-level",
                                   options_.log_level};

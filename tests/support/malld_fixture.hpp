@@ -36,7 +36,7 @@ std::string bin_path(const std::string &program);  // MALL_BIN_DIR/<program>
 constexpr const char *kCpusetRoot = "/sys/fs/cgroup/cpuset";
 
 // Why the integration tests cannot run here, or nullopt when they can: they need root (cgroup
-// writes, setuid to nobody) and a mounted cgroup-v1 cpuset controller.
+// writes, setuid to nobody) and a cpuset controller (cgroup v1 here; v2 in tests/vm's guest).
 std::optional<std::string> missing_privileges();
 
 // Where the cpuset controller is: the cgroup-v1 cpuset hierarchy's mount when there is one, else
@@ -46,6 +46,8 @@ bool cpuset_is_v2();
 // Like missing_privileges(), but content with a cpuset controller on either cgroup version: for
 // the tests that also run in tests/vm's cgroup-v2 virtual machine.
 std::optional<std::string> missing_root_or_any_cpuset();
+// MalldOptions::backend, or the system's cgroup backend when it is "".
+std::string backend_or_system(const std::string &backend);
 
 // A cgroup tree a test makes itself, as a resource manager or container runtime would (a Slurm
 // job/step, a container's cgroup): cpuset_root()/<name>/... Removed by the destructor (sub-folders
@@ -193,7 +195,7 @@ std::vector<std::string> mallctl_argv(const std::string &socket, const std::vect
 // ---------------------------------------------------------------------------------------------
 // A private malld.
 struct MalldOptions {
-    std::string backend = "cgroup-v1";
+    std::string backend = "";  // "" = the system's cpuset: cgroup-v1 here, cgroup-v2 in tests/vm
     std::string policy = "equal";
     int ack_timeout_ms = 2000;
     std::string cpus = "0-1";  // "" = malld's default (the whole topology)
