@@ -804,7 +804,14 @@ bool PrivateMalld::start(std::string *error) {
         if (error) *error = "cannot open " + log_path_ + ": " + std::strerror(errno);
         return false;
     }
-    SpawnPlan plan = make_plan(argv(), {}, false);
+    std::vector<std::string> command = argv();
+    if (!options_.start_in_cgroup.empty()) {
+        std::vector<std::string> wrapped{"/bin/sh", "-c",
+                                         "echo $$ > '" + options_.start_in_cgroup + "/cgroup.procs' && exec \"$0\" \"$@\""};
+        wrapped.insert(wrapped.end(), command.begin(), command.end());
+        command = std::move(wrapped);
+    }
+    SpawnPlan plan = make_plan(command, {}, false);
     pid_ = spawn(plan, log_fd, log_fd);
     ::close(log_fd);
     if (pid_ < 0) {

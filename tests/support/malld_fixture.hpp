@@ -201,6 +201,9 @@ struct MalldOptions {
     std::string cpus = "0-1";  // "" = malld's default (the whole topology)
     std::string log_level = "debug";
     std::vector<std::string> extra_args;
+    // When set, malld starts inside this cgroup folder (as a systemd unit with Delegate=yes
+    // would start it in its own cgroup).
+    std::string start_in_cgroup;
     Millis ready_timeout = 10s;
 };
 
@@ -218,6 +221,11 @@ public:
     void kill9();
     // Starts again on the same socket, state dir and cgroup parent.
     bool restart(std::string *error) { return start(error); }
+    // Starts again as restart() does, inside another cgroup (MalldOptions::start_in_cgroup).
+    bool restart_in_cgroup(const std::string &cgroup, std::string *error) {
+        options_.start_in_cgroup = cgroup;
+        return start(error);
+    }
     // SIGTERM, then SIGKILL after `deadline`. Returns malld's exit code (128+signal when killed),
     // nullopt when it was not running.
     std::optional<int> stop(Millis deadline = 5s);

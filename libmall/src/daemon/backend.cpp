@@ -164,14 +164,21 @@ public:
     CgroupBackend(bool v2, std::string mount, std::string parent)
         : v2_(v2),
           mount_(std::move(mount)),
-          parent_rel_("/" + parent),
+          parent_name_(std::move(parent)),
+          parent_rel_("/" + parent_name_),
           parent_dir_(mount_ + parent_rel_),
           self_rel_(process_cgroup(0, v2).value_or("/")) {}
 
     BackendKind kind() const override { return v2_ ? BackendKind::CgroupV2 : BackendKind::CgroupV1; }
 
     bool start(const CpuSet &pool, std::string *error) override {
-        if (v2_ && !enable_v2_controller(mount_, error)) return false;
+        if (v2_ && self_rel_ != "/") {
+            // cgroup v2 below the root: malld runs in a subtree delegated to it (a systemd unit
+            // with Delegate=yes, a container): its folders go there, not at the root.
+            if (!enter_delegated_subtree(error)) return false;
+        } else if (v2_ && !enable_v2_controller(mount_, error)) {
+            return false;
+        }
         bool created = false;
         if (::mkdir(parent_dir_.c_str(), 0755) == 0) {
             created = true;
@@ -600,6 +607,49 @@ private:
         return ok;
     }
 
+    // v2, malld not in the root cgroup: the subtree malld was given is its cgroup (or that
+    // cgroup's parent when malld already sits in its leaf kDaemonLeaf, e.g. after a restart or
+    // with systemd's DelegateSubgroup=). The "no internal processes" rule lets a cgroup enable a
+    // controller for children only while it holds no process, so malld first moves itself into
+    // the leaf, then enables cpuset below the subtree and keeps its job folders in
+    // <subtree>/<parent>. The subtree must have been given the cpuset controller.
+    bool enter_delegated_subtree(std::string *error) {
+        static constexpr const char *kDaemonLeaf = "malld";
+        std::string subtree_rel = self_rel_;
+        const std::string leaf_suffix = std::string("/") + kDaemonLeaf;
+        if (subtree_rel.size() > leaf_suffix.size() &&
+            subtree_rel.compare(subtree_rel.size() - leaf_suffix.size(), leaf_suffix.size(), leaf_suffix) == 0)
+            subtree_rel.resize(subtree_rel.size() - leaf_suffix.size());
+        const std::string subtree = mount_ + subtree_rel;
+        std::string controllers;
+        read_text_file(subtree + "/cgroup.controllers", &controllers, nullptr);
+        if (!has_word(controllers, "cpuset"))
+            return fail(error, "malld runs in cgroup " + subtree_rel + " (cgroup v2), which was not given the "
+                               "cpuset controller (its cgroup.controllers: '" + trim(controllers) +
+                               "'): run malld from a systemd unit with Delegate=yes (systemd 244 or later "
+                               "delegates cpuset) or Delegate=cpuset, or start it in the root cgroup; or "
+                               "choose --backend affinity");
+        const std::string leaf = subtree + leaf_suffix;
+        if (subtree_rel == self_rel_) {
+            if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST)
+                return fail(error, "cannot create " + leaf + " to move malld into: " + errno_text(errno) +
+                                       " (the subtree " + subtree + " must be delegated to malld's user)");
+            int err = write_file_once(leaf + "/cgroup.procs", "0");
+            if (err != 0)
+                return fail(error, "cannot move malld into " + leaf + ": " + errno_text(err) +
+                                       " (the subtree " + subtree + " must be delegated to malld's user)");
+            self_rel_ = subtree_rel + leaf_suffix;
+            log_line(LogLevel::Info, "cgroup v2: malld moved itself into " + leaf +
+                                         " so that it can enable cpuset below the delegated subtree " + subtree);
+        }
+        if (!enable_v2_controller(subtree, error)) return false;
+        parent_rel_ = (subtree_rel == "/" ? "" : subtree_rel) + "/" + parent_name_;
+        parent_dir_ = mount_ + parent_rel_;
+        log_line(LogLevel::Info, "cgroup v2: malld's own job folders go under " + parent_dir_ +
+                                     " (the subtree delegated to malld)");
+        return true;
+    }
+
     static bool enable_v2_controller(const std::string &dir, std::string *error) {
         std::string text;
         read_text_file(dir + "/cgroup.subtree_control", &text, nullptr);
@@ -678,7 +728,8 @@ private:
 
     bool v2_;
     std::string mount_;
-    std::string parent_rel_;  // "/mall": malld's folders, relative to the mount
+    std::string parent_name_;  // --cgroup-parent
+    std::string parent_rel_;  // "/mall" (or "<delegated subtree>/mall"): malld's folders, relative to the mount
     std::string parent_dir_;
     std::string self_rel_;    // the cgroup malld runs in, relative to the mount
     std::string mems_;
