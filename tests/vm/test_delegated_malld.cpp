@@ -3,8 +3,11 @@
 // folders inside it (never at the root, which systemd owns); restarted in that leaf (systemd's
 // DelegateSubgroup=malld) it re-adopts its jobs; a subtree without the cpuset controller is a
 // start-up error that says how to delegate it. The test plays systemd: it makes the unit's cgroup
-// (with cpuset enabled in its parents) and starts malld in it. Runs only inside tests/vm's guest
-// (vm.cgroup_v2), where cgroup v2 has the cpuset controller; it fails, not skips, elsewhere.
+// (with cpuset enabled in its parents) and starts malld in it. Also the v2-only refusal: a job
+// whose cgroup has no cpuset controller (its parent does not enable it) cannot be resized in place,
+// so its registration is refused with words and mallrun does not run it (exit 1).
+// Runs only inside tests/vm's guest (vm.cgroup_v2), where cgroup v2 has the cpuset controller; it
+// fails, not skips, elsewhere.
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -109,6 +112,27 @@ TEST_F(DelegatedSubtree, ASubtreeWithoutCpusetIsAStartupErrorThatSaysHowToDelega
     EXPECT_NE(error.find("was not given the cpuset controller"), std::string::npos) << error;
     EXPECT_NE(error.find("Delegate=yes"), std::string::npos) << error;
     EXPECT_FALSE(std::filesystem::exists(unit + "/malld")) << "a refused malld changed the subtree";
+}
+
+TEST_F(DelegatedSubtree, AJobCgroupWithoutCpusetIsRefusedWithWordsAndNothingChanges) {
+    TestCgroupTree runtime("mall_runtime_" + std::to_string(::getpid()));
+    std::string error;
+    ASSERT_FALSE(runtime.make("", "0-1", &error).empty()) << error;
+    // A runtime's cgroup for the job, made without the cpuset controller.
+    const std::string job = runtime.root() + "/ctr";
+    ASSERT_EQ(::mkdir(job.c_str(), 0755), 0) << std::strerror(errno);
+    PrivateMalld malld;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    auto run = run_command({"/bin/sh", "-c",
+                            "echo $$ > '" + job + "/cgroup.procs' && exec '" + bin_path("mallrun") +
+                                "' --socket '" + malld.socket() + "' --malleable=1:2 --job ctr -- /bin/echo ran"});
+    EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+    EXPECT_EQ(run.out.find("ran"), std::string::npos) << "a refused job ran: " << run.out;
+    EXPECT_NE(run.err.find("cannot resize in place"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("cpuset controller is not enabled"), std::string::npos) << run.err;
+    EXPECT_FALSE(job_status(malld.socket(), "ctr")) << status_text(malld);
+    EXPECT_FALSE(std::filesystem::exists(job + "/cpuset.cpus")) << "malld enabled a controller in a cgroup it does not own";
+    EXPECT_FALSE(std::filesystem::exists(malld.cgroup_dir() + "/job_ctr"));
 }
 
 }  // namespace
