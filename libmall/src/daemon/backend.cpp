@@ -612,7 +612,8 @@ private:
     // with systemd's DelegateSubgroup=). The "no internal processes" rule lets a cgroup enable a
     // controller for children only while it holds no process, so malld first moves itself into
     // the leaf, then enables cpuset below the subtree and keeps its job folders in
-    // <subtree>/<parent>. The subtree must have been given the cpuset controller.
+    // <subtree>/<parent>. A subtree without the cpuset controller (not delegated) leaves the folders
+    // at the root, with a warning.
     bool enter_delegated_subtree(std::string *error) {
         static constexpr const char *kDaemonLeaf = "malld";
         std::string subtree_rel = self_rel_;
@@ -623,12 +624,17 @@ private:
         const std::string subtree = mount_ + subtree_rel;
         std::string controllers;
         read_text_file(subtree + "/cgroup.controllers", &controllers, nullptr);
-        if (!has_word(controllers, "cpuset"))
-            return fail(error, "malld runs in cgroup " + subtree_rel + " (cgroup v2), which was not given the "
-                               "cpuset controller (its cgroup.controllers: '" + trim(controllers) +
-                               "'): run malld from a systemd unit with Delegate=yes (systemd 244 or later "
-                               "delegates cpuset) or Delegate=cpuset, or start it in the root cgroup; or "
-                               "choose --backend affinity");
+        if (!has_word(controllers, "cpuset")) {
+            // Not delegated: malld's folders go to the root as on a host without systemd. Jobs
+            // under a resource manager are enforced in place and never need them.
+            log_line(LogLevel::Warn,
+                     "malld runs in cgroup " + subtree_rel + " (cgroup v2), which was not given the cpuset "
+                     "controller (its cgroup.controllers: '" + trim(controllers) + "'), so its own job "
+                     "folders go to " + parent_dir_ + " at the root of the tree, which systemd does not "
+                     "know; run malld from a unit with Delegate=yes (systemd 244 or later delegates "
+                     "cpuset) to keep them in its own subtree");
+            return enable_v2_controller(mount_, error);
+        }
         const std::string leaf = subtree + leaf_suffix;
         if (subtree_rel == self_rel_) {
             if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST)
