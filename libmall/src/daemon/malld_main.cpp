@@ -40,10 +40,20 @@ const char *kSynopsis =
     "malld moves cores between jobs in two phases: it publishes the smaller allocation on the\n"
     "job's shared page, waits for the job's processes to acknowledge it at their next training\n"
     "step (at most --ack-timeout-ms), narrows the job's cpuset, and only then gives the cores to\n"
-    "another job. Allocations are enforced with a cgroup cpuset per job (cgroup v1 or v2) or,\n"
-    "where no cpuset controller can be used, with thread affinity. malld runs in the foreground\n"
-    "and logs to stderr. Its state file lets a restarted malld re-adopt running jobs without\n"
-    "changing their cpusets.\n"
+    "another job. Allocations are enforced with cgroup cpusets (cgroup v1 or v2) or, where no\n"
+    "cpuset controller can be used, with thread affinity. malld runs in the foreground and logs\n"
+    "to stderr. Its state file lets a restarted malld re-adopt running jobs without changing\n"
+    "their cpusets.\n"
+    "\n"
+    "Which cgroup: a job whose processes live in a cgroup made for them (a Slurm step with\n"
+    "proctrack/cgroup or task/cgroup, a container, a systemd scope) is enforced in place: malld\n"
+    "narrows and widens that cgroup's cpuset (v1: ancestors widened first, descendants narrowed\n"
+    "first; v2: cpuset.cpus written, cpuset.cpus.effective checked) and never moves a process out\n"
+    "of it; at the job's end the cgroup gets back the cpus it had. Other jobs (e.g. mallrun from a\n"
+    "shell) get a folder of malld's own, <cpuset mount>/<--cgroup-parent>/job_<name>. On cgroup v2\n"
+    "below the root (a systemd unit with Delegate=yes), malld moves itself into <its cgroup>/malld\n"
+    "and keeps its folders in its own subtree. A job whose cgroup malld may not resize (v2 without\n"
+    "the cpuset controller, not writable) is refused with the reason: it runs non-malleable.\n"
     "\n"
     "Clients authenticate by SO_PEERCRED: root, malld's own user and every --admin-uid may\n"
     "register, set, reclaim and release; a job's owner may only attach to, acknowledge and report\n"
@@ -143,7 +153,8 @@ int main(int argc, char **argv) {
          "\"system\", an hwloc XML file, or an hwloc synthetic description such as "
          "'pack:2 core:16 pu:2'")
         ("cgroup-parent", po::value(&cgroup_parent)->default_value("mall"),
-         "name of malld's cgroup folder under the cpuset hierarchy; jobs get <parent>/job_<name>")
+         "name of malld's own cgroup folder (under the cpuset hierarchy, or under malld's delegated "
+         "subtree on cgroup v2) for jobs that live in no cgroup of their own: <parent>/job_<name>")
         ("admin-uid", po::value(&admin_uids)->composing(),
          "a uid that may administer malld besides root and malld's own user (repeatable)")
         ("allow-self-register", po::bool_switch(),
