@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../libmall/src/common/ctl_client.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -250,6 +251,48 @@ TEST_F(InPlace, ModeOwnMovesTheJobAndModeInPlaceRefusesTheRoot) {
     auto bad = run_command(mallrun_argv(malld_->socket(), "1:2", "x", {"/bin/true"}, {"--cgroup", "sideways"}));
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_NE(bad.err.find("use auto, own or in-place"), std::string::npos) << bad.err;
+}
+
+// Two tasks of one job in two different cgroups (two steps of a Slurm job, as `join` registers
+// them): malld says so in its log, lists both, resizes both in place, and moves neither.
+TEST_F(InPlace, TasksOfOneJobInTwoCgroupsAreEachResizedWhereTheyLive) {
+    std::string error;
+    const std::string other_leaf = tree_->make(cpuset_is_v2() ? "step_1/task_0" : "step_1", "0", &error);
+    ASSERT_FALSE(other_leaf.empty()) << error;
+    Child task1(started_in(step_dir_, {"/bin/sleep", "120"}));
+    Child task2(started_in(other_leaf, {"/bin/sleep", "120"}));
+    ASSERT_TRUE(wait_until([&] {
+        return proc_cgroup(task1.pid()) == rel_of(step_dir_) && proc_cgroup(task2.pid()) == rel_of(other_leaf);
+    }, 5s));
+    auto ctl = CtlClient::connect(malld_->socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    json first{{"job", "slurm-5"}, {"uid", 0}, {"pids", {task1.pid()}}, {"min", 1}, {"max", 2}, {"join", true}};
+    auto r1 = ctl->request(proto::Type::Register, first, 20s);
+    ASSERT_TRUE(r1.ok) << r1.error;
+    json second = first;
+    second["pids"] = {task2.pid()};
+    auto r2 = ctl->request(proto::Type::Register, second, 20s);
+    ASSERT_TRUE(r2.ok) << r2.error;
+
+    ASSERT_TRUE(wait_until([&] {
+        return job_settled_on(malld_->socket(), "slurm-5", "0-1") && applied_cpus(step_dir_) == "0-1" &&
+               applied_cpus(other_leaf) == "0-1" && threads_all_on({task1.pid(), task2.pid()}, "0-1");
+    }, 20s)) << status_text(*malld_);
+    auto j = job_status(malld_->socket(), "slurm-5");
+    ASSERT_TRUE(j);
+    ASSERT_EQ((*j)["cgroups"].size(), 2u) << j->dump(2);
+    EXPECT_EQ((*j)["cgroups"][0].value("path", ""), step_dir_);
+    EXPECT_EQ((*j)["cgroups"][1].value("path", ""), other_leaf);
+    EXPECT_NE(malld_->log().find("slurm-5's processes live in several cgroups"), std::string::npos) << malld_->log();
+
+    auto set = run_command(mallctl_argv(malld_->socket(), {"set", "slurm-5", "--cpus", "1"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    EXPECT_TRUE(wait_until([&] {
+        return job_settled_on(malld_->socket(), "slurm-5", "1") && applied_cpus(step_dir_) == "1" &&
+               applied_cpus(other_leaf) == "1" && threads_all_on({task1.pid(), task2.pid()}, "1");
+    }, 20s)) << status_text(*malld_);
+    EXPECT_EQ(proc_cgroup(task1.pid()), rel_of(step_dir_));
+    EXPECT_EQ(proc_cgroup(task2.pid()), rel_of(other_leaf));
 }
 
 }  // namespace

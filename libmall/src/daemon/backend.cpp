@@ -254,15 +254,27 @@ public:
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
                   std::string *error) override {
         JobCgroups &state = jobs_[job];
+        const size_t known = state.in_place.size();
         std::vector<pid_t> to_move = classify(job, state, pids);
+        // A task that joins in a cgroup of its own (another Slurm step) gets the job's cpus there
+        // now: the job's allocation may not change, so no apply() would come for it.
+        std::string first_error;
+        if (state.enforced && !state.enforced->empty())
+            for (size_t i = known; i < state.in_place.size(); ++i) {
+                std::string why;
+                if (!resize_in_place(state.in_place[i].path, *state.enforced, &why) && first_error.empty())
+                    first_error = why;
+            }
         const std::string dir = own_dir(job);
-        if (to_move.empty() || !is_directory(dir)) return true;  // moved when the folder is made
-        return move_pids(dir, to_move, error);
+        if (!to_move.empty() && is_directory(dir) && !move_pids(dir, to_move, error)) return false;
+        if (!first_error.empty()) return fail(error, first_error);
+        return true;  // pids for malld's folder are moved when the folder is made
     }
 
     void adopt(const std::string &job, const std::vector<pid_t> &pids,
-               const std::vector<JobCgroup> &saved) override {
+               const std::vector<JobCgroup> &saved, const CpuSet &enforced) override {
         JobCgroups &state = jobs_[job];
+        if (!enforced.empty()) state.enforced = enforced;
         for (const JobCgroup &c : saved)
             if (c.in_place) state.in_place.push_back(c);
         // Where the live pids are now: a cgroup the state file did not name is recorded with its
@@ -297,6 +309,7 @@ public:
             std::string why;
             if (!apply_own(dir, own_pids, cpus, growing, &why)) note(why);
         }
+        state.enforced = cpus;
         if (!first_error.empty()) return fail(error, first_error);
         return true;
     }
@@ -353,6 +366,7 @@ private:
         std::vector<JobCgroup> in_place;  // in the order first seen
         std::set<pid_t> seen;             // pids already classified
         bool any_own = false;             // some process needs malld's own folder
+        std::optional<CpuSet> enforced;   // the cpus last applied (for cgroups that join later)
     };
 
     static bool fail(std::string *error, const std::string &text) {
@@ -757,7 +771,8 @@ public:
     bool add_pids(const std::string &, const std::vector<pid_t> &, std::string *) override {
         return true;
     }
-    void adopt(const std::string &, const std::vector<pid_t> &, const std::vector<JobCgroup> &) override {}
+    void adopt(const std::string &, const std::vector<pid_t> &, const std::vector<JobCgroup> &,
+               const CpuSet &) override {}
     std::vector<JobCgroup> cgroups_of(const std::string &) const override { return {}; }
 
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,

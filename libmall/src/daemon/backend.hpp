@@ -63,9 +63,10 @@ public:
     // those that need malld's own folder into it (once it exists).
     virtual bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
                           std::string *error) = 0;
-    // A re-adopted job's cgroups, as the state file saved them: recorded without any write.
+    // A re-adopted job's cgroups, as the state file saved them, and the cpus it was enforced on:
+    // recorded without any write.
     virtual void adopt(const std::string &job, const std::vector<pid_t> &pids,
-                       const std::vector<JobCgroup> &saved) = 0;
+                       const std::vector<JobCgroup> &saved, const CpuSet &enforced) = 0;
     // The cgroups the job is enforced on now (empty for affinity or before the first apply).
     virtual std::vector<JobCgroup> cgroups_of(const std::string &job) const = 0;
     // Applies `cpus` to the job (see Effects::enforce). `pids`: the job's registered processes.

@@ -148,7 +148,7 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         }
         for (const SavedPid &p : sj.pids)
             if (std::find(live.begin(), live.end(), p.pid) != live.end()) pids.remember_start(p.pid, p.start_time);
-        backend.adopt(id, live, sj.cgroups);
+        backend.adopt(id, live, sj.cgroups, job.cpuset);
         std::string page_error;
         if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {
             if (job.generation > 0) effects.write_page(*page, job.generation, job.published);
