@@ -253,6 +253,31 @@ TEST_F(InPlace, ModeOwnMovesTheJobAndModeInPlaceRefusesTheRoot) {
     EXPECT_NE(bad.err.find("use auto, own or in-place"), std::string::npos) << bad.err;
 }
 
+// Membership by cgroup: a process that enters the job's cgroup from the side (as `podman exec` or a
+// second step does: not a descendant of any registered process) attaches to the job; the same
+// program outside the job's cgroups is refused with words.
+TEST_F(InPlace, AProcessThatEntersTheJobsCgroupFromTheSideAttaches) {
+    start_job_in_step();
+    const pid_t pid = registered_pid(malld_->socket(), "rm");
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "0-1"); }, 20s)) << describe(pid);
+    ChildOptions env;
+    env.env = {{"MALL_SOCKET", malld_->socket()}, {"MALL_JOB_ID", "rm"}};
+    Child side(started_in(step_dir_, test_client_argv({"--step-us", "1000"})), env);
+    auto line = side.wait_for_line_starting("open ", 20s);
+    ASSERT_TRUE(line) << "the side process printed nothing";
+    EXPECT_EQ(*line, "open rc=0 job=rm") << malld_->log();
+    EXPECT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "rm", "0-1", 2); }, 20s))
+        << status_text(*malld_);
+    EXPECT_TRUE(threads_all_on({side.pid()}, "0-1")) << describe_threads({side.pid()});
+
+    Child outsider(test_client_argv({"--step-us", "1000"}), env);
+    auto refused = outsider.wait_for_line_starting("open ", 20s);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(*refused, "open rc=-3 job=") << malld_->log();
+    EXPECT_NE(malld_->log().find("nor in one of its cgroups"), std::string::npos) << malld_->log();
+}
+
 // Two tasks of one job in two different cgroups (two steps of a Slurm job, as `join` registers
 // them): malld says so in its log, lists both, resizes both in place, and moves neither.
 TEST_F(InPlace, TasksOfOneJobInTwoCgroupsAreEachResizedWhereTheyLive) {

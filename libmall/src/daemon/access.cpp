@@ -100,8 +100,9 @@ bool may_log_refusal(Connection &c) {
 // Authorization lives here and only here: every request passes through this function before its
 // handler runs, so the request table above is malld's whole access policy and no handler can forget
 // a check. Identities come from SO_PEERCRED (kernel-verified), never from the message body.
-bool authorize(const AccessRules &rules, const NodeManager &manager, const Connection &c,
-               const RequestRule &rule, const proto::Message &msg, int *code, std::string *why) {
+bool authorize(const AccessRules &rules, const NodeManager &manager, const CpusetBackend &backend,
+               const Connection &c, const RequestRule &rule, const proto::Message &msg, int *code,
+               std::string *why) {
     const std::string type = proto::type_name(rule.type);
     *code = MALL_ERR_DENIED;
     switch (rule.role) {
@@ -160,9 +161,12 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Conne
                        "; uid " + std::to_string(c.peer.uid) + " may not attach to it";
                 return false;
             }
-            if (!in_process_tree(c.peer.pid, job->spec.pids)) {
+            // A member: a registered process, a descendant of one, or a process in one of the
+            // job's cgroups (which only root, or the cgroup's delegate, can move a process into).
+            if (!in_process_tree(c.peer.pid, job->spec.pids) && !backend.in_job_cgroups(name, c.peer.pid)) {
                 *why = "process " + std::to_string(c.peer.pid) + " is not a process of job " + name +
-                       " (pids " + pid_list_text(job->spec.pids) + ") nor a descendant of one";
+                       " (pids " + pid_list_text(job->spec.pids) + "), nor a descendant of one, nor in "
+                       "one of its cgroups";
                 return false;
             }
             return true;
@@ -173,7 +177,8 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Conne
 }
 
 void serve_packet(Connection &c, const std::string &packet, const AccessRules &rules,
-                  const NodeManager &manager, RequestHandlers &handlers, Connections &connections) {
+                  const NodeManager &manager, const CpusetBackend &backend, RequestHandlers &handlers,
+                  Connections &connections) {
     std::string why;
     std::optional<proto::Message> msg = proto::decode(packet, &why);
     if (!msg) {
@@ -197,7 +202,7 @@ void serve_packet(Connection &c, const std::string &packet, const AccessRules &r
         return;
     }
     int code = MALL_ERR_DENIED;
-    if (!authorize(rules, manager, c, *rule, *msg, &code, &why)) {
+    if (!authorize(rules, manager, backend, c, *rule, *msg, &code, &why)) {
         if (may_log_refusal(c))
             log_warn(std::string("refused ") + proto::type_name(msg->type) + " from uid " +
                      std::to_string(c.peer.uid) + " pid " + std::to_string(c.peer.pid) + ": " +

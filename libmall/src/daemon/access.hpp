@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../common/protocol.hpp"
+#include "backend.hpp"
 #include "connections.hpp"
 #include "core/node_manager.hpp"
 
@@ -36,9 +37,12 @@ struct RequestRule {
 const RequestRule *find_request_rule(proto::Type type);
 
 // True when the connection's peer may send `msg` under `rule`; else false with a mall_rc code
-// (*code) and words that say why and how to fix it (*why).
-bool authorize(const AccessRules &rules, const NodeManager &manager, const Connection &c,
-               const RequestRule &rule, const proto::Message &msg, int *code, std::string *why);
+// (*code) and words that say why and how to fix it (*why). `backend` answers whether a process
+// lives in one of a job's cgroups (membership by cgroup, for processes that enter a job from the
+// side: `podman exec`, another step).
+bool authorize(const AccessRules &rules, const NodeManager &manager, const CpusetBackend &backend,
+               const Connection &c, const RequestRule &rule, const proto::Message &msg, int *code,
+               std::string *why);
 
 // Refusals are logged with uid and pid, but at most a few per second per connection: a client
 // looping on a refused request must not flood the log. True when this refusal may be logged.
@@ -48,6 +52,7 @@ bool may_log_refusal(Connection &c);
 // (with an error reply); refused requests get an error reply and a log line; allowed ones go to
 // their handler, whose ProtocolError or other exception becomes an error reply.
 void serve_packet(Connection &c, const std::string &packet, const AccessRules &rules,
-                  const NodeManager &manager, RequestHandlers &handlers, Connections &connections);
+                  const NodeManager &manager, const CpusetBackend &backend, RequestHandlers &handlers,
+                  Connections &connections);
 
 }  // namespace mall

@@ -292,6 +292,17 @@ public:
         return list;
     }
 
+    bool in_job_cgroups(const std::string &job, pid_t pid) const override {
+        auto it = jobs_.find(job);
+        if (it == jobs_.end()) return false;
+        auto rel = process_cgroup(pid, v2_);
+        if (!rel) return false;
+        const std::string path = mount_ + *rel;
+        for (const JobCgroup &c : it->second.in_place)
+            if (is_path_prefix(c.path, path)) return true;
+        return it->second.any_own && is_path_prefix(own_dir(job), path);
+    }
+
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                bool growing, std::string *error) override {
         JobCgroups &state = jobs_[job];
@@ -774,6 +785,7 @@ public:
     void adopt(const std::string &, const std::vector<pid_t> &, const std::vector<JobCgroup> &,
                const CpuSet &) override {}
     std::vector<JobCgroup> cgroups_of(const std::string &) const override { return {}; }
+    bool in_job_cgroups(const std::string &, pid_t) const override { return false; }
 
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                bool, std::string *error) override {

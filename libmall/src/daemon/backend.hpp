@@ -69,6 +69,10 @@ public:
                        const std::vector<JobCgroup> &saved, const CpuSet &enforced) = 0;
     // The cgroups the job is enforced on now (empty for affinity or before the first apply).
     virtual std::vector<JobCgroup> cgroups_of(const std::string &job) const = 0;
+    // True when pid lives in one of the job's cgroups or below one (membership by cgroup: a
+    // process that entered the job's cgroup from the side, e.g. with `podman exec`). Always false
+    // for affinity, which has no cgroups.
+    virtual bool in_job_cgroups(const std::string &job, pid_t pid) const = 0;
     // Applies `cpus` to the job (see Effects::enforce). `pids`: the job's registered processes.
     virtual bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                        bool growing, std::string *error) = 0;

@@ -392,7 +392,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
         ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true);
         if (n > 0) {
             c.last_activity = Clock::now();
-            serve_packet(c, packet, access_, *manager_, *handlers_, *connections_);
+            serve_packet(c, packet, access_, *manager_, *backend_, *handlers_, *connections_);
             continue;
         }
         if (n == 0) {  // hang-up (a client may leave in the middle of a request: fine)
