@@ -31,6 +31,11 @@ packages=(
   # the guest, busybox for its hand-made initramfs; tiny-initramfs satisfies the kernel's initramfs
   # dependency, so apt pulls neither initramfs-tools nor udev and leaves systemd alone.
   qemu-system-x86 linux-image-amd64 busybox-static tiny-initramfs
+  # tests/containers (label containers): podman with runc (crun refuses the hybrid cgroup layout),
+  # conmon and catatonit, and docker.io (dockerd, its containerd, the shim). Pulls containerd, tini,
+  # iptables and a few libraries, upgrades login and passwd to the point release libsubid4 needs;
+  # no init system, systemd untouched (checked with apt-get install -s --no-install-recommends).
+  podman runc conmon catatonit docker.io
 )
 
 missing=()
