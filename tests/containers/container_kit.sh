@@ -73,7 +73,8 @@
 # - Images without a registry: podman runs a tiny rootfs folder with --rootfs (a few folders, /etc/
 #   passwd, /etc/group, bin/lib links into the bind-mounted host /usr): no image store, no overlay
 #   mount, nothing to unpack; `podman run --rm` of /usr/bin/true takes ~0.45 s, ~0.55 s from an
-#   imported image (import ~0.3 s). Docker has no --rootfs: the same folder as a tarball through
+#   imported image (import ~0.3 s; it also writes root's host-wide blob-info cache in
+#   /var/lib/containers/cache, which the kit removes when it made it). Docker has no --rootfs: the same folder as a tarball through
 #   `docker import` (~0.2 s, a 147-byte image). Host-built binaries, Debian's Python, numpy and torch
 #   run unchanged because /usr is the host's; /etc/ld.so.cache and /etc/alternatives are bound too
 #   (without them numpy fails: "libblas.so.3: cannot open shared object file").
@@ -478,6 +479,9 @@ ctr_image() { # ctr_image podman|docker (not in $(...): it sets CTR_PODMAN_IMAGE
         tar -C "$CTR_DIR/rootfs" -c . | ctr_docker import - "$img" >/dev/null || { ctr__err "docker import failed"; return 1; }
       fi ;;
     podman)
+      # containers/image keeps root's blob-info cache in /var/lib/containers/cache whatever --root
+      # says (no option moves it in Debian 12's podman): note whether the kit made that folder.
+      [ -e /var/lib/containers ] || : >"$CTR_DIR/made-var-lib-containers"
       if ! ctr_podman image exists "$img"; then
         tar -C "$CTR_DIR/rootfs" -c . | ctr_podman import --quiet - "$img" >/dev/null || { ctr__err "podman import failed"; return 1; }
       fi
@@ -554,7 +558,8 @@ ctr__runc_states() { # runc state folders (/run/runc/<id>) of this test's contai
 ctr_cleanup() { # ctr_cleanup [DIR]: idempotent; every step bounded; never fails the caller's trap
   if [ -n "${1-}" ]; then ctr__derive "$1"; fi
   [ -n "${CTR_DIR-}" ] || return 0
-  local CTR_STEP_TIMEOUT_S=20 m s pids rc=0
+  local CTR_STEP_TIMEOUT_S=20 m s pids rc=0 made_var_lib=0
+  [ -e "$CTR_DIR/made-var-lib-containers" ] && made_var_lib=1
   # podman: remove its containers (their processes, conmons, runc state, libpod-<id> folders).
   if [ -f "$CTR_DIR/podman/containers.conf" ]; then
     ctr_podman rm --all --force --time 0 >/dev/null 2>&1 || rc=1
@@ -578,6 +583,12 @@ ctr_cleanup() { # ctr_cleanup [DIR]: idempotent; every step bounded; never fails
   done < <(ctr__mounts_under)
   if [ -z "$(ctr__mounts_under)" ]; then rm -rf --one-file-system "$CTR_DIR" 2>/dev/null || rc=1
   else ctr__err "mounts left under $CTR_DIR: not removing it"; rc=1; fi
+  # podman import's blob-info cache, when the kit made its folder and nothing else went in since.
+  if [ "$made_var_lib" = 1 ] &&
+     [ "$(find /var/lib/containers -mindepth 1 2>/dev/null | sort | tr '\n' ' ')" = \
+       "/var/lib/containers/cache /var/lib/containers/cache/blob-info-cache-v1.boltdb " ]; then
+    rm -rf /var/lib/containers
+  fi
   # The engines' shared folders, when empty and no engine runs (each engine makes them on demand).
   if ! ctr__live_named dockerd && ! ctr__live_named containerd && ! ctr__live_named conmon; then
     for s in "${ctr__shared_run_dirs[@]}"; do rmdir "$s" 2>/dev/null; done
