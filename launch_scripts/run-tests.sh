@@ -102,14 +102,14 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
   # Left out there: find_package (it links an uninstrumented consumer against the instrumented
   # library), the Python tests (an uninstrumented python3 cannot dlopen an instrumented libmall:
   # the ASan runtime must come first) and the system tests (Slurm's uninstrumented daemons would
-  # load the instrumented plugin), soak, and the vm tests (a second emulated boot would add
+  # load the instrumented plugin), soak, containers, and the vm tests (a second emulated boot would add
   # minutes for backend code the cgroup-v1 tests already run under ASan here).
   asan_skip_log=$repo/build-asan/Testing/mall-skips.log
   mkdir -p "$repo/build-asan/Testing" && : >"$asan_skip_log"
   set +o pipefail
   (cd "$repo/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MALL_TEST_SKIP_LOG=$asan_skip_log \
-     ctest --output-on-failure --timeout 600 -E 'find_package|python' -LE 'system|soak|vm') |
+     ctest --output-on-failure --timeout 600 -E 'find_package|python' -LE 'system|soak|vm|containers') |
     tee "$repo/build-asan/Testing/mall-ctest.log"
   asan_status=${PIPESTATUS[0]}
   set -o pipefail

@@ -598,6 +598,9 @@ private:
                                    " to no cpus while it holds processes (the kernel refuses an "
                                    "empty cpuset); the job keeps its cpus until some are free");
         }
+        // Cgroups below malld's folder (a container created with --cgroup-parent there) go with
+        // it, by the in-place rules: descendants narrowed first (v1), growth carried down.
+        if (exists && !descendants(dir).empty()) return resize_in_place(dir, cpus, error);
         bool created = false;
         if (!exists) {
             if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
