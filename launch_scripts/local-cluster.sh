@@ -4,10 +4,13 @@
 # and malld, every file under one folder, every daemon tracked by its pid. See --help.
 #
 # Choices, and why:
-# - ProctrackType=proctrack/linuxproc + TaskPlugin=task/affinity: the simplest pair that works here;
-#   Slurm then creates no cgroups of its own, so malld's cpusets (under "mall_cluster") are the only
-#   ones on the node. (proctrack/cgroup + task/cgroup also work, see ../shared/PLATFORM.md; `down`
-#   removes a slurm_<node> cpuset folder anyway, in case a site's config made one.)
+# - Slurm's process tracking and task plugins (`up --cgroup-plugins`, see --help): `linuxproc` (the
+#   default) is ProctrackType=proctrack/linuxproc + TaskPlugin=task/affinity, the simplest pair that
+#   works here: Slurm then creates no cgroups of its own, so malld's cpusets (under "mall_cluster")
+#   are the only ones on the node. `cgroup` is proctrack/cgroup + task/cgroup,task/affinity with a
+#   cgroup.conf (ConstrainCores=yes, the cgroup plugin named for the hierarchy this node mounts), as
+#   most sites run Slurm: each task then lives in Slurm's step cgroup and malld resizes that cgroup
+#   in place. `down` removes the cgroups Slurm made for this cluster.
 # - auth/munge + cred/munge with a private munged (run as user munge, socket under the cluster
 #   folder) when munge is installed; otherwise auth/none + cred/none, which Slurm 22.05 accepts. `up`
 #   says which one it used.
@@ -25,6 +28,7 @@ dir=${MALL_CLUSTER_DIR:-/tmp/mall-cluster}
 ctld_port=${MALL_CLUSTER_PORT:-6817}
 slurmd_port=$(( ctld_port + 1 ))
 cgroup_parent=${MALL_CLUSTER_CGROUP:-mall_cluster}
+cgroup_plugins=${MALL_CLUSTER_CGROUP_PLUGINS:-}   # linuxproc|cgroup; empty: the marker's, else linuxproc
 wait_s=${MALL_CLUSTER_TIMEOUT_S:-30}
 node=$(hostname -s)
 prog=local-cluster.sh
@@ -33,16 +37,56 @@ usage() {
   cat <<EOF
 $prog — a single-node Slurm cluster on this machine, with mall's malld and SPANK plugin
 
-Usage: launch_scripts/$prog up|down|status|env
+Usage: launch_scripts/$prog up [--cgroup-plugins linuxproc|cgroup]
+       launch_scripts/$prog down|status|env|logs [N]
        launch_scripts/$prog -h|--help
 
 Commands:
   up      write the configuration and start munged, malld, slurmctld and slurmd (those not already
           running), then wait until the controller answers and node $node is idle. Idempotent: when
           everything runs it returns at once. Needs root.
+          --cgroup-plugins linuxproc|cgroup   Slurm's process tracking and task plugins (also
+          MALL_CLUSTER_CGROUP_PLUGINS; the option wins; remembered for down/status):
+            linuxproc  (default) ProctrackType=proctrack/linuxproc, TaskPlugin=task/affinity: Slurm
+                       makes no cgroups; malld puts each malleable task in a cpuset folder of its
+                       own under $cgroup_parent. The fastest start.
+            cgroup     ProctrackType=proctrack/cgroup, TaskPlugin=task/cgroup,task/affinity and an
+                       etc/cgroup.conf with ConstrainCores=yes and CgroupPlugin=cgroup/v1 or
+                       cgroup/v2, whichever this node mounts (/sys/fs/cgroup a tmpfs of v1
+                       hierarchies with cpuset: v1; a cgroup2 mount: v2). Written explicitly:
+                       Slurm's "autodetect" fails when /sys/fs/cgroup/systemd is missing. Slurm then
+                       keeps each task in its step cgroup, tracks and kills the job through it, and
+                       malld resizes that cgroup in place (mallctl status: in place). Slurm puts
+                       each task there before the plugin registers it (task_post_fork):
+                         v1: /sys/fs/cgroup/cpuset/slurm_$node/uid_<uid>/job_<id>/step_<step>
+                             (step_batch, step_0, ...; slurmstepd sits there too) and the same
+                             path under /sys/fs/cgroup/freezer for proctrack/cgroup
+                         v2: /sys/fs/cgroup/system.slice/${node}_slurmstepd.scope/job_<id>/
+                             step_<step>/user/task_special (task_<n> with memory or accounting
+                             cgroups); slurmstepd in .../step_<step>/slurm
+                       Before a later step of a job malld has grown, the plugin pins the job to
+                       its Slurm cores until the step's cgroups exist: task/cgroup writes the job
+                       cgroup's cpus back for every step, which v1 refuses while a grown step
+                       cgroup is wider (the step would fail).
+                       Slurm 22.05.8's cgroup/v2 runs without systemd (checked in the qemu guest of
+                       tests/vm, ctest vm.slurm_cgroup_v2) given two things:
+                       - IgnoreSystemd=yes (written): without it slurmd asks systemd over D-Bus
+                         for its stepd scope and stops: "cgroup_dbus_attach_to_scope: cannot
+                         connect to dbus system daemon", "cannot initialize cgroup directory for
+                         stepds" (src/plugins/cgroup/v2/cgroup_v2.c:736, slurm-22-05-8-1);
+                       - the folder /sys/fs/cgroup/system.slice: slurmd makes its scope with a
+                         plain mkdir (no parents) and otherwise stops: "Could not create scope
+                         directory .../system.slice/${node}_slurmstepd.scope: No such file or
+                         directory" (cgroup_v2.c:592). up makes it; down removes it if up did.
+                       CgroupAutomount=yes (written) lets slurmd enable cpuset from the root down.
+                       Slurm names its cgroup root after the node, not the cluster: only one cluster
+                       with the cgroup plugins can run on a node at a time, and up refuses to start
+                       slurmd while Slurm's cgroups on this node hold processes.
   down    cancel the cluster's jobs, stop every daemon by its pid (SIGTERM, SIGKILL after a
-          deadline), remove the cgroups the cluster made ($cgroup_parent and slurm_$node cpusets)
-          and the whole state folder. Idempotent.
+          deadline; with the cgroup plugins also any process left in Slurm's cgroups of this node),
+          remove the cgroups the cluster made (malld's $cgroup_parent; with the cgroup plugins
+          Slurm's slurm_$node folders in every v1 hierarchy, or on v2 its
+          system.slice/${node}_slurmstepd.scope) and the whole state folder. Idempotent.
   status  each daemon with its pid, then sinfo. Exit 0 when all run, 1 when some do, 3 when none.
   env     the export lines a shell needs to use the cluster:
             eval "\$(launch_scripts/$prog env)"
@@ -56,12 +100,14 @@ Environment:
   MALL_CLUSTER_PORT       slurmctld port; slurmd uses the next one (default 6817)
   MALL_CLUSTER_AUTH       munge|none (default: munge when munged is installed, else none)
   MALL_CLUSTER_CGROUP     malld's cgroup parent (default mall_cluster)
+  MALL_CLUSTER_CGROUP_PLUGINS  linuxproc|cgroup, as up's --cgroup-plugins (default linuxproc)
   MALL_CLUSTER_TIMEOUT_S  how long up/down wait for each step (default 30)
   MALL_CLUSTER_MALLD_SLURM  1 (default): start malld with --slurm (checks jobs against slurmctld)
                           when it supports it; 0: without
 
 Files under the state folder:
   etc/slurm.conf etc/plugstack.conf   the generated configuration (SLURM_CONF points here)
+  etc/cgroup.conf                     with --cgroup-plugins cgroup only
   log/*.log                           slurmctld, slurmd, malld logs (munge/munged.log for munged)
   run/*.pid                           pid of each daemon as started by this script
   malld.sock malld/                   malld's socket and state folder
@@ -73,6 +119,9 @@ Example:
   sbatch --wrap 'grep Cpus_allowed_list /proc/self/status'
   launch_scripts/$prog status
   launch_scripts/$prog down
+
+  launch_scripts/$prog up --cgroup-plugins cgroup
+  srun --malleable=1:2 -c 1 sh -c 'cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status'
 EOF
 }
 
@@ -87,12 +136,15 @@ marker=$dir/.mall-cluster
 if [ -s "$marker" ]; then
   saved_port=$(sed -n 's/^port=//p' "$marker")
   saved_cgroup=$(sed -n 's/^cgroup=//p' "$marker")
+  saved_plugins=$(sed -n 's/^plugins=//p' "$marker")
+  if [ -z "$cgroup_plugins" ] && [ -n "$saved_plugins" ]; then cgroup_plugins=$saved_plugins; fi
   if [ -z "${MALL_CLUSTER_PORT:-}" ] && [ -n "$saved_port" ]; then
     ctld_port=$saved_port
     slurmd_port=$(( ctld_port + 1 ))
   fi
   if [ -z "${MALL_CLUSTER_CGROUP:-}" ] && [ -n "$saved_cgroup" ]; then cgroup_parent=$saved_cgroup; fi
 fi
+v2_scope=/sys/fs/cgroup/system.slice/${node}_slurmstepd.scope   # Slurm 22.05's cgroup/v2 stepd scope
 malld_sock=$dir/malld.sock
 munge_sock=$dir/munge/munge.socket.2
 plugin=$build/lib/mall_spank.so
@@ -197,9 +249,41 @@ auth_mode() {
   esac
 }
 
-write_config() { # write_config AUTH write|check: (re)writes slurm.conf and plugstack.conf, or only
-  # compares; true when the files differ from what this call would write
-  local auth=$1 mode=$2 nodeline new changed=0
+# Slurm's cgroup plugin for this node's hierarchy, by the rule of Slurm 22.05's "autodetect"
+# (src/common/cgroup.c) minus its need for /sys/fs/cgroup/systemd: a cgroup2 mount at
+# /sys/fs/cgroup is v2; a tmpfs there with a v1 cpuset hierarchy is v1.
+slurm_cgroup_version() {
+  case $(stat -f -c %T /sys/fs/cgroup/ 2>/dev/null) in
+    cgroup2fs) echo v2 ;;
+    tmpfs) if [ "$(stat -f -c %T /sys/fs/cgroup/cpuset/ 2>/dev/null)" = cgroupfs ]; then echo v1; else
+             die "--cgroup-plugins cgroup: /sys/fs/cgroup is a tmpfs without a v1 cpuset hierarchy at /sys/fs/cgroup/cpuset; Slurm's task/cgroup cannot constrain cores here (use --cgroup-plugins linuxproc)"
+           fi ;;
+    *) die "--cgroup-plugins cgroup: nothing usable is mounted at /sys/fs/cgroup (neither cgroup2 nor a tmpfs of v1 hierarchies); use --cgroup-plugins linuxproc" ;;
+  esac
+}
+# The cgroups Slurm's plugins make for this node (not for this cluster: Slurm names them after the
+# node), in every hierarchy: v1 /sys/fs/cgroup/<controller>/slurm_<node>, v2 the stepd scope.
+slurm_cgroup_roots() {
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    h=${h%/}
+    if [ -d "$h/slurm_$node" ]; then echo "$h/slurm_$node"; fi
+  done
+  if [ -d "$v2_scope" ]; then echo "$v2_scope"; fi
+}
+pids_in_tree() { # pids_in_tree DIR...: every pid in the cgroups at and below each DIR
+  local d
+  find "$@" -name cgroup.procs -type f 2>/dev/null | while read -r d; do cat "$d" 2>/dev/null; done | sort -un
+}
+
+write_config() { # write_config AUTH write|check: (re)writes slurm.conf, cgroup.conf and
+  # plugstack.conf, or only compares; true when the files differ from what this call would write
+  local auth=$1 mode=$2 nodeline new changed=0 proctrack task
+  if [ "$cgroup_plugins" = cgroup ]; then
+    proctrack=proctrack/cgroup; task=task/cgroup,task/affinity
+  else
+    proctrack=proctrack/linuxproc; task=task/affinity
+  fi
   nodeline=$(slurmd -C 2>/dev/null) || true
   nodeline=$(grep -m1 '^NodeName=' <<<"$nodeline") ||
     die "'slurmd -C' printed no node line; check that slurmd runs on this machine (launch_scripts/install-deps.sh)"
@@ -225,8 +309,8 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
+ProctrackType=$proctrack
+TaskPlugin=$task
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -251,6 +335,33 @@ EOF
   if [ "$(cat "$conf" 2>/dev/null)" != "$new" ]; then
     changed=1
     if [ "$mode" = write ]; then printf '%s\n' "$new" >"$conf"; fi
+  fi
+
+  # Slurm reads cgroup.conf beside slurm.conf. Only cores are constrained (memory and devices are
+  # not malld's business, and this machine's memory hierarchy may belong to its container).
+  if [ "$cgroup_plugins" = cgroup ]; then
+    local version; version=$(slurm_cgroup_version)
+    new=$(cat <<EOF
+# Generated by launch_scripts/$prog (--cgroup-plugins cgroup) for proctrack/cgroup + task/cgroup.
+CgroupPlugin=cgroup/$version
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=yes
+ConstrainRAMSpace=no
+ConstrainSwapSpace=no
+ConstrainDevices=no
+$(if [ "$version" = v2 ]; then
+    printf '%s\n' '# No systemd here: slurmd makes the stepd scope folder itself (mkdir, no D-Bus) and enables' \
+                   '# the controllers from the root down to it.' 'IgnoreSystemd=yes' 'CgroupAutomount=yes'
+  fi)
+EOF
+)
+    if [ "$(cat "$dir/etc/cgroup.conf" 2>/dev/null)" != "$new" ]; then
+      changed=1
+      if [ "$mode" = write ]; then printf '%s\n' "$new" >"$dir/etc/cgroup.conf"; fi
+    fi
+  elif [ -e "$dir/etc/cgroup.conf" ]; then
+    changed=1
+    if [ "$mode" = write ]; then rm -f "$dir/etc/cgroup.conf"; fi
   fi
 
   # mall's submission filter (--malleable=MIN sets -c MIN): Slurm reads cli_filter.lua beside slurm.conf.
@@ -284,6 +395,24 @@ start_daemon() { # start_daemon NAME CMD...: setsid in the background, pid file,
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# Before slurmd starts with the cgroup plugins: Slurm's cgroups are named after the node, so another
+# cluster's live jobs there would mix with this one's (same job ids): refuse. On v2 without systemd,
+# 22.05's slurmd only mkdirs its scope (no parents): make /sys/fs/cgroup/system.slice for it.
+prepare_slurm_cgroups() {
+  local roots busy
+  roots=$(slurm_cgroup_roots)
+  if [ -n "$roots" ]; then
+    # shellcheck disable=SC2086  # one folder a word
+    busy=$(pids_in_tree $roots | tr '\n' ' ')
+    [ -z "${busy// }" ] ||
+      die "Slurm's cgroups of node $node ($(tr "\n" " " <<<"$roots" | sed "s/ $//")) hold processes (${busy% }): another Slurm cluster with the cgroup plugins runs on this node (Slurm names its cgroups after the node, so only one can); bring it down first, or use --cgroup-plugins linuxproc"
+  fi
+  if [ "$(slurm_cgroup_version)" = v2 ] && [ ! -d /sys/fs/cgroup/system.slice ]; then
+    mkdir /sys/fs/cgroup/system.slice || die "cannot create /sys/fs/cgroup/system.slice for Slurm's cgroup/v2 scope"
+    touch "$dir/run/made-system-slice"
+  fi
+}
+
 cmd_up() {
   local t0_ms auth name missing=() need
   t0_ms=$(( $(date +%s%N) / 1000000 ))
@@ -295,6 +424,12 @@ cmd_up() {
   [ -x "$build/bin/malld" ] ||
     die "malld is not built ($build/bin/malld missing): run cmake -G Ninja -B $build -S $repo && ninja -C $build malld (or set MALL_BUILD_DIR)"
   auth=$(auth_mode)
+  cgroup_plugins=${cgroup_plugins:-linuxproc}
+  case $cgroup_plugins in
+    linuxproc|cgroup) ;;
+    *) die "--cgroup-plugins (or MALL_CLUSTER_CGROUP_PLUGINS) must be linuxproc or cgroup, not '$cgroup_plugins'" ;;
+  esac
+  if [ "$cgroup_plugins" = cgroup ]; then slurm_cgroup_version >/dev/null; fi   # dies with the reason
 
   # The state folder: ours (marker), or new/empty (e.g. from mktemp). Never adopt a foreign folder.
   if [ -e "$dir" ] && [ ! -e "$marker" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
@@ -302,7 +437,6 @@ cmd_up() {
   fi
   mkdir -p "$dir"/{etc,log,run,state,spool,malld,tmp}
   chmod 1777 "$dir/tmp"
-  printf 'port=%s\ncgroup=%s\n' "$ctld_port" "$cgroup_parent" >"$marker"
   cd "$dir"   # the daemons' working folder: none of them keeps the caller's folder busy
   chmod 0755 "$dir" "$dir/etc" "$dir/log"   # users' clients read slurm.conf; munge must reach its folder
 
@@ -312,6 +446,12 @@ cmd_up() {
     if [ "$name" = munged ] && [ "$auth" = none ]; then continue; fi
     if daemon_pid "$name" >/dev/null; then running+=("$name"); fi
   done
+  # Running daemons keep the plugins they started with (the marker says which).
+  if [ ${#running[@]} -gt 0 ] && [ -n "${saved_plugins:-}" ] && [ "$saved_plugins" != "$cgroup_plugins" ]; then
+    say "warning: the cluster runs with --cgroup-plugins $saved_plugins; to change it: $prog down && $prog up --cgroup-plugins $cgroup_plugins"
+    cgroup_plugins=$saved_plugins
+  fi
+  printf 'port=%s\ncgroup=%s\nplugins=%s\n' "$ctld_port" "$cgroup_parent" "$cgroup_plugins" >"$marker"
 
   # Rewriting slurm.conf under running daemons would split clients from daemons (e.g. another
   # AuthType): while anything runs, the configuration it started with stays.
@@ -320,6 +460,9 @@ cmd_up() {
   elif write_config "$auth" check; then
     say "warning: ${running[*]} run(s) with an older configuration (auth, plugin, node or ports differ); apply the new one with: $prog down && $prog up"
   fi
+
+  # Another cluster's live jobs in Slurm's cgroups of this node: refuse before starting anything.
+  if [ "$cgroup_plugins" = cgroup ] && ! daemon_pid slurmd >/dev/null; then prepare_slurm_cgroups; fi
 
   # munged, as user munge, with its socket, pid, seed and log under the cluster folder.
   if [ "$auth" = munge ] && ! daemon_pid munged >/dev/null; then
@@ -368,6 +511,8 @@ cmd_up() {
     if port_taken "$slurmd_port"; then
       die "port $slurmd_port (slurmd) is in use (another slurmd? stop it, or set MALL_CLUSTER_PORT)"
     fi
+    # From here on Slurm's cgroups of this node are this cluster's to clean up (see cmd_down).
+    if [ "$cgroup_plugins" = cgroup ]; then touch "$dir/run/slurm-cgroups-ours"; fi
     start_daemon slurmd slurmd -D -f "$conf"
   fi
   wait_until "node $node to be idle (sinfo)" bash -c "sinfo -h -n '$node' -o %t | grep -qx idle"
@@ -375,23 +520,33 @@ cmd_up() {
   if [ ${#started[@]} -eq 0 ]; then
     say "already up ($dir): $(status_line)"
   else
-    say "up in $(( $(date +%s%N) / 1000000 - t0_ms )) ms ($dir, auth/$auth, plugin $( [ -f "$plugin" ] && echo "loaded from $plugin" || echo "not built: running without it")): started ${started[*]}"
+    say "up in $(( $(date +%s%N) / 1000000 - t0_ms )) ms ($dir, auth/$auth, $(plugins_words), plugin $( [ -f "$plugin" ] && echo "loaded from $plugin" || echo "not built: running without it")): started ${started[*]}"
   fi
   say "use it with: eval \"\$(launch_scripts/$prog env)\""
 }
 
+plugins_words() { # the Slurm plugins in the configuration, for messages
+  if [ "$cgroup_plugins" = cgroup ]; then
+    echo "proctrack/cgroup + task/cgroup ($(sed -n 's/^CgroupPlugin=//p' "$dir/etc/cgroup.conf" 2>/dev/null))"
+  else
+    echo "proctrack/linuxproc + task/affinity"
+  fi
+}
+
 # ---- down ---------------------------------------------------------------------------------------
-cgroup_dirs() { # the cgroup folders this cluster may have made, in every mounted hierarchy
+cgroup_dirs() { # the cgroup folders this cluster may have made, in every mounted hierarchy: malld's
+  # parent, and Slurm's (only when this cluster started slurmd with the cgroup plugins: a linuxproc
+  # cluster, or one whose up was refused, leaves another cluster's Slurm cgroups alone)
   local h
   for h in /sys/fs/cgroup /sys/fs/cgroup/*; do
     [ -d "$h" ] || continue
     if [ -d "$h/$cgroup_parent" ]; then echo "$h/$cgroup_parent"; fi
-    if [ -d "$h/slurm_$node" ]; then echo "$h/slurm_$node"; fi
-  done | sort -u
+  done
+  if [ -e "$dir/run/slurm-cgroups-ours" ]; then slurm_cgroup_roots; fi
 }
 remove_cgroup_tree() { # remove_cgroup_tree DIR MOVE: removes the folders deepest first; with MOVE=1
-  # pids left inside go to the hierarchy's root first (only for malld's parent, which is ours alone:
-  # a slurm_<node> folder that still holds processes may belong to another cluster on this node)
+  # pids left inside go to the hierarchy's root first (only for malld's parent, which is ours alone;
+  # Slurm's folders are emptied by killing what is left in them, see cmd_down)
   local top=$1 move=$2 root d p
   root=$(dirname "$top")
   find "$top" -depth -type d 2>/dev/null | while read -r d; do
@@ -454,10 +609,30 @@ cmd_down() {
     fi
   fi
 
+  # With the cgroup plugins, a process still in Slurm's cgroups of this node once slurmd and its
+  # step daemons are gone is a task of this cluster's jobs (up refuses to start slurmd beside
+  # another cluster's jobs there): nothing will signal it any more, so SIGKILL, then the folders go.
+  local roots
+  roots=$(if [ -e "$dir/run/slurm-cgroups-ours" ]; then slurm_cgroup_roots; fi)
+  if [ -n "$roots" ]; then
+    # shellcheck disable=SC2086  # one folder a word
+    left=$(pids_in_tree $roots | tr '\n' ' ')
+    if [ -n "${left// }" ]; then
+      say "killing processes left in Slurm's cgroups: $left"
+      # shellcheck disable=SC2086
+      kill -KILL $left 2>/dev/null || true
+      local deadline=$(( SECONDS + wait_s ))
+      # shellcheck disable=SC2086
+      while [ -n "$(pids_in_tree $roots)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+    fi
+  fi
   local cg
   for cg in $(cgroup_dirs); do
     if [ "$(basename "$cg")" = "$cgroup_parent" ]; then remove_cgroup_tree "$cg" 1; else remove_cgroup_tree "$cg" 0; fi
   done
+  if [ -e "$dir/run/made-system-slice" ]; then
+    rmdir /sys/fs/cgroup/system.slice 2>/dev/null || say "warning: could not remove /sys/fs/cgroup/system.slice (made by up; still in use?)"
+  fi
   if [ -e "$marker" ]; then rm -rf "$dir"; fi
   if [ ${#stopped[@]} -gt 0 ]; then say "down: stopped ${stopped[*]}; removed $dir"; else say "down: nothing was running; $dir is gone"; fi
 }
@@ -485,6 +660,7 @@ cmd_status() {
     fi
   done
   printf '%-10s %s\n' plugin "$(grep -v '^#' "$plugstack" 2>/dev/null || echo "not loaded ($plugin not built)")"
+  printf '%-10s %s\n' slurm "$(plugins_words)"
   if daemon_pid slurmctld >/dev/null; then
     SLURM_CONF=$conf sinfo -N -o '%N %P %t %C %c' || true
     SLURM_CONF=$conf squeue || true
@@ -509,8 +685,19 @@ cmd_logs() {
   done
 }
 
+parse_up_options() { # up [--cgroup-plugins linuxproc|cgroup]
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --cgroup-plugins) [ $# -ge 2 ] || { echo "$prog: --cgroup-plugins needs a value: linuxproc or cgroup" >&2; exit 2; }
+                        cgroup_plugins=$2; shift 2 ;;
+      --cgroup-plugins=*) cgroup_plugins=${1#*=}; shift ;;
+      *) echo "$prog: unknown option for up: '$1' (expected --cgroup-plugins linuxproc|cgroup; see --help)" >&2; exit 2 ;;
+    esac
+  done
+}
+
 case ${1:-} in
-  up) cmd_up ;;
+  up) shift; parse_up_options "$@"; cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
