@@ -32,6 +32,22 @@
 //   this node. Without --slurm that Reclaim is refused, and the Reclaim happens in
 //   slurm_spank_init_post_opt of each step, as root, before that step's tasks start (later steps
 //   find the cores already reserved and skip it).
+// - Where the task is when it registers: task_post_fork runs in slurmstepd after proctrack_g_add
+//   and task_g_pre_set_affinity (src/slurmd/slurmstepd/mgr.c, _fork_all_tasks), so with
+//   proctrack/cgroup + task/cgroup the task already sits in Slurm's step cgroup (v1:
+//   cpuset/slurm_<node>/uid_<uid>/job_<id>/step_<step>, which slurmstepd shares; v2:
+//   .../job_<id>/step_<step>/user/task_<n> or task_special) and has not exec'd yet: malld reads
+//   that cgroup from /proc/PID/cgroup and resizes it in place.
+// - A later step of a job malld has grown: task/cgroup (task_cgroup_cpuset_create, in the new
+//   step's task_g_pre_setuid) writes the job cgroup's cpus back to Slurm's cores. On cgroup v1 the
+//   kernel refuses that (EBUSY: an earlier step's cgroup, grown in place, is wider), and Slurm fails
+//   the step ("Failed to invoke task plugins", "Slurmd could not execve job"); on v2 the write
+//   succeeds and silently takes the borrowed cpus from the running step behind malld's back. So
+//   slurm_spank_init_post_opt (in the new step's slurmstepd, before task_g_pre_setuid) pins the job
+//   to its Slurm cores in malld and waits until they are enforced (hold_for_step), and the step's
+//   first task_post_fork (or the step's exit, if no task started) lets the policy have it again.
+//   Concurrent step starts of one job are not serialised: one step's release can regrow the job
+//   while another step's slurmstepd is between its check and Slurm's write.
 extern "C" {
 #pragma GCC visibility push(default)
 #include <slurm/slurm.h>
@@ -101,6 +117,8 @@ struct PluginState {
     bool option_bare = false;        // given without a value
     std::string option_text;         // the value as the user wrote it
     bool reclaimed = false;          // this process already sent the Reclaim for its job
+    std::optional<uint32_t> held_job; // this step pinned that job to its Slurm cores (hold_for_step)
+    std::string held_restore;        // what to give back: "auto" or an admin's earlier pin
     bool malld_unresponsive = false; // a connect or request to malld ran out of time here
 };
 PluginState g_state;
@@ -409,6 +427,92 @@ void reclaim_for_job(uint32_t id, const CpuSet &cpus, const char *where) {
         log_debug("job %u: reclaimed cores %s in %s in %.1f ms", id, cpus.to_string().c_str(), where, ms);
 }
 
+// The entry of malld's job `name` in a status reply (nullptr when malld does not list it).
+const nlohmann::json *status_job(const mall::CtlResult &status, const std::string &name) {
+    if (!status.ok || !status.body.contains("jobs") || !status.body["jobs"].is_array()) return nullptr;
+    for (const auto &j : status.body["jobs"])
+        if (j.is_object() && j.value("job", std::string()) == name) return &j;
+    return nullptr;
+}
+std::optional<CpuSet> status_cpus(const nlohmann::json &job, const char *field) {
+    if (!job.contains(field) || !job[field].is_string()) return std::nullopt;
+    return CpuSet::parse(job[field].get<std::string>());
+}
+
+// A new step of job `id` is about to get its cgroups from Slurm (see the top of the file): if
+// malld holds the job on cpus beyond Slurm's cores here (`cpus`), pin it to those cores and wait
+// until malld has narrowed its cgroups, so Slurm's write of the job cgroup succeeds. Released by
+// release_hold() once the step's cgroups exist. Never fails the step.
+void hold_for_step(uint32_t id, const CpuSet &cpus) {
+    const std::string name = malld_job_name(id);
+    std::string error;
+    CallbackBudget budget;
+    auto client = connect_to_malld(budget, &error);
+    if (!client) return;  // malld away: it holds nothing to narrow either
+    mall::CtlResult status = request_within(*client, budget, mall::proto::Type::Status, nlohmann::json::object());
+    const nlohmann::json *job = status_job(status, name);
+    if (!job) return;  // not a malleable job on this node (yet)
+    auto published = status_cpus(*job, "cpus");
+    auto enforced = status_cpus(*job, "cpuset");
+    if (published && enforced && cpus.contains(*published) && cpus.contains(*enforced)) return;
+    auto guaranteed = status_cpus(*job, "guaranteed");
+    if (!guaranteed || !cpus.contains(*guaranteed) || guaranteed->empty()) {
+        log_info("job %u: malld holds it on cpus %s beyond Slurm's cores %s, but its guaranteed cpus '%s' are not "
+                 "inside them; not narrowed before the new step",
+                 id, enforced ? enforced->to_string().c_str() : "?", cpus.to_string().c_str(),
+                 job->value("guaranteed", std::string()).c_str());
+        return;
+    }
+    std::string restore = "auto";
+    if (job->value("pinned", false))
+        if (auto pin = status_cpus(*job, "target")) restore = pin->to_string();
+    auto t0 = std::chrono::steady_clock::now();
+    mall::CtlResult set = request_within(*client, budget, mall::proto::Type::Set,
+                                         {{"job", name}, {"cpus", guaranteed->to_string()}});
+    if (!set.ok) {
+        log_info("job %u: cannot narrow it to its Slurm cores %s before the new step: %s", id,
+                 guaranteed->to_string().c_str(), set.error.c_str());
+        return;
+    }
+    g_state.held_job = id;
+    g_state.held_restore = restore;
+    // malld tells the job first and waits for its ack (at most its ack timeout), then narrows.
+    while (true) {
+        mall::CtlResult now = request_within(*client, budget, mall::proto::Type::Status, nlohmann::json::object());
+        const nlohmann::json *j = status_job(now, name);
+        if (!j) {  // ended meanwhile: nothing to give back
+            g_state.held_job.reset();
+            return;
+        }
+        auto e = status_cpus(*j, "cpuset");
+        if (e && guaranteed->contains(*e)) break;
+        if (!now.ok || budget.left().count() <= 1) {
+            log_info("job %u: malld did not narrow it to %s before the new step within the time budget "
+                     "(cpuset %s); Slurm may refuse the step's cgroup", id, guaranteed->to_string().c_str(),
+                     e ? e->to_string().c_str() : "?");
+            return;
+        }
+        usleep(10000);  // polling interval
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log_info("job %u: narrowed to its Slurm cores %s for a new step in %.0f ms", id,
+             guaranteed->to_string().c_str(), ms);
+}
+
+// The new step's cgroups exist: the job goes back to the policy (or the admin's pin).
+void release_hold(const char *where) {
+    if (!g_state.held_job) return;
+    uint32_t id = *g_state.held_job;
+    g_state.held_job.reset();
+    bool unreachable = false;
+    std::string error;
+    auto result = ask_malld(mall::proto::Type::Set, {{"job", malld_job_name(id)}, {"cpus", g_state.held_restore}},
+                            &unreachable, &error);
+    if (unreachable || !result->ok)
+        log_info("job %u: could not give it back to malld's policy in %s: %s", id, where,
+                 unreachable ? error.c_str() : result->error.c_str());
+}
+
 // Slurm calls slurm_spank_init in srun/sbatch/salloc and slurmstepd, but not in the job
 // prolog/epilog process (22.05 goes straight to job_prolog/job_epilog), so every callback makes
 // sure the arguments were read.
@@ -450,14 +554,17 @@ MALL_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char **av) {
     }
 }
 
-// Remote (slurmstepd, root, before this step's tasks exist): take the job's cores back from
-// borrowers. Done for every job, malleable or not: Slurm gave it these cores.
+// Remote (slurmstepd, root, before this step's tasks exist and before task/cgroup makes its
+// cgroups): take the job's cores back from borrowers, and keep the job itself within them while
+// Slurm writes the new step's cgroups. Done for every job, malleable or not: Slurm gave it these
+// cores (the option cannot be read here in 22.05; malld's status says whether the job is malleable).
 MALL_SPANK_EXPORT int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
     try {
         if (!enabled(ac, av) || spank_context() != S_CTX_REMOTE) return 0;
         auto id = job_id(sp);
         auto cpus = job_cpus_on_node(sp);
         if (id && cpus) reclaim_for_job(*id, *cpus, "step init");
+        if (id && cpus) hold_for_step(*id, *cpus);
         return 0;
     } catch (...) {
         return 0;
@@ -481,8 +588,18 @@ MALL_SPANK_EXPORT int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
     }
 }
 
-// Remote, root, in slurmstepd right after the task's fork (it has not exec'd yet).
+// Remote, root, in slurmstepd right after the task's fork (it has not exec'd yet; Slurm has put
+// it in its step cgroup already). The step's cgroups exist, so a hold_for_step() ends here, after
+// the task joined the job (it then grows with the job's earlier tasks).
 MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) {
+    struct ReleaseHold {
+        ~ReleaseHold() {
+            try {
+                release_hold("task_post_fork");
+            } catch (...) {
+            }
+        }
+    } release_hold_at_return;
     try {
         if (!enabled(ac, av)) return 0;
         load_option(sp);
@@ -616,6 +733,18 @@ MALL_SPANK_EXPORT int slurm_spank_task_exit(spank_t sp, int ac, char **av) {
         auto result = ask_malld(mall::proto::Type::Deregister, body, &unreachable, &error);
         if (!unreachable && !result->ok)  // e.g. never registered, or malld already dropped it
             log_debug("job %u: deregister pid %d: %s", *id, pid, result->error.c_str());
+        return 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+// Remote, root, at the end of slurmstepd: a step that pinned its job and never started a task
+// (Slurm failed it before the fork) gives the job back here.
+MALL_SPANK_EXPORT int slurm_spank_exit(spank_t, int ac, char **av) {
+    try {
+        if (!enabled(ac, av) || spank_context() != S_CTX_REMOTE) return 0;
+        release_hold("step exit");
         return 0;
     } catch (...) {
         return 0;

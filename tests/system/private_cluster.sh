@@ -3,7 +3,8 @@
 # cluster without touching it) and the helpers that check what the cluster leaves behind.
 # Usage: systest_begin DEFAULT_TIMEOUT_S "$@" first (watchdog, arguments, root check, PASS/FAIL),
 # then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
-# The caller owns the cleanup trap and calls local-cluster.sh up/down.
+# The caller owns the cleanup trap and calls local-cluster.sh up/down. A script that also runs in the
+# qemu guest of tests/vm calls guest_setup_for_slurm before private_cluster_init.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"   # watchdog_script, watchdog_fired
 
@@ -55,7 +56,7 @@ private_cluster_init() {
   export MALL_CLUSTER_DIR=$work/cluster
   export MALL_BUILD_DIR=$build
   export MALL_CLUSTER_CGROUP=mall_cluster_systest$$
-  export MALL_CLUSTER_TIMEOUT_S=30
+  export MALL_CLUSTER_TIMEOUT_S=${MALL_CLUSTER_TIMEOUT_S:-30}   # longer in the qemu guest
   port=$first_port   # global: the tests print it
   while port_taken $port || port_taken $(( port + 1 )); do
     port=$(( port + 10 ))
@@ -85,11 +86,30 @@ cluster_down_and_nothing_left() {
   fi
 }
 
-# cgroup folders a cluster makes: malld's parent and Slurm's slurm_<node> (the latter only with the
-# cgroup plugins; compared before/after, so another cluster's folders are not counted).
+# cgroup folders a cluster makes: malld's parent and, with the cgroup plugins, Slurm's: v1
+# slurm_<node> in each hierarchy, v2 system.slice (made by local-cluster.sh where systemd is absent)
+# and its <node>_slurmstepd.scope (compared before/after, so another cluster's folders are not counted).
 cgroups_now() {
   find /sys/fs/cgroup /sys/fs/cgroup/* -mindepth 1 -maxdepth 1 -type d \
-       \( -name "$MALL_CLUSTER_CGROUP" -o -name 'mall_cluster' -o -name 'slurm_*' \) 2>/dev/null | sort -u
+       \( -name "$MALL_CLUSTER_CGROUP" -o -name 'mall_cluster' -o -name 'slurm_*' -o -name system.slice \
+          -o -name '*_slurmstepd.scope' \) 2>/dev/null | sort -u
+}
+
+# guest_setup_for_slurm: in the qemu guest of tests/vm (MALL_IN_VM=1) only, what Slurm and these
+# scripts need and the guest lacks: /dev/fd (bash's <(...) in cluster_down_and_nothing_left), a host
+# name (it has "(none)"), the loopback interface up, and one non-loopback IPv4 address (a dummy
+# interface), without which getaddrinfo(AI_ADDRCONFIG) resolves nothing, not even 127.0.0.1, and
+# slurmctld stops ("Unable to resolve"). Elsewhere it does nothing.
+guest_setup_for_slurm() {
+  [ "${MALL_IN_VM:-}" = 1 ] || return 0
+  [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+  [ "$(hostname)" != '(none)' ] || hostname mallvm
+  grep -qw "$(hostname)" /etc/hosts 2>/dev/null || echo "127.0.0.1 $(hostname)" >>/etc/hosts
+  ip link set lo up
+  if ! ip -4 addr show scope global | grep -q inet; then
+    modprobe dummy && ip link add mall0 type dummy && ip addr add 10.213.0.1/24 dev mall0 && ip link set mall0 up ||
+      { echo "FAIL: cannot give the guest a non-loopback address for Slurm (dummy interface)"; exit 1; }
+  fi
 }
 state_of() { local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; stat=${stat##*) }; echo "${stat%% *}"; }
 live() { local st; st=$(state_of "$1"); [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]; }
