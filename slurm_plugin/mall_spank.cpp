@@ -43,6 +43,8 @@
 //   kernel refuses that (EBUSY: an earlier step's cgroup, grown in place, is wider), and Slurm fails
 //   the step ("Failed to invoke task plugins", "Slurmd could not execve job"); on v2 the write
 //   succeeds and silently takes the borrowed cpus from the running step behind malld's back. So
+//   for a job malld enforces in Slurm's cgroups (status: a cgroup in_place; never with
+//   proctrack/linuxproc + task/affinity, where malld's own folders hold the job),
 //   slurm_spank_init_post_opt (in the new step's slurmstepd, before task_g_pre_setuid) pins the job
 //   to its Slurm cores in malld and waits until they are enforced (hold_for_step), and the step's
 //   first task_post_fork (or the step's exit, if no task started) lets the policy have it again.
@@ -452,6 +454,13 @@ void hold_for_step(uint32_t id, const CpuSet &cpus) {
     mall::CtlResult status = request_within(*client, budget, mall::proto::Type::Status, nlohmann::json::object());
     const nlohmann::json *job = status_job(status, name);
     if (!job) return;  // not a malleable job on this node (yet)
+    // Only a job enforced in Slurm's own cgroups (task/cgroup) meets Slurm's write; in malld's
+    // folders (proctrack/linuxproc + task/affinity) nothing of Slurm's is wider than its cores.
+    bool in_place = false;
+    if (job->contains("cgroups") && (*job)["cgroups"].is_array())
+        for (const auto &c : (*job)["cgroups"])
+            if (c.is_object() && c.value("in_place", false)) in_place = true;
+    if (!in_place) return;
     auto published = status_cpus(*job, "cpus");
     auto enforced = status_cpus(*job, "cpuset");
     if (published && enforced && cpus.contains(*published) && cpus.contains(*enforced)) return;

@@ -56,6 +56,11 @@ OPTIONS
                        tree); never the source tree
     --cpus N           guest cpus (default 2)
     --memory SIZE      guest memory, qemu syntax (default 2G)
+    --boot-timeout S   a guest that has not started the command S seconds after qemu started
+                       (default 240; a boot takes 5-20 s) is a stalled boot: qemu is killed
+    --boot-retries N   after a stalled boot, boot again up to N times (default 0), saying so on
+                       stderr with the stalled guest's serial log; the command itself never runs
+                       twice (it had not started)
     --timing           print to stderr: boot to command, command, total seconds (host clock)
     --verbose          kernel messages on the serial log, printed with the full guest kernel log
                        and qemu's output at the end; progress lines on stderr
@@ -68,7 +73,8 @@ EXIT STATUS
     77     cannot run here, the reason on stderr after "SKIP:" (no qemu-system-x86_64, no
            kernel with its modules, kernel not readable: not root, no static busybox, no
            modprobe). ctest reports it as a skip (SKIP_RETURN_CODE 77).
-    124    --timeout expired: qemu was killed.
+    124    --timeout expired, or the boot stalled (--boot-timeout) and no retry was left: qemu
+           was killed.
     125    the harness failed: bad usage, the current directory is not visible in the guest, the
            initramfs could not be made, or the guest never ran the command (boot failure, crash:
            the serial log and qemu's output are printed).
@@ -90,8 +96,14 @@ skip() { echo "$prog: SKIP: $*" >&2; exit "$EXIT_SKIP"; }
 say() { if [ "$verbose" = 1 ]; then echo "$prog: $*" >&2; fi; }
 
 envs=() shares=() timeout=600 work_dir="" cpus=2 memory=2G timing=0 verbose=0
+boot_timeout=240 boot_retries=0
+orig_args=("$@")  # for booting again after a stalled boot (--boot-retries)
 while [ $# -gt 0 ]; do
   case $1 in
+    --boot-timeout) [[ ${2-} =~ ^[1-9][0-9]*$ ]] || die "--boot-timeout needs a positive whole number of seconds"
+      boot_timeout=$2; shift 2 ;;
+    --boot-retries) [[ ${2-} =~ ^[0-9]+$ ]] || die "--boot-retries needs a whole number"
+      boot_retries=$2; shift 2 ;;
     --env) [ $# -ge 2 ] || die "--env needs NAME=VALUE"
       [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env '$2': not NAME=VALUE"
       envs+=("$2"); shift 2 ;;
@@ -144,7 +156,7 @@ kernel=/boot/vmlinuz-$kver
 
 # --- Per-run temp dir, and the cleanup that always runs ----------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run-in-vm.XXXXXX")
-qemu_pid="" sleep_pid="" cat_pids=()
+qemu_pid="" sleep_pid="" boot_pid="" cat_pids=()
 kill_and_reap() { # pid...: TERM, up to 5 s, then KILL; each reaped
   local p i
   for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -160,6 +172,7 @@ cleanup() {
   local pids=()
   [ -n "$qemu_pid" ] && pids+=("$qemu_pid")
   [ -n "$sleep_pid" ] && pids+=("$sleep_pid")
+  [ -n "${boot_pid:-}" ] && pids+=("$boot_pid")
   pids+=("${cat_pids[@]}")
   [ ${#pids[@]} -eq 0 ] || kill_and_reap "${pids[@]}"
   rm -rf -- "$tmp"
@@ -399,8 +412,22 @@ t0=$(date +%s.%N)
 qemu_pid=$!
 "${orphan_guard[@]}" sleep "$timeout" &
 sleep_pid=$!
+# The boot watcher: a plain sleep (no shell whose child could outlive it and hold the caller's
+# output open). When it ends before the guest started the command, the boot stalled.
+"${orphan_guard[@]}" sleep "$boot_timeout" &
+boot_pid=$!
 finished=""
-wait -n -p finished "$qemu_pid" "$sleep_pid" || true
+boot_stalled=0
+wait -n -p finished "$qemu_pid" "$sleep_pid" "$boot_pid" || true
+if [ "$finished" = "$boot_pid" ]; then
+  boot_pid=""
+  if [ -e "$ctl/started" ]; then
+    finished=""
+    wait -n -p finished "$qemu_pid" "$sleep_pid" || true
+  else
+    boot_stalled=1
+  fi
+fi
 timed_out=0
 if [ "$finished" != "$qemu_pid" ]; then
   timed_out=1
@@ -409,7 +436,7 @@ else
   wait "$qemu_pid" 2>/dev/null || true
 fi
 qemu_pid=""
-kill_and_reap "$sleep_pid"; sleep_pid=""
+kill_and_reap "$sleep_pid" ${boot_pid:+"$boot_pid"}; sleep_pid="" boot_pid=""
 t1=$(date +%s.%N)
 # Unblock a cat whose fifo qemu never opened (an open O_RDWR never blocks), then let both drain.
 for f in "$tmp/stdout" "$tmp/stderr"; do exec {fd}<>"$f"; exec {fd}>&-; done
@@ -426,6 +453,22 @@ if [ "$timing" = 1 ] && [ -e "$ctl/started" ]; then
   done_at=$(stat -c %.9Y "$ctl/status" 2>/dev/null || echo "$t1")
   awk -v a="$t0" -v b="$started" -v c="$done_at" -v d="$t1" -v p="$prog" 'BEGIN {
     printf "%s: timing: boot to command %.1f s, command %.1f s, total %.1f s\n", p, b - a, c - b, d - a }' >&2
+fi
+if [ "$boot_stalled" = 1 ]; then
+  print_logs "boot stalled: the guest had not started the command ${boot_timeout}s after qemu started"
+  if [ "$boot_retries" -gt 0 ]; then
+    again=() skip_next=0
+    for a in "${orig_args[@]}"; do
+      if [ "$skip_next" = 1 ]; then skip_next=0; continue; fi
+      if [ "$a" = --boot-retries ]; then skip_next=1; continue; fi
+      again+=("$a")
+    done
+    echo "$prog: booting again ($((boot_retries - 1)) more retries after this one)" >&2
+    cleanup
+    exec "$0" --boot-retries "$((boot_retries - 1))" "${again[@]}"
+  fi
+  echo "$prog: TIMEOUT: the boot stalled (exit $EXIT_TIMEOUT)" >&2
+  exit "$EXIT_TIMEOUT"
 fi
 if [ "$timed_out" = 1 ]; then
   print_logs "timeout: the guest ran longer than ${timeout}s and was killed"
