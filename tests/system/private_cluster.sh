@@ -41,6 +41,21 @@ wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds;
   done
 }
 status_json() { timeout 10 "$mallctl" status --json 2>/dev/null; }
+threads_lists() { # threads_lists PID: "tid:list" of each thread, for messages
+  local f
+  for f in /proc/"$1"/task/*/status; do
+    printf '%s:%s ' "$(basename "$(dirname "$f")")" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)"
+  done
+}
+all_threads_on() { # all_threads_on PID MIN_THREADS LIST: every thread (at least MIN_THREADS) allows exactly LIST
+  local pid=$1 min=$2 want=$3 f n=0 list
+  for f in /proc/"$pid"/task/*/status; do
+    list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null) || return 1
+    [ "$list" = "$want" ] || return 1
+    n=$(( n + 1 ))
+  done
+  [ "$n" -ge "$min" ]
+}
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 job_final() {
   case $(job_state "$1") in

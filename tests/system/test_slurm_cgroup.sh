@@ -88,21 +88,6 @@ slurm_step_pattern() {
 cgroup_cpus() { # the cpus a cgroup folder applies (v1 cpuset.cpus, v2 cpuset.cpus.effective)
   if [ "$version" = v1 ]; then cat "$1/cpuset.cpus" 2>/dev/null; else cat "$1/cpuset.cpus.effective" 2>/dev/null; fi
 }
-threads_lists() { # threads_lists PID: "tid:list" of each thread, for messages
-  local f
-  for f in /proc/"$1"/task/*/status; do
-    printf '%s:%s ' "$(basename "$(dirname "$f")")" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)"
-  done
-}
-all_threads_on() { # all_threads_on PID MIN_THREADS LIST: every thread (at least MIN_THREADS) allows exactly LIST
-  local pid=$1 min=$2 want=$3 f n=0 list
-  for f in /proc/"$pid"/task/*/status; do
-    list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null) || return 1
-    [ "$list" = "$want" ] || return 1
-    n=$(( n + 1 ))
-  done
-  [ "$n" -ge "$min" ]
-}
 # The job's cgroup folders, Slurm's (in every hierarchy) and malld's own; one a line.
 job_cgroups_left() {
   local id=$1

@@ -78,21 +78,6 @@ threads_cpus() { # threads_cpus PID...: the union of Cpus_allowed_list over ever
     done
   done | sort -un
 }
-threads_lists() { # threads_lists PID: "tid:list" of each thread, for messages
-  local f
-  for f in /proc/"$1"/task/*/status; do
-    printf '%s:%s ' "$(basename "$(dirname "$f")")" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)"
-  done
-}
-all_threads_on() { # all_threads_on PID MIN_THREADS LIST: every thread (at least MIN_THREADS) allows exactly LIST
-  local pid=$1 min=$2 want=$3 f n=0 list
-  for f in /proc/"$pid"/task/*/status; do
-    list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null) || return 1
-    [ "$list" = "$want" ] || return 1
-    n=$(( n + 1 ))
-  done
-  [ "$n" -ge "$min" ]
-}
 job_running() { [ "$(job_state "$1")" = RUNNING ]; }
 submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
   local name=$1; shift
