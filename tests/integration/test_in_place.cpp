@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "../../libmall/src/common/ctl_client.hpp"
+#include "../../libmall/src/daemon/procfs.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -25,21 +26,8 @@ namespace {
 
 using nlohmann::json;
 
-// The cgroup of pid in the cpuset hierarchy, as /proc/PID/cgroup names it.
-std::string proc_cgroup(pid_t pid) {
-    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/cgroup"));
-    std::string line;
-    while (std::getline(in, line)) {
-        auto first = line.find(':');
-        auto second = line.find(':', first + 1);
-        if (first == std::string::npos || second == std::string::npos) continue;
-        std::string controllers = line.substr(first + 1, second - first - 1);
-        if (cpuset_is_v2() ? (line.substr(0, first) == "0" && controllers.empty())
-                           : ("," + controllers + ",").find(",cpuset,") != std::string::npos)
-            return line.substr(second + 1);
-    }
-    return "?";
-}
+// The cgroup of pid in the cpuset hierarchy, as /proc/PID/cgroup names it (malld's own reader).
+std::string proc_cgroup(pid_t pid) { return process_cgroup(pid, cpuset_is_v2()).value_or("?"); }
 
 // What applies to a cgroup's processes: v1 cpuset.cpus, v2 cpuset.cpus.effective.
 std::string applied_cpus(const std::string &dir) {

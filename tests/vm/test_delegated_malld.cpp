@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../libmall/src/daemon/procfs.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -19,13 +20,7 @@ MALL_TEST_WATCHDOG(240);
 namespace mall::test {
 namespace {
 
-std::string proc_cgroup_v2(pid_t pid) {
-    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/cgroup"));
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("0::", 0) == 0) return line.substr(3);
-    return "?";
-}
+std::string proc_cgroup_v2(pid_t pid) { return process_cgroup(pid, true).value_or("?"); }
 
 class DelegatedSubtree : public ::testing::Test {
 protected:
