@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh — mall end to end on this machine: builds if needed, then either (default) starts a private
 # malld and runs two malleable training jobs with mallrun, or (--slurm) brings up a private
-# single-node Slurm cluster with the mall plugin and submits three sbatch jobs; prints a line per
-# event as the cores move, then a summary; stops and removes everything it started. See --help.
+# single-node Slurm cluster with the mall plugin and submits three sbatch jobs, or (--containers)
+# runs two training containers (podman or docker) as malleable jobs; prints a line per event as
+# the cores move, then a summary; stops and removes everything it started. See --help.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +16,7 @@ usage() {
   cat <<EOF
 demo.sh — watch mall move cores between training jobs on this machine
 
-Usage: launch_scripts/demo.sh [--slurm]
+Usage: launch_scripts/demo.sh [--slurm | --containers [--engine podman|docker]]
        launch_scripts/demo.sh -h|--help
 
 Both modes build what they need first (cmake + ninja into the build folder; dependencies with
@@ -39,6 +40,17 @@ Modes:
                   when A ends, C grows to both
              The summary gives each job's state, exit code, cores over time, resizes, and for the
              trainers their steps and final loss. Needs root. About 30 s.
+  --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and two training
+             containers started with `mallrun --container -- podman run ...`:
+               eigen  the Eigen trainer (mall_train_digits), alone at first: it gets the pool
+               torch  the PyTorch trainer (examples/train_torch.py, Debian's python3-torch),
+                      arriving while eigen runs: the pool is shared, eigen shrinks first
+             Each finishes and leaves; the other grows back. Nothing in the image knows mall:
+             libmall inside attaches through the socket folder mallrun bind-mounts. With no
+             registry the image is a tiny folder with the host's /usr, the checkout and the build
+             mounted read-only (tests/containers/container_kit.sh makes it, with a private podman
+             store or a private dockerd, all removed at the end). Needs root. About 30 s.
+  --engine E with --containers: podman (default) or docker
 
 Environment:
   MALL_BUILD_DIR   build folder (default <repo>/build)
@@ -46,15 +58,27 @@ Environment:
 EOF
 }
 
-slurm_mode=0
+slurm_mode=0 containers_mode=0 engine=podman
 while [ $# -gt 0 ]; do
   case $1 in
     --slurm) slurm_mode=1 ;;
+    --containers) containers_mode=1 ;;
+    --engine)
+      case ${2-} in podman|docker) engine=$2; shift ;;
+        *) echo "demo: --engine takes podman or docker (got '${2-}')" >&2; exit 2 ;; esac ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "demo: unknown argument '$1' (expected --slurm or --help)" >&2; exit 2 ;;
+    *) echo "demo: unknown argument '$1' (expected --slurm, --containers, --engine E or --help)" >&2; exit 2 ;;
   esac
   shift
 done
+if [ "$slurm_mode" = 1 ] && [ "$containers_mode" = 1 ]; then
+  echo "demo: choose one of --slurm and --containers" >&2; exit 2
+fi
+if [ "$containers_mode" = 1 ] && [ "$(id -u)" -ne 0 ]; then
+  echo "demo: --containers needs root (rootful $engine, and malld makes the containers' cgroups);" \
+       "run it as root, or run the demo without --containers" >&2
+  exit 1
+fi
 if [ "$slurm_mode" = 1 ] && [ "$(id -u)" -ne 0 ]; then
   echo "demo: --slurm needs root (it starts Slurm's daemons, munged and malld, which makes cgroups);" \
        "run it as root, or run the demo without --slurm" >&2
@@ -100,6 +124,8 @@ cleanup() {
   fi
   stop_pid "$watch_pid"
   stop_pid "$watch_json_pid"
+  # --containers: the containers, the private podman store or dockerd, the image folder.
+  [ -n "${CTR_DIR:-}" ] && ctr_cleanup
   stop_pid "$malld_pid"
   # malld removes its cgroups on a clean stop; remove what a crash may have left.
   for dir in "/sys/fs/cgroup/cpuset/$cgroup_parent" "/sys/fs/cgroup/$cgroup_parent"; do
@@ -252,9 +278,90 @@ slurm_demo() {
   [ "$ok" = 1 ]
 }
 
+# ---- --containers: two training containers as malleable jobs --------------------------------------
+# Called once malld and the watchers run (below). The container kit (tests/containers/
+# container_kit.sh) gives a registry-free image and a private engine; cleanup removes both.
+container_demo() {
+  # shellcheck source=../tests/containers/container_kit.sh
+  . "$repo/tests/containers/container_kit.sh"
+  if ! ctr_have "$engine"; then
+    note "$CTR_WHY: running launch_scripts/install-deps.sh"
+    "$repo/launch_scripts/install-deps.sh" >"$tmp/deps.log" 2>&1 || true
+    ctr_have "$engine" || { echo "demo: $CTR_WHY" >&2; return 1; }
+  fi
+  ctr_init demo || return 1
+  ctr_bind_ro "$repo"
+  case $build in "$repo"/*) ;; *) ctr_bind_ro "$build" ;; esac
+  if [ "$engine" = docker ]; then
+    say "starting a private dockerd (cgroupfs driver) for the demo"
+    ctr_docker_start || { echo "demo: the private dockerd did not start" >&2; return 1; }
+    ctr_image docker || return 1
+  fi
+  local engine_bin torch_cmd torch_kind=torch torch_trainer=train_torch.py
+  engine_bin=$(ctr_engine_bin "$engine")
+  # The PyTorch trainer needs Debian's python3-torch (and numpy, sklearn's digits) on the host's
+  # /usr, which the containers see; without it the second container runs the linear trainer.
+  if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && [ -f "$repo/examples/train_torch.py" ]; then
+    torch_cmd=(/usr/bin/python3 -u "$repo/examples/train_torch.py" --steps 300 --print-every 100)
+  else
+    torch_kind=linear torch_trainer=mall_train_linear
+    note "python3-torch is not installed: the second container runs mall_train_linear instead"
+    torch_cmd=("$bin/mall_train_linear" --steps 400 --print-every 100 --log-changes)
+  fi
+  start_container() {  # start_container NAME WORDS...: mallrun --container ... run --rm ... WORDS
+    local name=$1; shift
+    ctr_run_args "$engine" "$name" || return 1
+    "$bin/mallrun" --socket "$sock" --container --malleable="1:$ncpus" --job "$name" --require -- \
+      "$engine_bin" run --rm --env=MALL_LIBRARY="$build/lib/libmall.so.0" "${CTR_RUN_ARGS[@]}" "$@" \
+      > >(tee "$tmp/$name.log" | sed -u "s/^/  ${bold}$name${off} | /") 2>&1 &
+    job_pids+=($!)
+  }
+  say "container eigen: mallrun --container --malleable=1:$ncpus -- $engine run --rm IMAGE mall_train_digits"
+  note "(alone: it gets the whole pool; inside, nothing knows mall but libmall, told at each step)"
+  start_container eigen "$bin/mall_train_digits" --steps 500 --print-every 100 --log-changes || return 1
+  wait_for_line "$tmp/eigen.log" '^step 100 ' || true
+  say "container $torch_kind: mallrun --container ... -- $engine run --rm IMAGE ${torch_cmd[*]##*/}"
+  note "(the equal policy shares the pool: eigen shrinks at its next step, then $torch_kind starts on its core)"
+  start_container "$torch_kind" "${torch_cmd[@]}" || return 1
+  if wait_for_line "$tmp/$torch_kind.log" '^(step|resize)'; then
+    sleep 0.3
+    "$bin/mallctl" --socket "$sock" status 2>&1 | sed "s/^/  ${dim}status${off} | /"
+  fi
+  local rc_e=0 rc_t=0
+  wait "${job_pids[0]}" || rc_e=$?
+  wait "${job_pids[1]}" || rc_t=$?
+  job_pids=()
+  sleep 1.5  # the jobs end with their containers' last processes: let malld see it and the watchers print it
+  stop_pid "$watch_pid"; watch_pid=''
+  stop_pid "$watch_json_pid"; watch_json_pid=''
+
+  echo
+  say "summary"
+  printf '    %-7s %-22s %8s %-40s  %s\n' JOB TRAINER RESIZES "RESULT" STATUS
+  local job rc trainer events publishes result
+  for job in eigen "$torch_kind"; do
+    rc=$rc_e trainer=mall_train_digits
+    [ "$job" = eigen ] || { rc=$rc_t; trainer=$torch_trainer; }
+    events=$(grep "\"job\":\"$job\"" "$tmp/events.jsonl" || true)
+    publishes=$(grep -c '"event":"publish"' <<<"$events" || true)
+    result=$(grep -E '^final ' "$tmp/$job.log" | tail -n 1 | cut -c1-40)
+    printf '    %-7s %-22s %8s %-40s  %s\n' "$job" "$trainer" "$(( publishes > 0 ? publishes - 1 : 0 ))" \
+      "${result:--}" "$([ "$rc" -eq 0 ] && echo ok || echo "exit $rc")"
+  done
+  note "resizes: allocation changes after the first, each applied inside the container at a step boundary"
+  note "engine $engine ($("$engine_bin" --version 2>/dev/null | head -n 1)); backend $used_backend;" \
+       "malld and the containers ran $(( ($(now_ms) - run_start) / 1000 )) s"
+  if grep -qE ' (error|warn): ' "$tmp/malld.log"; then
+    note "malld reported problems:"
+    grep -E ' (error|warn): ' "$tmp/malld.log" | sed 's/^/      /'
+  fi
+  [ "$rc_e" -eq 0 ] && [ "$rc_t" -eq 0 ]
+}
+
 # ---- build --------------------------------------------------------------------------------------
 targets=(malld mallctl mallrun mall_train_sgd)
 [ "$slurm_mode" = 1 ] && targets+=(mall_spank)
+[ "$containers_mode" = 1 ] && targets+=(mall_train_digits mall)
 have_binaries() {
   local b
   for b in malld mallctl mallrun mall_train_sgd; do [ -x "$bin/$b" ] || return 1; done
@@ -361,6 +468,10 @@ wait_for_line() {  # wait_for_line FILE REGEX: until a line matches (30 s at mos
   for i in $(seq 300); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
+if [ "$containers_mode" = 1 ]; then
+  container_demo
+  exit $?
+fi
 say "job A: mallrun --malleable=1:$ncpus -- mall_train_sgd --steps $steps --seed $seed (alone: gets the whole pool)"
 start_job A
 wait_for_line "$tmp/A.log" '^step 200 ' || true

@@ -49,6 +49,10 @@
 #                            the host's /usr (+ lib/bin links), /etc/ld.so.cache, /etc/alternatives
 #                            and every ctr_bind_ro folder read-only; --cgroup-parent defaults to
 #                            $CTR_CGROUP/default (never the engine's shared /libpod_parent or /docker)
+#   ctr_engine_bin ENGINE    print the path of an executable that runs the engine as ctr_podman/
+#                            ctr_docker do (for mallrun --container -- "$(ctr_engine_bin podman)" run ...)
+#   ctr_run_args ENGINE NAME fill CTR_RUN_ARGS with ctr_run's run options and image (or --rootfs) for
+#                            container $CTR_PREFIX-NAME, without --cgroup-parent
 #   ctr_exec ENGINE NAME CMD...   run CMD in the running container (podman/docker exec)
 #   ctr_rm ENGINE NAME            remove the container at once (rm -f, no grace time)
 #   ctr_id / ctr_pid / ctr_monitor_pid ENGINE NAME
@@ -117,6 +121,7 @@
 : "${CTR_STEP_TIMEOUT_S:=60}" "${CTR_DOCKERD_TIMEOUT_S:=60}" "${CTR_DOCKERD_STOP_S:=20}"
 CTR_BINDS=()        # host folders every container sees read-only (ctr_bind_ro)
 CTR_MALL_OPTS=()    # ctr_mall_opts' result
+CTR_RUN_ARGS=()     # ctr_run_args' result
 CTR_PODMAN_IMAGE=   # set by `ctr_image podman`: ctr_run podman then uses it instead of --rootfs
 CTR_WHY=
 # Folders outside $CTR_DIR that the engines make on first use and never remove.
@@ -514,6 +519,41 @@ ctr_run() { # ctr_run ENGINE NAME [RUN-OPTIONS...] -- CMD...
       ctr_image docker || return 1
       ctr_docker run --name "$name" --network none "${binds[@]}" "${opts[@]}" "$CTR_PREFIX-img" "$@" ;;
     *) ctr__err "ctr_run: unknown engine $engine"; return 1 ;;
+  esac
+}
+
+ctr_engine_bin() { # ctr_engine_bin ENGINE: an executable ($CTR_DIR/bin/ENGINE) that runs the engine
+  # as ctr_podman/ctr_docker do (private state; no watchdog: the caller bounds it), for programs that
+  # take an engine command line, e.g. mallrun --container -- "$(ctr_engine_bin podman)" run ...
+  local e=${1:?usage: ctr_engine_bin podman|docker} d=$CTR_DIR/podman w=$CTR_DIR/bin/$1
+  mkdir -p "$CTR_DIR/bin"
+  case $e in
+    podman)
+      [ -f "$d/containers.conf" ] || ctr__podman_setup
+      printf '#!/bin/sh\nCONTAINERS_CONF=%q CONTAINERS_STORAGE_CONF=%q CONTAINERS_REGISTRIES_CONF=%q exec podman --root %q --runroot %q --tmpdir %q --cgroup-manager cgroupfs --runtime runc --events-backend file --log-level error "$@"\n' \
+        "$d/containers.conf" "$d/storage.conf" "$d/registries.conf" "$d/root" "$d/runroot" "$d/tmp" >"$w" ;;
+    docker)
+      printf '#!/bin/sh\nDOCKER_CONFIG=%q exec %q --host %q "$@"\n' \
+        "$CTR_DIR/docker/client" "$(ctr__docker_client)" "unix://$CTR_DIR/docker/docker.sock" >"$w" ;;
+    *) ctr__err "ctr_engine_bin: unknown engine $e"; return 1 ;;
+  esac
+  chmod 0755 "$w" && echo "$w"
+}
+
+ctr_run_args() { # ctr_run_args ENGINE NAME: fill CTR_RUN_ARGS with what ctr_run puts between `run` and
+  # the container's command (name, no network, ulimits, the host binds, then the image or --rootfs),
+  # without --cgroup-parent: for `mallrun --container -- ENGINE run [-d] "${CTR_RUN_ARGS[@]}" CMD...`
+  local e=${1:?usage: ctr_run_args ENGINE NAME} name=$CTR_PREFIX-${2:?usage: ctr_run_args ENGINE NAME} binds=()
+  mapfile -t binds < <(ctr__host_binds)
+  case $e in
+    podman)
+      CTR_RUN_ARGS=(--name "$name" --network none --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 "${binds[@]}")
+      if [ -n "$CTR_PODMAN_IMAGE" ]; then CTR_RUN_ARGS+=("$CTR_PODMAN_IMAGE")
+      else CTR_RUN_ARGS+=(--rootfs "$CTR_DIR/rootfs"); fi ;;
+    docker)
+      ctr_image docker || return 1
+      CTR_RUN_ARGS=(--name "$name" --network none "${binds[@]}" "$CTR_PREFIX-img") ;;
+    *) ctr__err "ctr_run_args: unknown engine $e"; return 1 ;;
   esac
 }
 

@@ -199,6 +199,19 @@ TEST_F(InPlace, ARestartedMalldReadoptsTheCgroupWithoutWritingAndStillGivesItBac
     ASSERT_TRUE(wait_until([&] { return settled_everywhere(pid, "1"); }, 20s)) << describe(pid);
 
     // Killed, restarted: the step cgroup keeps cpu 1 (no write: its modification time stays).
+    // malld's state writer saves in the background: kill it only once the file has the change.
+    const std::string state_path = malld_->state_dir() + "/malld.state.json";
+    auto saved_cpuset = [&]() -> std::string {
+        try {
+            std::ifstream in(state_path);
+            const nlohmann::json state = nlohmann::json::parse(in);
+            for (const auto &job : state.at("jobs"))
+                if (job.at("job") == "rm") return job.value("cpuset", std::string());
+        } catch (const std::exception &) {
+        }
+        return "";
+    };
+    ASSERT_TRUE(wait_until([&] { return saved_cpuset() == "1"; }, 10s)) << read_file(state_path);
     malld_->kill9();
     struct stat before {};
     ASSERT_EQ(::stat((step_dir_ + "/cpuset.cpus").c_str(), &before), 0);

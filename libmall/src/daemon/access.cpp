@@ -78,6 +78,13 @@ bool peer_still_connected_process(const Connection &c, std::string *why) {
 
 }  // namespace
 
+std::optional<std::string> container_job_of(const NodeManager &manager, const CpusetBackend &backend,
+                                            pid_t pid) {
+    for (const auto &[name, job] : manager.jobs())
+        if (job.spec.container && backend.in_job_cgroups(name, pid)) return name;
+    return std::nullopt;
+}
+
 const RequestRule *find_request_rule(proto::Type type) {
     for (const auto &rule : kRequestTable)
         if (rule.type == type) return &rule;
@@ -132,6 +139,8 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
             auto field = msg.body.find("job");
             if (field == msg.body.end() || field->is_null()) {
                 if (rules.allow_self_register) return true;
+                // A process of a container job (its cgroups) attaches to it without a name.
+                if (container_job_of(manager, backend, c.peer.pid)) return true;
                 *code = MALL_ERR_NOJOB;
                 *why = "no job given and self-registration is off: start the process with mallrun "
                        "(which sets MALL_JOB_ID) or run malld with --allow-self-register";
@@ -156,14 +165,18 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
                        "job has ended)";
                 return false;
             }
-            if (c.peer.uid != job->spec.uid && !rules.is_admin(c.peer.uid)) {
+            // A container job's processes may run as any uid (--user, user namespaces): living in
+            // one of its cgroups, which only root or the engine can place a process in, is proof.
+            const bool container_member = job->spec.container && backend.in_job_cgroups(name, c.peer.pid);
+            if (c.peer.uid != job->spec.uid && !rules.is_admin(c.peer.uid) && !container_member) {
                 *why = "job " + name + " belongs to uid " + std::to_string(job->spec.uid) +
                        "; uid " + std::to_string(c.peer.uid) + " may not attach to it";
                 return false;
             }
             // A member: a registered process, a descendant of one, or a process in one of the
             // job's cgroups (which only root, or the cgroup's delegate, can move a process into).
-            if (!in_process_tree(c.peer.pid, job->spec.pids) && !backend.in_job_cgroups(name, c.peer.pid)) {
+            if (!container_member && !in_process_tree(c.peer.pid, job->spec.pids) &&
+                !backend.in_job_cgroups(name, c.peer.pid)) {
                 *why = "process " + std::to_string(c.peer.pid) + " is not a process of job " + name +
                        " (pids " + pid_list_text(job->spec.pids) + "), nor a descendant of one, nor in "
                        "one of its cgroups";

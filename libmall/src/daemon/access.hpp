@@ -44,6 +44,12 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
                const Connection &c, const RequestRule &rule, const proto::Message &msg, int *code,
                std::string *why);
 
+// The container job (JobSpec::container) one of whose cgroups holds `pid`, if any: such a process
+// belongs to that job whatever its uid (a container's users map to host uids of their own), and
+// may attach without naming the job.
+std::optional<std::string> container_job_of(const NodeManager &manager, const CpusetBackend &backend,
+                                            pid_t pid);
+
 // Refusals are logged with uid and pid, but at most a few per second per connection: a client
 // looping on a refused request must not flood the log. True when this refusal may be logged.
 bool may_log_refusal(Connection &c);

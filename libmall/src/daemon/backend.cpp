@@ -172,6 +172,7 @@ public:
     BackendKind kind() const override { return v2_ ? BackendKind::CgroupV2 : BackendKind::CgroupV1; }
 
     bool start(const CpuSet &pool, std::string *error) override {
+        pool_ = pool;
         if (v2_ && self_rel_ != "/") {
             // cgroup v2 below the root: malld runs in a subtree delegated to it (a systemd unit
             // with Delegate=yes, a container): its folders go there, not at the root.
@@ -234,7 +235,9 @@ public:
             auto rel = process_cgroup(pid, v2_);
             if (!rel) continue;  // gone (registration refuses dead pids itself) or no cpuset line
             const bool own = needs_own_folder(*rel);
-            if (mode == CgroupMode::Own || (mode == CgroupMode::Auto && own)) continue;
+            if (mode == CgroupMode::Own || mode == CgroupMode::Container ||
+                (mode == CgroupMode::Auto && own))
+                continue;
             if (own)
                 return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel + ", " +
                                        own_reason(*rel) +
@@ -248,7 +251,10 @@ public:
     }
 
     void set_mode(const std::string &job, CgroupMode mode) override {
-        if (!jobs_.count(job)) jobs_[job].mode = mode;
+        if (jobs_.count(job)) return;
+        jobs_[job].mode = mode;
+        // A container job's folder is made at its first apply(), empty, for the engine.
+        if (mode == CgroupMode::Container) jobs_[job].any_own = true;
     }
 
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
@@ -291,6 +297,20 @@ public:
         if (it->second.any_own) list.push_back(JobCgroup{own_dir(job), false, ""});
         return list;
     }
+
+    std::vector<pid_t> member_pids(const std::string &job) const override {
+        auto it = jobs_.find(job);
+        if (it == jobs_.end() || it->second.mode != CgroupMode::Container) return {};
+        return pids_in_tree(own_dir(job));
+    }
+
+    std::string engine_cgroup_parent(const std::string &job) const override {
+        auto it = jobs_.find(job);
+        if (it == jobs_.end() || it->second.mode != CgroupMode::Container) return "";
+        return own_dir(job).substr(mount_.size());
+    }
+
+    void tidy() override { retry_pending_removals(); }
 
     bool in_job_cgroups(const std::string &job, pid_t pid) const override {
         auto it = jobs_.find(job);
@@ -338,11 +358,17 @@ public:
     void remove(const std::string &job) override {
         retry_pending_removals();
         auto it = jobs_.find(job);
+        bool container = false;
         if (it != jobs_.end()) {
             for (const JobCgroup &c : it->second.in_place) give_back(c);
+            container = it->second.mode == CgroupMode::Container;
             jobs_.erase(it);
         }
         std::string dir = own_dir(job);
+        if (container || (is_directory(dir) && !descendants(dir).empty())) {
+            remove_container_folders(dir);
+            return;
+        }
         if (!is_directory(dir)) return;
         if (!remove_folder(dir)) pending_removals_.insert(dir);
     }
@@ -352,6 +378,9 @@ public:
         if (!is_directory(parent_dir_)) return;
         if (!job_folders().empty()) return;  // running jobs keep their folders for re-adoption
         remove_folder(parent_dir_);
+        // Container engines (runc) make the --cgroup-parent path in every hierarchy: malld's
+        // parent folder there goes too, when empty.
+        for (const std::string &mount : other_cgroup_mounts()) ::rmdir((mount + parent_rel_).c_str());
     }
 
     std::string cgroup_path(const std::string &job) const override {
@@ -423,6 +452,10 @@ private:
             auto rel = process_cgroup(pid, v2_);
             const bool first = state.seen.insert(pid).second;
             if (!rel) continue;
+            // A container job: its processes live in the engine's cgroups below the job's folder,
+            // which apply() resizes with them; the launcher (mallrun, the engine's client) stays
+            // where it is, outside the job's cpus.
+            if (state.mode == CgroupMode::Container) continue;
             const bool in_own = needs_own_folder(*rel);
             if (state.mode == CgroupMode::Own || in_own) {
                 own.push_back(pid);
@@ -624,6 +657,9 @@ private:
                                        "/cpuset.mems: " + errno_text(err));
             }
         }
+        // v2: the engine's cgroups below the folder need the cpuset controller (the folder holds
+        // no process itself, which the "no internal processes" rule requires for this).
+        if (created && v2_ && pids.empty()) write_file_once(dir + "/cgroup.subtree_control", "+cpuset");
         bool ok = true;
         if (created) ok = move_pids(dir, pids, error);
         // The cpuset write narrows at once; widening also needs every thread's own mask widened,
@@ -715,6 +751,51 @@ private:
         return true;
     }
 
+    // Every process in dir and its descendants (cgroup.procs of each).
+    static std::vector<pid_t> pids_in_tree(const std::string &dir) {
+        if (!is_directory(dir)) return {};
+        std::vector<pid_t> all = read_pid_list(dir + "/cgroup.procs");
+        for (const std::string &d : descendants(dir))
+            for (pid_t pid : read_pid_list(d + "/cgroup.procs")) all.push_back(pid);
+        return all;
+    }
+
+    // The other cgroup hierarchies (v1 controllers other than cpuset, and the v2 mount of a hybrid
+    // layout), where runc also makes a container's --cgroup-parent path.
+    std::vector<std::string> other_cgroup_mounts() const {
+        std::vector<std::string> mounts;
+        for (const auto &m : read_mountinfo())
+            if ((m.fstype == "cgroup" || m.fstype == "cgroup2") && m.mount_point != mount_)
+                mounts.push_back(m.mount_point);
+        return mounts;
+    }
+
+    // A container job's folder and what the engine made below it (an empty conmon folder, a
+    // container's folder not removed yet), in every hierarchy, deepest first. Processes are never
+    // moved out of a container's cgroup: a folder that still holds some (the job was deregistered
+    // while its container runs) is widened to the whole pool, so the container runs on as an
+    // ordinary one, and removed later (tidy) once it is empty.
+    void remove_container_folders(const std::string &dir) {
+        if (is_directory(dir) && !pids_in_tree(dir).empty()) {
+            std::string why;
+            if (!pool_.empty() && !resize_in_place(dir, pool_, &why))
+                log_line(LogLevel::Warn, "cannot widen " + dir + " to the pool: " + why);
+            log_line(LogLevel::Info, dir + " still holds processes (a container the job no longer "
+                                           "manages): it keeps the whole pool and goes once empty");
+        }
+        std::vector<std::string> roots{dir};
+        const std::string rel = dir.substr(mount_.size());
+        for (const std::string &mount : other_cgroup_mounts()) roots.push_back(mount + rel);
+        for (const std::string &root : roots) {
+            if (!is_directory(root)) continue;
+            std::vector<std::string> folders = descendants(root);
+            std::reverse(folders.begin(), folders.end());
+            folders.push_back(root);
+            for (const std::string &f : folders)
+                if (::rmdir(f.c_str()) != 0 && errno != ENOENT) pending_rmdirs_.insert(f);
+        }
+    }
+
     std::vector<std::string> job_folders() const {
         std::vector<std::string> names;
         DIR *d = ::opendir(parent_dir_.c_str());
@@ -739,8 +820,18 @@ private:
     }
 
     // Moves leftover processes to the hierarchy's root, then removes the folder. A process that
-    // just exited may keep the folder busy for a moment, so retry briefly.
+    // just exited may keep the folder busy for a moment, so retry briefly. A folder with cgroups
+    // below it (a container's) is only removed once they are gone, and its processes stay.
     bool remove_folder(const std::string &dir) {
+        if (!descendants(dir).empty()) {
+            std::vector<std::string> folders = descendants(dir);
+            std::reverse(folders.begin(), folders.end());
+            for (const std::string &f : folders)
+                if (read_pid_list(f + "/cgroup.procs").empty()) ::rmdir(f.c_str());
+            if (!descendants(dir).empty()) return false;
+            if (!read_pid_list(dir + "/cgroup.procs").empty()) return false;
+            return ::rmdir(dir.c_str()) == 0 || errno == ENOENT;
+        }
         for (int attempt = 0; attempt < 20; ++attempt) {
             for (pid_t pid : read_pid_list(dir + "/cgroup.procs"))
                 write_file_once(mount_ + "/cgroup.procs", std::to_string(pid));
@@ -752,6 +843,12 @@ private:
     }
 
     void retry_pending_removals() {
+        // Container folders: plain rmdir, deepest first, never moving a process.
+        std::vector<std::string> rmdirs(pending_rmdirs_.begin(), pending_rmdirs_.end());
+        std::sort(rmdirs.begin(), rmdirs.end(),
+                  [](const std::string &a, const std::string &b) { return a.size() > b.size(); });
+        for (const std::string &f : rmdirs)
+            if (::rmdir(f.c_str()) == 0 || errno == ENOENT) pending_rmdirs_.erase(f);
         for (auto it = pending_removals_.begin(); it != pending_removals_.end();) {
             if (!is_directory(*it) || remove_folder(*it))
                 it = pending_removals_.erase(it);
@@ -767,8 +864,10 @@ private:
     std::string parent_dir_;
     std::string self_rel_;    // the cgroup malld runs in, relative to the mount
     std::string mems_;
+    CpuSet pool_;             // malld's pool (a container folder left running gets all of it)
     std::map<std::string, JobCgroups> jobs_;
     std::set<std::string> pending_removals_;
+    std::set<std::string> pending_rmdirs_;  // container folders: removed with rmdir only
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -848,6 +947,7 @@ std::optional<CgroupMode> parse_cgroup_mode(const std::string &name) {
     if (name == "auto") return CgroupMode::Auto;
     if (name == "own") return CgroupMode::Own;
     if (name == "in-place") return CgroupMode::InPlace;
+    if (name == "container") return CgroupMode::Container;
     return std::nullopt;
 }
 
@@ -856,6 +956,7 @@ const char *cgroup_mode_name(CgroupMode mode) {
         case CgroupMode::Auto: return "auto";
         case CgroupMode::Own: return "own";
         case CgroupMode::InPlace: return "in-place";
+        case CgroupMode::Container: return "container";
     }
     return "unknown";
 }

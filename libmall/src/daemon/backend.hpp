@@ -33,7 +33,11 @@ const char *backend_name(BackendKind kind);
 //   Auto:    in place when a process lives in a cgroup made for it, else in malld's own folder;
 //   Own:     always malld's own folder (the process is moved there);
 //   InPlace: always in place; refused when a process lives in no cgroup of its own.
-enum class CgroupMode { Auto, Own, InPlace };
+//   Container: a container job (mallrun --container). malld makes its own folder at registration,
+//            empty, and the container engine creates the container below it (--cgroup-parent);
+//            the registered pid (the launcher) is never moved or resized. The processes found in
+//            the folder's subtree are the job's (member_pids), resized with it.
+enum class CgroupMode { Auto, Own, InPlace, Container };
 std::optional<CgroupMode> parse_cgroup_mode(const std::string &name);
 const char *cgroup_mode_name(CgroupMode mode);
 
@@ -73,6 +77,14 @@ public:
     // process that entered the job's cgroup from the side, e.g. with `podman exec`). Always false
     // for affinity, which has no cgroups.
     virtual bool in_job_cgroups(const std::string &job, pid_t pid) const = 0;
+    // Container jobs: every process in the job's folder and below it now (the container's init,
+    // its exec'd processes, podman's conmon); empty for other jobs and for affinity.
+    virtual std::vector<pid_t> member_pids(const std::string &job) const { (void)job; return {}; }
+    // Container jobs: the path a container engine takes as --cgroup-parent (the job's folder
+    // relative to the hierarchy's root, e.g. /mall/job_train); "" when there is none.
+    virtual std::string engine_cgroup_parent(const std::string &job) const { (void)job; return ""; }
+    // Retries removing folders of ended jobs that were still busy (called about once a second).
+    virtual void tidy() {}
     // Applies `cpus` to the job (see Effects::enforce). `pids`: the job's registered processes.
     virtual bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
                        bool growing, std::string *error) = 0;

@@ -47,8 +47,23 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, proto::kMaxUid));
     spec.min = static_cast<int>(proto::get_int(body, "min", 0, CpuSet::kMaxCpus));
     spec.max = static_cast<int>(proto::get_int(body, "max", 1, CpuSet::kMaxCpus));
+    CgroupMode cgroup_mode = CgroupMode::Auto;
+    if (auto mode = proto::get_optional_string(body, "cgroup")) {
+        auto parsed = parse_cgroup_mode(*mode);
+        if (!parsed)
+            throw proto::ProtocolError("field \"cgroup\" is '" + *mode +
+                                       "': use auto, own, in-place or container");
+        cgroup_mode = *parsed;
+    }
+    // A container job: "cgroup": "container" (malld makes the folder the engine puts the
+    // container in), or "container": true with a container's own cgroup (an OCI hook registering
+    // the container's init in place). Its processes are found in its cgroups.
+    auto container = body.find("container");
+    if (container != body.end() && !container->is_boolean())
+        throw proto::ProtocolError("field \"container\" must be true or false");
+    spec.container = cgroup_mode == CgroupMode::Container || (container != body.end() && container->get<bool>());
     auto pids = body.find("pids");
-    if (pids == body.end() || !pids->is_array() || pids->empty())
+    if (pids == body.end() || !pids->is_array() || (pids->empty() && !spec.container))
         throw proto::ProtocolError("field \"pids\" must be a non-empty array of process ids");
     for (const auto &p : *pids) {
         if (!p.is_number_integer() || p.get<int64_t>() <= 0 || p.get<int64_t>() > proto::kMaxPid)
@@ -71,13 +86,17 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     auto join = body.find("join");
     if (join != body.end() && !join->is_boolean()) throw proto::ProtocolError("field \"join\" must be true or false");
     const bool joining = join != body.end() && join->get<bool>() && manager_.find(spec.id) != nullptr;
-    CgroupMode cgroup_mode = CgroupMode::Auto;
-    if (auto mode = proto::get_optional_string(body, "cgroup")) {
-        auto parsed = parse_cgroup_mode(*mode);
-        if (!parsed)
-            throw proto::ProtocolError("field \"cgroup\" is '" + *mode + "': use auto, own or in-place");
-        cgroup_mode = *parsed;
+    if (spec.container && backend_.kind() == BackendKind::Affinity) {
+        const std::string why = "job " + spec.id + " is a container job, which needs malld's cgroup "
+                                "backend (the container engine puts the container in the job's "
+                                "cgroup); this malld runs --backend affinity: start it with "
+                                "--backend auto, cgroup-v1 or cgroup-v2 as root";
+        log_warn("refused to register job " + spec.id + ": " + why);
+        connections_.reply_error(c, msg.request_id, MALL_ERR_DENIED, why);
+        return;
     }
+    if (cgroup_mode == CgroupMode::Container && joining)
+        throw proto::ProtocolError("a container job cannot be joined: register each container as its own job");
     std::map<pid_t, unsigned long long> starts;
     for (pid_t pid : spec.pids) {
         auto start = process_start_time(pid);
@@ -149,7 +168,11 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     };
     std::string job;
     auto field = msg.body.find("job");
-    if (field == msg.body.end() || field->is_null()) {
+    if ((field == msg.body.end() || field->is_null()) && container_job_of(c.peer.pid)) {
+        // Membership by cgroup: a process in a container job's cgroups (an OCI hook's container,
+        // whose processes know only MALL_SOCKET) belongs to that job.
+        job = *container_job_of(c.peer.pid);
+    } else if (field == msg.body.end() || field->is_null()) {
         // Self-registration (authorize() checked --allow-self-register): within the pool's size.
         const int pool_size = std::max(1, manager_.available_pool().count());
         int64_t min = proto::get_optional_int(msg.body, "min", 1, CpuSet::kMaxCpus).value_or(1);
@@ -214,6 +237,10 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     connections_.reply(c, msg.request_id,
           proto::ok_reply({{"job", job}, {"generation", j ? j->generation : 0}}),
           page->memfd.get());
+}
+
+std::optional<std::string> RequestHandlers::container_job_of(pid_t pid) const {
+    return mall::container_job_of(manager_, backend_, pid);
 }
 
 void RequestHandlers::handle_ack(Connection &c, const proto::Message &msg) {
@@ -369,10 +396,13 @@ void RequestHandlers::process_pending(TimePoint now) {
                 connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
                             "job " + p.job + " ended before it was given cpus");
             } else if (manager_.steady(p.job)) {
-                connections_.reply(c, p.request_id,
-                      proto::ok_reply({{"job", p.job},
-                                       {"cpus", job->published.to_string()},
-                                       {"generation", job->generation}}));
+                nlohmann::json reply = {{"job", p.job},
+                                        {"cpus", job->published.to_string()},
+                                        {"generation", job->generation}};
+                // A container job: where the engine must create the container.
+                if (std::string parent = backend_.engine_cgroup_parent(p.job); !parent.empty())
+                    reply["cgroup_parent"] = parent;
+                connections_.reply(c, p.request_id, proto::ok_reply(reply));
             } else if (now >= p.deadline) {
                 connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
                             "job " + p.job + " is registered but was not given cpus within " +
@@ -453,6 +483,7 @@ nlohmann::json RequestHandlers::full_status() const {
             const std::string name = j.value("job", std::string());
             j["pids"] = effects_.pids_of(name);
             j["cgroup"] = backend_.cgroup_path(name);
+            if (const Job *job = manager_.find(name); job && job->spec.container) j["container"] = true;
             // Every cgroup the job is enforced on: in place (made by its resource manager or
             // runtime, resized where it is) or malld's own folder.
             nlohmann::json cgroups = nlohmann::json::array();

@@ -148,6 +148,12 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         }
         for (const SavedPid &p : sj.pids)
             if (std::find(live.begin(), live.end(), p.pid) != live.end()) pids.remember_start(p.pid, p.start_time);
+        // A container job made with mallrun --container: its folder is malld's and the engine's
+        // cgroups below it are the job's (an OCI hook's container job is in place instead).
+        const bool own_container = job.spec.container &&
+                                   std::none_of(sj.cgroups.begin(), sj.cgroups.end(),
+                                                [](const JobCgroup &c) { return c.in_place; });
+        if (own_container) backend.set_mode(id, CgroupMode::Container);
         backend.adopt(id, live, sj.cgroups, job.cpuset);
         std::string page_error;
         if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {

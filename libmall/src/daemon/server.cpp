@@ -197,7 +197,10 @@ int Server::run() {
                 case Source::Listen: handle_listen(); break;
                 case Source::Signal: handle_signal(); break;
                 case Source::Connection: handle_connection(id, events[i].events); break;
-                case Source::Pid: pids_->handle_exit(id, *manager_); break;
+                case Source::Pid:
+                    find_container_members(Clock::now());
+                    pids_->handle_exit(id, *manager_);
+                    break;
                 case Source::Slurm: handle_slurm_results(); break;
             }
         }
@@ -241,6 +244,11 @@ int Server::next_timeout_ms() const {
     for (const auto &[id, c] : connections_->all())
         if (idle_candidate(c, waiting)) consider(c.last_activity + kIdleTimeout);
     if (slurm_) consider(slurm_->next_check());
+    for (const auto &[name, job] : manager_->jobs())
+        if (job.spec.container) {
+            consider(next_container_scan_);
+            break;
+        }
     if (!next) return -1;
     if (*next <= now) return 0;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(*next - now).count();
@@ -248,8 +256,38 @@ int Server::next_timeout_ms() const {
     return static_cast<int>(std::min<int64_t>(ms, 60000));
 }
 
+void Server::find_container_members(TimePoint now) {
+    next_container_scan_ = now + std::chrono::seconds(1);
+    backend_->tidy();
+    for (const auto &[name, job] : manager_->jobs()) {
+        if (!job.spec.container) continue;
+        std::vector<pid_t> joining;
+        std::map<pid_t, unsigned long long> starts;
+        for (pid_t pid : backend_->member_pids(name)) {
+            if (std::find(job.spec.pids.begin(), job.spec.pids.end(), pid) != job.spec.pids.end()) continue;
+            if (manager_->pid_in_other_job(pid, name)) continue;
+            auto start = process_start_time(pid);
+            if (!start || !process_alive(pid)) continue;
+            joining.push_back(pid);
+            starts[pid] = *start;
+        }
+        if (joining.empty()) continue;
+        // add_pids may replan, which does not add or remove jobs: the loop's map stays valid.
+        Outcome outcome = manager_->add_pids(name, job.spec.uid, joining, now);
+        if (!outcome.ok) {
+            log_warn("container job " + name + ": cannot add its processes " + pid_list_text(joining) +
+                     ": " + outcome.error);
+            continue;
+        }
+        for (const auto &[pid, start] : starts) pids_->remember_start(pid, start);
+        log_debug("container job " + name + ": processes " + pid_list_text(joining) + " joined from its cgroups");
+    }
+    pids_->sync(*manager_);
+}
+
 void Server::after_events() {
     const TimePoint now = Clock::now();
+    if (now >= next_container_scan_) find_container_members(now);
     manager_->tick(now);
     pids_->poll(*manager_, now);
     if (slurm_ && now >= slurm_->next_check()) slurm_->check_all(*manager_, now);

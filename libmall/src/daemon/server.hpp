@@ -74,6 +74,11 @@ private:
     void handle_connection(uint64_t id, uint32_t events);
     void handle_slurm_results();
     void after_events();
+    // Container jobs: the processes now in their cgroups join them (the container's init, exec'd
+    // processes), so the job lives until the last of them exits. Runs about once a second, and
+    // before a watched process's exit is handled (the launcher's exit must not end a job whose
+    // container has just started).
+    void find_container_members(TimePoint now);
     void close_idle_connections(TimePoint now);
     void close_connection(uint64_t id);
     int next_timeout_ms() const;
@@ -96,6 +101,7 @@ private:
     // are blocked, so the checker's thread can never take them.
     std::unique_ptr<SlurmQuery> slurm_query_;
     std::chrono::seconds slurm_interval_{0};
+    TimePoint next_container_scan_{};
 
     // Built in start() (persistence_ first, to read the state; slurm_ if enable_slurm_checks() ran);
     // each refers only to those declared before it, and ~Server() ends the writer thread first.

@@ -42,6 +42,7 @@ void visit_job_fields(const SavedJob &saved, Visit &&visit) {
     visit("max", job.spec.max, Field::Saved);
     visit("weight", job.spec.weight, Field::Saved);
     visit("guaranteed", job.spec.guaranteed, Field::Saved);
+    visit("container", job.spec.container, Field::Saved);
     visit("order", job.order, Field::Saved);
     visit("cpuset", job.cpuset, Field::Saved);
     visit("published", job.published, Field::Saved);
@@ -227,6 +228,12 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     // does not cost every job its re-adoption.
     if (!(job.spec.weight > 0) || !std::isfinite(job.spec.weight)) r.bad("weight", "must be a finite number above 0");
     job.spec.guaranteed = r.cpus("guaranteed");
+    // Absent in state files of malld before 0.4 (no container jobs then).
+    if (r.obj.contains("container")) {
+        const auto &container = r.field("container");
+        if (!container.is_boolean()) r.bad("container", "must be true or false");
+        job.spec.container = container.get<bool>();
+    }
     job.order = r.unsigned_number("order");
     job.cpuset = r.cpus("cpuset");
     job.published = r.cpus("published");

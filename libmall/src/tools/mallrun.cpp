@@ -2,6 +2,10 @@
 // registers the child's pid with malld (the reply comes once the job holds cpus), then lets it
 // exec with MALL_SOCKET and MALL_JOB_ID set. Forwards signals, deregisters when the child ends,
 // and exits with the child's code (128+signal when it was killed; 127 when CMD cannot run).
+// With --container, CMD is a `podman run` or `docker run`: malld makes the job's cgroup folder
+// first, and mallrun adds to the run the options that put the container there (--cgroup-parent),
+// bind-mount malld's socket folder and set MALL_SOCKET/MALL_JOB_ID inside; the job then ends with
+// the container's last process (malld watches its cgroup), also for a detached container.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -36,7 +40,9 @@ using namespace mall::tools;
 
 const char *const kUsageLine =
     "usage: mallrun [--socket PATH] --malleable=MIN[:MAX] [--job NAME] [--weight W]\n"
-    "               [--cgroup auto|own|in-place] [--require] [--verbose] -- CMD [ARGS...]\n";
+    "               [--cgroup auto|own|in-place] [--require] [--verbose] -- CMD [ARGS...]\n"
+    "       mallrun [--socket PATH] --container[=podman|docker] --malleable=MIN[:MAX] [--job NAME]\n"
+    "               [--weight W] [--require] [--verbose] -- ENGINE run [RUN-OPTIONS] IMAGE [CMD...]\n";
 
 void print_help() {
     std::cout
@@ -66,6 +72,23 @@ void print_help() {
            "                           root, malld's own cgroup or a login session.\n"
            "                         In place, malld narrows and widens that cgroup's cpuset and\n"
            "                         never moves CMD out of it. Ignored by the affinity backend.\n"
+           "  --container[=ENGINE]   CMD runs a container: `podman run ...` or `docker run ...`\n"
+           "                         (ENGINE: podman or docker; default: CMD's program name).\n"
+           "                         malld makes the job's cgroup folder, and mallrun adds to the\n"
+           "                         run, right after its `run` word:\n"
+           "                           --cgroup-parent=<the job's folder>  (the container is\n"
+           "                             created inside the job's cpuset and resized with it)\n"
+           "                           --volume=<socket folder>:<socket folder>\n"
+           "                           --env=MALL_SOCKET=<socket> --env=MALL_JOB_ID=<job>\n"
+           "                         and, for podman, --cgroup-manager=cgroupfs before `run`.\n"
+           "                         libmall inside the container attaches by itself; so does a\n"
+           "                         process added with `podman exec`/`docker exec` (malld knows\n"
+           "                         it by its cgroup), whatever its uid inside. The job ends when\n"
+           "                         the container's last process ends: with `run -d` mallrun\n"
+           "                         returns at once and the job lives on with the container.\n"
+           "                         docker: dockerd must use the cgroupfs cgroup driver\n"
+           "                         (dockerd --exec-opt native.cgroupdriver=cgroupfs).\n"
+           "                         Needs malld's cgroup backend (cgroup-v1 or cgroup-v2).\n"
            "  --socket PATH          malld's socket (default: $MALL_SOCKET, else "
         << mall::kDefaultSocketPath
         << ")\n"
@@ -93,7 +116,10 @@ void print_help() {
            "Examples:\n"
            "  sudo mallrun --malleable=1:4 -- ./train --epochs 3\n"
            "  sudo mallrun --malleable=2 --job resnet-a --weight 2 -- python3 train.py\n"
-           "  mallrun --socket /tmp/mall/malld.sock --malleable=1:2 --require -- mall_train_sgd\n";
+           "  mallrun --socket /tmp/mall/malld.sock --malleable=1:2 --require -- mall_train_sgd\n"
+           "  sudo mallrun --container --malleable=1:4 --job tf-a -- \\\n"
+           "       podman run --rm -v /data:/data IMAGE python3 /data/train.py\n"
+           "  sudo mallrun --container --malleable=1:2 --job svc -- docker run -d IMAGE ./train\n";
 }
 
 int usage_error(const std::string &what) {
@@ -266,12 +292,78 @@ int wait_child(pid_t child) {
     return status;
 }
 
+// --- containers ------------------------------------------------------------------------------
+
+// The index of the engine's `run` word in CMD (`podman run`, `podman container run`, also after
+// global options such as `podman --root DIR run`), or nullopt.
+std::optional<size_t> run_word_index(const std::vector<std::string> &command) {
+    for (size_t i = 1; i < command.size(); ++i) {
+        if (command[i] == "run") return i;
+        if (command[i] == "--") break;
+    }
+    return std::nullopt;
+}
+
+std::string program_name(const std::string &path) {
+    auto slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Checks CMD for --container; "" when it is a run of a known engine, else what is wrong.
+std::string container_command_problem(const std::vector<std::string> &command, const std::string &engine) {
+    if (engine != "podman" && engine != "docker")
+        return "--container needs CMD to be `podman run ...` or `docker run ...` (CMD's program is '" +
+               program_name(command[0]) + "'); name the engine with --container=podman or "
+               "--container=docker when it has another name";
+    auto run = run_word_index(command);
+    if (!run)
+        return "--container needs a `run` of the engine: " + engine + " run [OPTIONS] IMAGE [CMD...]";
+    for (size_t i = *run + 1; i < command.size(); ++i) {
+        const std::string &a = command[i];
+        if (a == "--cgroup-parent" || a.rfind("--cgroup-parent=", 0) == 0)
+            return "mallrun --container sets --cgroup-parent itself (the job's cgroup folder): "
+                   "remove yours";
+        if (a.empty() || a[0] != '-') break;  // the image: what follows is the container's command
+    }
+    return "";
+}
+
+// CMD with the options that make the container part of the job, right after `run` (and, for
+// podman, the cgroupfs manager before it, which takes --cgroup-parent as a path).
+std::vector<std::string> container_command(const std::vector<std::string> &command, const std::string &engine,
+                                           const std::string &cgroup_parent, const std::string &socket,
+                                           const std::string &job) {
+    const size_t run = *run_word_index(command);
+    const std::string folder = socket.substr(0, socket.find_last_of('/') == 0 ? 1 : socket.find_last_of('/'));
+    std::vector<std::string> out(command.begin(), command.begin() + static_cast<long>(run));
+    if (engine == "podman") out.push_back("--cgroup-manager=cgroupfs");
+    out.push_back("run");
+    out.push_back("--cgroup-parent=" + cgroup_parent);
+    out.push_back("--volume=" + folder + ":" + folder);
+    out.push_back("--env=MALL_SOCKET=" + socket);
+    out.push_back("--env=MALL_JOB_ID=" + job);
+    out.insert(out.end(), command.begin() + static_cast<long>(run) + 1, command.end());
+    return out;
+}
+
+std::string quoted_command(const std::vector<std::string> &command) {
+    std::string text;
+    for (const auto &a : command) {
+        if (!text.empty()) text += ' ';
+        const bool plain = !a.empty() && a.find_first_of(" \t\n'\"$\\;&|<>()*?[]{}`!#~") == std::string::npos;
+        text += plain ? a : "'" + a + "'";
+    }
+    return text;
+}
+
 struct Options {
     std::string socket;
     Limits limits;
     std::string job;
     double weight = mall::kDefaultWeight;
     std::string cgroup_mode = "auto";
+    bool container = false;
+    std::string engine;  // --container: podman or docker
     bool require = false;
     bool verbose = false;
     std::vector<std::string> command;
@@ -341,14 +433,28 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
     if (child == 0) {
         sigprocmask(SIG_SETMASK, &previous, nullptr);
         close(gate[1]);
-        char go = 0;
-        ssize_t n;
-        do {
-            n = read(gate[0], &go, 1);
-        } while (n < 0 && errno == EINTR);
-        if (n != 1) _exit(kExitRefused);  // mallrun gave up (refused, or it died)
-        setenv("MALL_SOCKET", absolute_path(socket_path).c_str(), 1);
+        // A go byte (1), then for a container the job's cgroup folder, then end-of-file.
+        std::string word;
+        char buffer[512];
+        for (;;) {
+            ssize_t n = read(gate[0], buffer, sizeof buffer);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            word.append(buffer, static_cast<size_t>(n));
+        }
+        if (word.empty() || word[0] != 1) _exit(kExitRefused);  // mallrun gave up (refused, or it died)
+        const std::string socket = absolute_path(socket_path);
+        setenv("MALL_SOCKET", socket.c_str(), 1);
         setenv("MALL_JOB_ID", o.job.c_str(), 1);
+        if (o.container) {
+            const auto command = container_command(o.command, o.engine, word.substr(1), socket, o.job);
+            if (o.verbose) {
+                const std::string line = "mallrun: running " + quoted_command(command) + "\n";
+                if (write(STDERR_FILENO, line.data(), line.size()) < 0) {
+                }
+            }
+            exec_command(command);
+        }
         exec_command(o.command);
     }
     g_child = child;
@@ -360,6 +466,9 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
                  {"pids", {child}},  {"min", o.limits.min},
                  {"max", max},       {"weight", o.weight}};
     if (o.cgroup_mode != "auto") body["cgroup"] = o.cgroup_mode;  // older mallds know no such field
+    // A container job: the child (the engine's client) is only its launcher; malld makes the
+    // folder the container goes in and finds the container's processes there.
+    if (o.container) body["cgroup"] = "container";
     if (o.verbose)
         std::cerr << "mallrun: registering job " << o.job << " (pid " << child << ", cores "
                   << o.limits.min << ".." << max << ") with malld at " << socket_path << "\n";
@@ -378,19 +487,44 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
         if (r.code == MALL_ERR_NODAEMON) deregister(o, socket_path);
         return r.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused;
     }
+    std::string go(1, '\1');
+    if (o.container) {
+        const std::string parent = r.body.value("cgroup_parent", std::string());
+        if (parent.empty()) {
+            close(gate[1]);
+            kill(child, SIGKILL);
+            wait_child(child);
+            deregister(o, socket_path);
+            std::cerr << "mallrun: malld registered job " << o.job << " but named no cgroup folder for "
+                      << "the container (a malld older than 0.4?); update malld, or run the container "
+                         "without --container\n";
+            return kExitRefused;
+        }
+        go += parent;
+    }
     if (o.verbose)
         std::cerr << "mallrun: job " << o.job << " holds cpus " << r.body.value("cpus", std::string("?"))
                   << " (generation " << r.body.value("generation", json(0)).dump() << "); starting "
-                  << o.command[0] << "\n";
-    char go = 1;
-    ssize_t n;
-    do {
-        n = write(gate[1], &go, 1);
-    } while (n < 0 && errno == EINTR);
+                  << o.command[0]
+                  << (o.container ? " in cgroup " + r.body.value("cgroup_parent", std::string()) : "") << "\n";
+    for (size_t done = 0; done < go.size();) {
+        ssize_t n = write(gate[1], go.data() + done, go.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+    }
     close(gate[1]);
 
     int status = wait_child(child);
     g_child = 0;
+    // A container job ends by itself with the container's last process (a detached container
+    // lives on after its `run` returned); any other job ends with its command.
+    if (o.container) {
+        if (o.verbose)
+            std::cerr << "mallrun: " << o.engine << " ended; job " << o.job
+                      << " ends when its container's last process does (`mallctl status`)\n";
+        return exit_code_of(status);
+    }
     deregister(o, socket_path);
     int code = exit_code_of(status);
     if (o.verbose) std::cerr << "mallrun: " << o.command[0] << " ended with status " << code << "\n";
@@ -407,6 +541,7 @@ int run(int argc, char **argv) {
     opts.add_options()("socket", po::value<std::string>(), "")("malleable", po::value<std::string>(), "")(
         "job", po::value<std::string>(), "")("weight", po::value<double>(), "")(
         "cgroup", po::value<std::string>(), "")(
+        "container", po::value<std::string>()->implicit_value(""), "")(
         "require", po::bool_switch(), "")("verbose,v", po::bool_switch(), "")(
         "help,h", po::bool_switch(), "")("version", po::bool_switch(), "");
     po::variables_map vm;
@@ -444,6 +579,19 @@ int run(int argc, char **argv) {
         o.cgroup_mode = vm["cgroup"].as<std::string>();
         if (o.cgroup_mode != "auto" && o.cgroup_mode != "own" && o.cgroup_mode != "in-place")
             return usage_error("bad --cgroup '" + o.cgroup_mode + "': use auto, own or in-place");
+    }
+    if (vm.count("container")) {
+        o.container = true;
+        if (vm.count("cgroup"))
+            return usage_error("--container and --cgroup do not go together: a container job always "
+                               "lives in the cgroup folder malld makes for it");
+        o.engine = vm["container"].as<std::string>();
+        if (!o.engine.empty() && o.engine != "podman" && o.engine != "docker")
+            return usage_error("bad --container '" + o.engine + "': use --container (the engine from "
+                               "CMD's name), --container=podman or --container=docker");
+        if (o.engine.empty()) o.engine = program_name(o.command[0]);
+        if (std::string problem = container_command_problem(o.command, o.engine); !problem.empty())
+            return usage_error(problem);
     }
     o.require = vm["require"].as<bool>();
     o.verbose = vm["verbose"].as<bool>();

@@ -99,7 +99,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
                            " are reserved for \"" + owner + "\" (reclaimed by its prolog)");
         }
     }
-    if (spec.pids.empty()) return no_pids();
+    if (spec.pids.empty() && !spec.container) return no_pids();
     for (pid_t pid : spec.pids) {
         if (auto refusal = bad_pid(pid)) return *refusal;
     }
@@ -122,6 +122,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     ev["weight"] = spec.weight;
     ev["guaranteed"] = spec.guaranteed.to_string();
     ev["pids"] = spec.pids;
+    if (spec.container) ev["container"] = true;
     effects_.event(ev);
 
     replan(now);

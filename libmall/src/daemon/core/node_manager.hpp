@@ -80,6 +80,10 @@ struct JobSpec {
     double weight = mall::kDefaultWeight;
     CpuSet guaranteed;
     std::vector<pid_t> pids;
+    // A container job (mallrun --container): registered before its container exists, with the
+    // launcher's pid only (it may also have none); malld adds the processes it finds in the
+    // job's cgroup as the engine starts them, and the job ends when the last of them is gone.
+    bool container = false;
 };
 
 struct Job {
