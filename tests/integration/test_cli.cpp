@@ -111,6 +111,49 @@ TEST_F(Cli, BadMallrunArgumentsFailWithUsageErrorAndRunNothing) {
     EXPECT_EQ(stable_status(socket()), before) << "a refused mallrun registered something";
 }
 
+// --container: CMD must be a `run` of podman or docker that leaves --cgroup-parent to mallrun;
+// every mistake is a usage error before anything registers or runs.
+TEST_F(Cli, BadMallrunContainerCommandsFailWithUsageErrorAndRunNothing) {
+    const json before = stable_status(socket());
+    const std::string marker = malld_->dir() + "/ran";
+    auto mallrun = [&](std::vector<std::string> own, std::vector<std::string> command) {
+        std::vector<std::string> argv{bin_path("mallrun"), "--socket", socket(), "--malleable=1"};
+        argv.insert(argv.end(), own.begin(), own.end());
+        argv.push_back("--");
+        argv.insert(argv.end(), command.begin(), command.end());
+        return argv;
+    };
+    expect_usage_error(mallrun({"--container"}, {"/usr/bin/touch", marker}), {"podman run", "docker run", "touch"});
+    expect_usage_error(mallrun({"--container=lxc"}, {"/usr/bin/touch", marker}), {"--container", "lxc"});
+    expect_usage_error(mallrun({"--container"}, {"/no/such/podman", "ps"}), {"run"});
+    expect_usage_error(mallrun({"--container"}, {"/no/such/docker", "run", "--cgroup-parent=/x", "img"}),
+                       {"--cgroup-parent"});
+    expect_usage_error(mallrun({"--container", "--cgroup", "own"}, {"/no/such/podman", "run", "img"}),
+                       {"--cgroup", "--container"});
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "a refused mallrun ran its command";
+    EXPECT_EQ(stable_status(socket()), before) << "a refused mallrun registered something";
+}
+
+// A container job needs malld's cgroup backend: with affinity malld refuses it with the reason, and
+// mallrun runs nothing (exit 1).
+TEST(CliContainer, AffinityMalldRefusesAContainerJobWithTheReason) {
+    MalldOptions options;
+    options.backend = "affinity";
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    const std::string marker = malld.dir() + "/ran";
+    auto r = run_command({bin_path("mallrun"), "--socket", malld.socket(), "--container=podman", "--malleable=1",
+                          "--require", "--", "/usr/bin/touch", "run", marker});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(contains_icase(r.err, "cgroup backend")) << r.err;
+    EXPECT_TRUE(contains_icase(r.err, "--backend")) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "a refused container job ran its command";
+    auto s = status_json(malld.socket());
+    ASSERT_TRUE(s.has_value());
+    EXPECT_TRUE(s->at("jobs").empty()) << s->dump(2);
+}
+
 // The pinned synopsis is `mallrun [options] -- CMD ARGS...`: without the `--` separator the command
 // line is a usage error (exit 2, says to put the command after --), and nothing runs.
 TEST_F(Cli, MallrunRequiresTheDoubleDashSeparator) {
@@ -161,7 +204,8 @@ TEST(CliHelp, EachProgramDocumentsItsOptions) {
     for (const auto &p : std::vector<Program>{
              {"mallctl", {"--socket", "status", "--json", "set", "--cpus", "policy", "reclaim", "release", "watch",
                           "--count", "--timeout"}},
-             {"mallrun", {"--socket", "--malleable", "--job", "--weight", "--require"}},
+             {"mallrun", {"--socket", "--malleable", "--job", "--weight", "--require", "--container",
+                          "--cgroup-parent", "MALL_JOB_ID"}},
              {"malld", {"--socket", "--cpus", "--state-dir", "--backend", "--policy", "--ack-timeout-ms",
                         "--topology", "--cgroup-parent", "--admin-uid", "--allow-self-register", "--log-level",
                         "--socket-mode"}},
