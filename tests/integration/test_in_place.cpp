@@ -4,7 +4,8 @@
 // Checked as a user would: /proc/PID/cgroup never changes, the step's (and its task cgroup's)
 // cpuset follows `mallctl status --json`, ancestors widen before a growth, the job's threads'
 // Cpus_allowed_list follow, a second job never overlaps it, a restarted malld re-adopts it without
-// a write, and at the end the cgroup gets back the cpus its resource manager gave it. Runs on the
+// a write, and at the end the cgroup gets back the cpus its resource manager gave it. Also a
+// container job's folder with an engine's cgroup inside it (ContainerFolder). Runs on the
 // cgroup-v1 cpuset here and on cgroup v2 in tests/vm's virtual machine.
 #include <signal.h>
 #include <sys/stat.h>
@@ -358,6 +359,77 @@ TEST_F(InPlace, TasksOfOneJobInTwoCgroupsAreEachResizedWhereTheyLive) {
     }, 20s)) << status_text(*malld_);
     EXPECT_EQ(proc_cgroup(task1.pid()), rel_of(step_dir_));
     EXPECT_EQ(proc_cgroup(task2.pid()), rel_of(other_leaf));
+}
+
+// A container job (mallrun --container) on this cgroup version: malld makes the job's folder, the
+// engine's runtime makes the container's cgroup inside it (--cgroup-parent) and starts the
+// container's process there, detached. The engine here is a script named podman that does what
+// runc does with the cgroupfs driver (v1: cpus and mems copied from the parent; v2: nothing, the
+// parent enables cpuset for it), so the same check runs in tests/vm's cgroup-v2 guest, where
+// podman and docker cannot run; tests/containers/test_container_jobs.sh drives the real engines.
+TEST(ContainerFolder, AnEnginesCgroupInsideAContainerJobsFolderFollowsTheJob) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    const std::string engine = malld.dir() + "/podman";
+    write_text(engine,
+               "#!/bin/sh\n"
+               "# plays `podman run -d`: the container's cgroup in --cgroup-parent, its process there\n"
+               "root='" + cpuset_root() + "' parent=\n"
+               "for a; do case $a in --cgroup-parent=*) parent=${a#--cgroup-parent=} ;; esac; done\n"
+               "[ -n \"$parent\" ] || { echo 'no --cgroup-parent' >&2; exit 125; }\n"
+               "dir=$root$parent/libpod-fake\n"
+               "mkdir \"$dir\" || exit 125\n"
+               "if [ -f \"$dir/cpuset.mems\" ] && [ -z \"$(cat \"$dir/cpuset.mems\")\" ]; then\n"
+               "  cat \"$root$parent/cpuset.cpus\" > \"$dir/cpuset.cpus\"; cat \"$root$parent/cpuset.mems\" > \"$dir/cpuset.mems\"\n"
+               "fi\n"
+               "while [ $# -gt 0 ] && [ \"$1\" != IMAGE ]; do shift; done; shift\n"
+               "setsid sh -c 'echo $$ > \"$0/cgroup.procs\" && exec \"$@\"' \"$dir\" \"$@\" </dev/null >/dev/null 2>&1 &\n"
+               "# like podman run -d, return once the container's process runs in its cgroup\n"
+               "while [ -z \"$(cat \"$dir/cgroup.procs\")\" ]; do sleep 0.01; done\n"
+               "echo started\n");
+    ASSERT_EQ(::chmod(engine.c_str(), 0755), 0);
+    std::vector<std::string> argv{bin_path("mallrun"), "--socket", malld.socket(), "--container",
+                                  "--malleable=1:2", "--job", "ctr", "--require", "--", engine, "run", "-d", "IMAGE"};
+    for (const auto &a : test_client_argv({"--threads", "2", "--step-us", "1000", "--duration-s", "120"}))
+        argv.push_back(a);
+    auto run = run_command(argv);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const std::string folder = malld.cgroup_dir() + "/job_ctr";
+    const std::string container = folder + "/libpod-fake";
+
+    // The container's process joins the job from its cgroup and attaches (MALL_JOB_ID from mallrun).
+    pid_t pid = -1;
+    ASSERT_TRUE(wait_until([&] {
+        auto j = job_status(malld.socket(), "ctr");
+        if (!j || j->value("attached", 0) < 1) return false;
+        for (pid_t p : job_pids(*j))
+            if (proc_cgroup(p) == rel_of(container)) pid = p;
+        return pid > 0;
+    }, 20s)) << status_text(malld);
+    auto j = job_status(malld.socket(), "ctr");
+    ASSERT_TRUE(j);
+    EXPECT_TRUE(j->value("container", false)) << j->dump(2);
+    EXPECT_EQ(j->value("cgroup", ""), folder) << j->dump(2);
+
+    // It follows mallctl set inside the engine's cgroup, threads included, and comes back.
+    for (const std::string cpus : {"1", "0-1"}) {
+        auto set = run_command(mallctl_argv(malld.socket(), {"set", "ctr", "--cpus", cpus == "0-1" ? "auto" : cpus}));
+        ASSERT_EQ(set.exit_code, 0) << set.err;
+        EXPECT_TRUE(wait_until([&] {
+            return job_settled_on(malld.socket(), "ctr", cpus, 1) && applied_cpus(container) == cpus &&
+                   threads_all_on({pid}, cpus);
+        }, 20s)) << "want " << cpus << ": container cgroup " << applied_cpus(container) << ", threads "
+                 << describe_threads({pid}) << "\n" << status_text(malld);
+    }
+    EXPECT_EQ(proc_cgroup(pid), rel_of(container)) << "malld moved the container's process";
+
+    // The container's last process ends: so does the job, and the folders go.
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    EXPECT_TRUE(wait_until([&] { return !job_status(malld.socket(), "ctr"); }, 10s)) << status_text(malld);
+    EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(folder); }, 10s))
+        << folder << " left behind";
 }
 
 }  // namespace
