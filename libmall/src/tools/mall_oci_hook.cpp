@@ -1,0 +1,690 @@
+// mall_oci_hook.cpp — the OCI runtime hook that makes a container a malleable job of malld, whatever
+// tool started it (podman, CRI-O: any engine that reads hooks.d files). Contract: run by the runtime
+// with the container's OCI state JSON on stdin. `createRuntime` (before the container's process
+// starts) registers the container's init pid, as the host uid its user maps to, with malld in place
+// (malld resizes the cgroup the runtime made) and returns once the job holds cores; `poststop`
+// deregisters what createRuntime registered. Annotations io.mall.* say what to do. It never waits
+// unbounded, never fails a container's teardown, and fails a start only on bad annotations or, with
+// io.mall.require=true, when malld is unreachable or refuses.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/cpuset.hpp"
+#include "common/ctl_client.hpp"
+#include "common/files.hpp"
+#include "common/protocol.hpp"
+#include "common/rules.hpp"
+#include "mall/mall.h"
+#include "tools/exit_codes.hpp"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+using namespace mall::tools;
+
+// The annotations the hook reads (the container's definition: podman run --annotation K=V).
+constexpr const char *kAnnMalleable = "io.mall.malleable";
+constexpr const char *kAnnJob = "io.mall.job";
+constexpr const char *kAnnWeight = "io.mall.weight";
+constexpr const char *kAnnRequire = "io.mall.require";
+
+// createRuntime leaves the job's name here, in the container's bundle, for poststop: poststop
+// deregisters only what this hook registered for this container (never another container's job
+// that happens to carry the same name). The bundle goes with the container.
+constexpr const char *kMarkerName = "mall-oci-hook.job";
+
+constexpr size_t kMaxInputBytes = 4 << 20;  // the state and config.json are a few KiB
+constexpr int kDefaultTimeoutS = 20;        // the whole hook: connect, status, register
+constexpr int kMaxTimeoutS = 300;
+constexpr milliseconds kPoststopBudget{5000};  // poststop: at most this (or --timeout, if less)
+
+const char *const kUsageLine =
+    "usage: mall-oci-hook [--socket PATH] [--timeout S] [--log FILE] createRuntime|poststop\n";
+
+void print_help() {
+    std::cout
+        << "mall-oci-hook - make containers malleable jobs of malld (an OCI runtime hook)\n"
+           "\n"
+        << kUsageLine
+        << "\n"
+           "The container runtime (runc, started by podman or any engine that reads hooks.d\n"
+           "files) runs mall-oci-hook with the container's OCI state as JSON on stdin:\n"
+           "\n"
+           "  createRuntime  after the runtime made the container's cgroup and before the\n"
+           "                 container's process starts: registers the container's init with\n"
+           "                 malld as a job that may use MIN to MAX cores, enforced in place\n"
+           "                 (malld narrows and widens the cpuset of the cgroup the runtime made),\n"
+           "                 and returns once the job holds its first cores, so the application\n"
+           "                 starts on them. The job belongs to the host uid the container's user\n"
+           "                 maps to (process.user.uid through linux.uidMappings in the bundle's\n"
+           "                 config.json), so the container's processes may attach to it.\n"
+           "  poststop       after the container stopped: deregisters the job createRuntime\n"
+           "                 registered (if malld has not already ended it when the init exited).\n"
+           "                 Never fails: problems are warnings.\n"
+           "\n"
+           "Annotations (podman run --annotation KEY=VALUE):\n"
+           "  io.mall.malleable=MIN[:MAX]  required: the job's core limits, whole numbers >= 1\n"
+           "                               with MIN <= MAX; without MAX the job may grow to the\n"
+           "                               whole pool (mallrun --malleable's rule)\n"
+           "  io.mall.job=NAME             the job's name (1-64 characters from A-Z a-z 0-9 . _ :\n"
+           "                               -); default: ctr-<first 12 characters of the id>\n"
+           "  io.mall.weight=W             the job's share for weight-aware policies, default 1:\n"
+           "                               "
+        << mall::kWeightRule
+        << "\n"
+           "  io.mall.require=true|false   true: the container does not start when malld cannot\n"
+           "                               be reached or refuses the job; default false: a\n"
+           "                               warning, and the container runs without malleability\n"
+           "A missing or malformed io.mall.* annotation always fails the container's start with\n"
+           "a line naming the annotation: the runtime shows a hook's output only when the hook\n"
+           "fails, so a warning would go unseen.\n"
+           "\n"
+           "Inside the container a process that uses libmall needs only the socket: bind-mount\n"
+           "malld's folder and set MALL_SOCKET (launch_scripts/examples/containers.conf.mall does\n"
+           "both for every podman container). malld finds its job by the cgroup it lives in, also\n"
+           "for podman exec. (A malld that does not mark the job \"container\": true in `mallctl\n"
+           "status --json` needs MALL_JOB_ID=NAME in the container as well.)\n"
+           "\n"
+           "Options:\n"
+           "  --socket PATH   malld's socket (default: $MALL_SOCKET, else "
+        << mall::kDefaultSocketPath
+        << ").\n"
+           "                  The runtime runs hooks with the hooks.d file's env only, so name\n"
+           "                  the socket here when malld listens elsewhere.\n"
+           "  --timeout S     bound on the whole hook in seconds: connecting, asking for the pool,\n"
+           "                  waiting for the first cores (default "
+        << kDefaultTimeoutS << ", at most " << kMaxTimeoutS
+        << ");\n"
+           "                  poststop waits at most "
+        << kPoststopBudget.count() / 1000
+        << " s (or S, if less)\n"
+           "  --log FILE      also append every message, with time and container id, to FILE\n"
+           "                  (the runtime drops a successful hook's stderr)\n"
+           "  -h, --help      show this text\n"
+           "  --version       print the version\n"
+           "\n"
+           "Installing (podman): copy launch_scripts/examples/mall-hooks.d/*.json to a hooks\n"
+           "folder (/usr/share/containers/oci/hooks.d, /etc/containers/oci/hooks.d, or\n"
+           "containers.conf's hooks_dir), with \"path\" naming this program. They run the hook\n"
+           "only for containers that carry io.mall.malleable. Registering needs root or an admin\n"
+           "uid of malld (malld --admin-uid): rootful podman runs hooks as root.\n"
+           "Docker has no hooks.d: run docker containers with `mallrun --container`.\n"
+           "\n"
+           "Exit status (createRuntime; a non-zero status makes the runtime fail the container):\n"
+           "  0  registered, or malld unreachable or refusing without io.mall.require=true (the\n"
+           "     container runs without malleability); poststop always exits 0\n"
+           "  1  malld refused the job and io.mall.require=true\n"
+           "  2  bad input: an io.mall.* annotation, the state on stdin, the bundle's config.json,\n"
+           "     or the command line\n"
+           "  3  malld unreachable and io.mall.require=true\n"
+           "\n"
+           "Examples:\n"
+           "  sudo podman run --annotation io.mall.malleable=1:4 --annotation io.mall.job=train \\\n"
+           "       -v /run/mall:/run/mall -e MALL_SOCKET=/run/mall/malld.sock IMAGE python3 train.py\n"
+           "  mallctl status          (the job, its container cgroup listed \"in place\")\n"
+           "  echo '{\"id\":\"abc\",\"pid\":4242,\"bundle\":\"/path\",\"annotations\":{...}}' \\\n"
+           "       | mall-oci-hook --socket /tmp/mall/malld.sock createRuntime     (a manual test)\n";
+}
+
+// ---- messages: stderr (seen when the hook fails) and the optional --log file -------------------
+
+struct Reporter {
+    std::string stage = "-";
+    std::string container = "-";  // first 12 characters of the id, once known
+    int log_fd = -1;
+
+    void line(const std::string &text) const {
+        std::string msg = "mall-oci-hook: " + text + "\n";
+        std::cerr << msg;
+        std::cerr.flush();
+        if (log_fd < 0) return;
+        char stamp[40] = "";
+        const std::time_t now = std::time(nullptr);
+        std::tm tm{};
+        if (gmtime_r(&now, &tm)) std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        std::string entry = std::string(stamp) + " pid " + std::to_string(getpid()) + " " + stage +
+                            " container " + container + ": " + text + "\n";
+        // One write(2) on an O_APPEND descriptor: lines of concurrent hooks do not interleave.
+        if (write(log_fd, entry.data(), entry.size()) < 0) {
+        }
+    }
+    void warn(const std::string &text) const { line("warning: " + text); }
+};
+
+// ---- bounded reads -------------------------------------------------------------------------------
+
+milliseconds left_until(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    return left.count() > 0 ? left : milliseconds(0);
+}
+
+// Reads stdin to end-of-file within the deadline. False with *error in words.
+bool read_stdin(Clock::time_point deadline, std::string *out, std::string *error) {
+    if (isatty(STDIN_FILENO)) {
+        *error = "stdin is a terminal: the hook reads the container's OCI state JSON on stdin, as "
+                 "the runtime passes it (see --help)";
+        return false;
+    }
+    char buf[65536];
+    for (;;) {
+        pollfd p{STDIN_FILENO, POLLIN, 0};
+        const int ms = static_cast<int>(std::min<long long>(left_until(deadline).count(), 1 << 30));
+        const int ready = poll(&p, 1, ms);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready < 0) {
+            *error = std::string("cannot read the OCI state on stdin: ") + std::strerror(errno);
+            return false;
+        }
+        if (ready == 0) {
+            *error = "no end of the OCI state on stdin within the time limit (is the runtime "
+                     "running the hook, and does it close stdin?)";
+            return false;
+        }
+        const ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0) {
+            *error = std::string("cannot read the OCI state on stdin: ") + std::strerror(errno);
+            return false;
+        }
+        if (n == 0) return true;
+        out->append(buf, static_cast<size_t>(n));
+        if (out->size() > kMaxInputBytes) {
+            *error = "the OCI state on stdin is larger than " + std::to_string(kMaxInputBytes) + " bytes";
+            return false;
+        }
+    }
+}
+
+// ---- the container: OCI state and the bundle's config.json ---------------------------------------
+
+struct State {
+    std::string id;
+    std::string bundle;
+    int64_t pid = 0;  // 0: none (poststop)
+    std::vector<std::pair<std::string, std::string>> annotations;
+
+    std::optional<std::string> annotation(const char *key) const {
+        for (const auto &[k, v] : annotations)
+            if (k == key) return v;
+        return std::nullopt;
+    }
+};
+
+std::optional<State> parse_state(const std::string &text, std::string *error) {
+    const json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+        *error = "the OCI state on stdin is not a JSON object (the runtime passes "
+                 "{\"ociVersion\",\"id\",\"status\",\"pid\",\"bundle\",\"annotations\"})";
+        return std::nullopt;
+    }
+    State s;
+    auto id = j.find("id");
+    if (id == j.end() || !id->is_string() || id->get<std::string>().empty()) {
+        *error = "the OCI state on stdin has no container \"id\"";
+        return std::nullopt;
+    }
+    s.id = id->get<std::string>();
+    if (auto b = j.find("bundle"); b != j.end() && b->is_string()) s.bundle = b->get<std::string>();
+    if (auto p = j.find("pid"); p != j.end() && !p->is_null()) {
+        if (!p->is_number_integer() || p->get<int64_t>() < 0 || p->get<int64_t>() > mall::proto::kMaxPid) {
+            *error = "the OCI state's \"pid\" is not a process id: " + p->dump();
+            return std::nullopt;
+        }
+        s.pid = p->get<int64_t>();
+    }
+    if (auto a = j.find("annotations"); a != j.end() && !a->is_null()) {
+        if (!a->is_object()) {
+            *error = "the OCI state's \"annotations\" is not an object";
+            return std::nullopt;
+        }
+        for (auto it = a->begin(); it != a->end(); ++it)
+            if (it->is_string()) s.annotations.emplace_back(it.key(), it->get<std::string>());
+    }
+    return s;
+}
+
+// The host uid the container's process runs as: process.user.uid mapped through
+// linux.uidMappings (none: the same uid). nullopt with *error when config.json says otherwise.
+std::optional<uint32_t> host_uid_of(const std::string &bundle, std::string *error) {
+    if (bundle.empty()) {
+        *error = "the OCI state has no \"bundle\", so the container's user cannot be read from its config.json";
+        return std::nullopt;
+    }
+    const std::string path = bundle + "/config.json";
+    std::string text;
+    int err = 0;
+    if (!mall::read_text_file(path, &text, &err)) {
+        *error = "cannot read " + path + ": " + std::strerror(err);
+        return std::nullopt;
+    }
+    const json config = json::parse(text, nullptr, false);
+    if (config.is_discarded() || !config.is_object()) {
+        *error = path + " is not a JSON object (an OCI runtime config)";
+        return std::nullopt;
+    }
+    int64_t uid = 0;  // the runtime spec's default user is root
+    if (auto process = config.find("process"); process != config.end() && process->is_object()) {
+        if (auto user = process->find("user"); user != process->end() && user->is_object()) {
+            if (auto u = user->find("uid"); u != user->end()) {
+                if (!u->is_number_integer() || u->get<int64_t>() < 0 || u->get<int64_t>() > mall::proto::kMaxUid) {
+                    *error = path + ": process.user.uid is not a uid: " + u->dump();
+                    return std::nullopt;
+                }
+                uid = u->get<int64_t>();
+            }
+        }
+    }
+    auto linux_section = config.find("linux");
+    if (linux_section == config.end() || !linux_section->is_object()) return static_cast<uint32_t>(uid);
+    auto maps = linux_section->find("uidMappings");
+    if (maps == linux_section->end() || maps->is_null() || (maps->is_array() && maps->empty()))
+        return static_cast<uint32_t>(uid);
+    if (!maps->is_array()) {
+        *error = path + ": linux.uidMappings is not an array";
+        return std::nullopt;
+    }
+    for (const auto &m : *maps) {
+        auto field = [&](const char *name) -> std::optional<int64_t> {
+            auto f = m.find(name);
+            if (!m.is_object() || f == m.end() || !f->is_number_integer() || f->get<int64_t>() < 0)
+                return std::nullopt;
+            return f->get<int64_t>();
+        };
+        auto inside = field("containerID"), host = field("hostID"), size = field("size");
+        if (!inside || !host || !size) {
+            *error = path + ": a linux.uidMappings entry lacks containerID, hostID or size: " + m.dump();
+            return std::nullopt;
+        }
+        if (uid >= *inside && uid - *inside < *size) {
+            const int64_t mapped = *host + (uid - *inside);
+            if (mapped > mall::proto::kMaxUid) {
+                *error = path + ": uid " + std::to_string(uid) + " maps to " + std::to_string(mapped) +
+                         ", which is not a host uid";
+                return std::nullopt;
+            }
+            return static_cast<uint32_t>(mapped);
+        }
+    }
+    *error = path + ": the container's uid " + std::to_string(uid) +
+             " is in none of its linux.uidMappings, so it has no host uid to own the job";
+    return std::nullopt;
+}
+
+// ---- the annotations ----------------------------------------------------------------------------
+
+// A whole number >= 1 written with digits only, below 1e6 (mallrun --malleable's rule).
+std::optional<int> parse_core_count(const std::string &text) {
+    if (text.empty() || text.size() > 6) return std::nullopt;
+    for (char c : text)
+        if (c < '0' || c > '9') return std::nullopt;
+    const int value = std::stoi(text);
+    if (value < 1) return std::nullopt;
+    return value;
+}
+
+struct Request {
+    int min = 1;
+    std::optional<int> max;  // nullopt: the whole pool
+    std::string job;
+    double weight = mall::kDefaultWeight;
+    bool require = false;
+};
+
+// A value from the container's definition as it is shown in a message: one line, printable, short.
+std::string shown(const std::string &value) {
+    constexpr size_t kMaxShown = 80;
+    std::string out;
+    for (char c : value.substr(0, kMaxShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return value.size() > kMaxShown ? out + "..." : out;
+}
+
+std::string fix_hint(const char *key, const std::string &example) {
+    return std::string("; fix the container's annotation, e.g. --annotation ") + key + "=" + example;
+}
+
+// The job's name (io.mall.job, else ctr-<12 characters of the id>); poststop needs only this.
+std::optional<std::string> job_name_of(const State &s, std::string *error) {
+    std::string job;
+    if (auto named = s.annotation(kAnnJob)) {
+        job = *named;
+        if (auto why = mall::proto::invalid_job_name(job)) {
+            *error = std::string("bad annotation ") + kAnnJob + "='" + shown(job) + "': " + *why +
+                     fix_hint(kAnnJob, "train-a");
+            return std::nullopt;
+        }
+        return job;
+    }
+    for (char c : s.id.substr(0, 12)) job += mall::proto::is_job_name_char(c) ? c : '_';
+    return "ctr-" + job;
+}
+
+std::optional<Request> parse_request(const State &s, std::string *error) {
+    Request r;
+    const std::string rule = "MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX "
+                             "(MIN alone: up to the whole pool)";
+    auto malleable = s.annotation(kAnnMalleable);
+    if (!malleable) {
+        *error = std::string("the container has no annotation ") + kAnnMalleable +
+                 ", so it asks for no malleability; give it --annotation " + kAnnMalleable +
+                 "=MIN[:MAX], or make the hooks.d file run this hook only for such containers "
+                 "(\"when\": {\"annotations\": {\"^io\\\\.mall\\\\.malleable$\": \".+\"}})";
+        return std::nullopt;
+    }
+    const std::string &text = *malleable;
+    const auto colon = text.find(':');
+    auto min = parse_core_count(text.substr(0, colon));
+    std::optional<int> max;
+    if (colon != std::string::npos) max = parse_core_count(text.substr(colon + 1));
+    if (!min || (colon != std::string::npos && !max)) {
+        *error = std::string("bad annotation ") + kAnnMalleable + "='" + shown(text) + "': use " + rule +
+                 fix_hint(kAnnMalleable, "1:4");
+        return std::nullopt;
+    }
+    if (max && *max < *min) {
+        *error = std::string("bad annotation ") + kAnnMalleable + "='" + shown(text) + "': MIN (" +
+                 std::to_string(*min) + ") is larger than MAX (" + std::to_string(*max) + "); use " +
+                 rule + fix_hint(kAnnMalleable, std::to_string(*max) + ":" + std::to_string(*min));
+        return std::nullopt;
+    }
+    r.min = *min;
+    r.max = max;
+    auto job = job_name_of(s, error);
+    if (!job) return std::nullopt;
+    r.job = *job;
+    if (auto w = s.annotation(kAnnWeight)) {
+        const char *begin = w->c_str();
+        char *end = nullptr;
+        errno = 0;
+        const double value = std::strtod(begin, &end);
+        const bool whole = !w->empty() && end == begin + w->size() && errno == 0 && std::isfinite(value) &&
+                           !std::isspace(static_cast<unsigned char>((*w)[0]));
+        if (!whole || !mall::proto::valid_weight(value)) {
+            *error = std::string("bad annotation ") + kAnnWeight + "='" + shown(*w) + "': the weight must be " +
+                     mall::kWeightRule + fix_hint(kAnnWeight, "2");
+            return std::nullopt;
+        }
+        r.weight = value;
+    }
+    if (auto req = s.annotation(kAnnRequire)) {
+        std::string v = *req;
+        std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (v == "true" || v == "yes" || v == "1") {
+            r.require = true;
+        } else if (v == "false" || v == "no" || v == "0") {
+            r.require = false;
+        } else {
+            *error = std::string("bad annotation ") + kAnnRequire + "='" + shown(*req) + "': use true or false" +
+                     fix_hint(kAnnRequire, "true");
+            return std::nullopt;
+        }
+    }
+    return r;
+}
+
+// ---- the two stages ------------------------------------------------------------------------------
+
+struct Options {
+    std::string socket_path;
+    milliseconds budget{kDefaultTimeoutS * 1000};
+};
+
+std::string marker_path(const State &s) { return s.bundle + "/" + kMarkerName; }
+
+// Writes the marker (replacing an older one: a restarted container). 0 or the errno.
+int write_marker(const std::string &path, const std::string &text) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return errno;
+    const ssize_t n = write(fd, text.data(), text.size());
+    const int err = n < 0 ? errno : (static_cast<size_t>(n) != text.size() ? EIO : 0);
+    close(fd);
+    return err;
+}
+
+// Deregisters `job`; "no such job" is fine (malld ends a job whose processes are gone). Only warns.
+void deregister(const Reporter &say, const std::string &socket_path, const std::string &job,
+                Clock::time_point deadline) {
+    std::string error;
+    const milliseconds wait = std::max(left_until(deadline), milliseconds(100));
+    auto client = mall::CtlClient::connect(socket_path, &error, nullptr, std::min(wait, mall::kDefaultConnectWait));
+    if (!client) {
+        say.warn("could not deregister job " + job + ": " + error + " (malld ends it by itself when its processes are gone)");
+        return;
+    }
+    mall::CtlResult r = client->request(mall::proto::Type::Deregister, json{{"job", job}}, wait);
+    if (r.ok)
+        say.line("deregistered job " + job);
+    else if (r.code == MALL_ERR_NOJOB)
+        say.line("job " + job + " had already ended (malld saw its processes exit)");
+    else
+        say.warn("could not deregister job " + job + ": " + r.error);
+}
+
+int create_runtime(const Options &o, const Reporter &say, const State &s, Clock::time_point deadline) {
+    std::string error;
+    auto request = parse_request(s, &error);
+    if (!request) {
+        say.line(error);
+        return kExitUsage;
+    }
+    if (s.pid <= 0) {
+        say.line("the OCI state has no \"pid\": createRuntime needs the container's init (is the hook "
+                 "listed under a stage that runs before the container exists?)");
+        return kExitUsage;
+    }
+    auto uid = host_uid_of(s.bundle, &error);
+    if (!uid) {
+        say.line(error);
+        return kExitUsage;
+    }
+    const Request &r = *request;
+    // A note left by an earlier run of this container (a restart whose poststop never ran) must
+    // not make poststop deregister a job this run did not register.
+    if (unlink(marker_path(s).c_str()) != 0 && errno != ENOENT)
+        say.warn("cannot remove the old " + marker_path(s) + ": " + std::strerror(errno));
+    // Without io.mall.require: say why, and let the container run as an ordinary one.
+    auto give_up = [&](int code, const std::string &why) {
+        if (r.require) {
+            say.line(why + " (" + kAnnRequire + "=true: the container does not start)");
+            return code;
+        }
+        say.warn(why + "; the container runs without malleability (" + kAnnRequire +
+                 "=true makes this fail the container)");
+        return kExitOk;
+    };
+
+    mall::ConnectFailure failure;
+    auto client = mall::CtlClient::connect(o.socket_path, &error, &failure,
+                                           std::min(left_until(deadline), mall::kDefaultConnectWait));
+    if (!client) {
+        std::string why = failure.what;
+        if (failure.nobody_listening)
+            why += "; is malld running? start it with `malld --socket " + o.socket_path +
+                   "`, or name its socket with the hook's --socket in the hooks.d file";
+        else if (!failure.advice.empty())
+            why += "; " + failure.advice;
+        return give_up(failure.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused, why);
+    }
+
+    int max = 0;
+    if (r.max) {
+        max = *r.max;
+    } else {  // up to the whole pool
+        mall::CtlResult status = client->request(mall::proto::Type::Status, json::object(), left_until(deadline));
+        if (!status.ok)
+            return give_up(status.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused,
+                           "cannot ask malld for its pool: " + status.error);
+        std::string why;
+        const std::string pool = status.body.value("pool", std::string());
+        auto cpus = mall::CpuSet::parse(pool, &why);
+        max = cpus ? cpus->count() : 0;
+        if (cpus && max < r.min)
+            return give_up(kExitRefused, std::string(kAnnMalleable) + "=" + std::to_string(r.min) +
+                                             " asks for at least " + std::to_string(r.min) +
+                                             " cores, but malld's pool has " + std::to_string(max) + " (" +
+                                             pool + ")");
+        if (max < r.min) max = r.min;  // unreadable pool: let malld judge
+    }
+
+    // In place: malld resizes the cgroup the runtime made and never moves the container out of it.
+    // A container job: its processes are those in its cgroups (podman exec's too, which are not
+    // the init's descendants), and they attach without MALL_JOB_ID. An older malld ignores it.
+    const json body = {{"job", r.job},       {"uid", *uid},          {"pids", {s.pid}},
+                       {"min", r.min},       {"max", max},           {"weight", r.weight},
+                       {"cgroup", "in-place"}, {"container", true}};
+    // The last part of the budget is kept to withdraw a registration malld did not answer in time.
+    const milliseconds left = left_until(deadline);
+    const milliseconds reserve = std::min(milliseconds(1000), left / 4);
+    mall::CtlResult reply = client->request(mall::proto::Type::Register, body, left - reserve);
+    if (!reply.ok) {
+        if (reply.code == MALL_ERR_NODAEMON) {
+            // Our side gave up; malld's may still complete the registration.
+            const int code = give_up(kExitUnreachable, "registering job " + r.job + ": " + reply.error);
+            deregister(say, o.socket_path, r.job, deadline);
+            return code;
+        }
+        return give_up(kExitRefused, "malld refused job " + r.job + ": " + reply.error);
+    }
+    // For poststop: this container's job, by the name malld knows it.
+    if (int err = write_marker(marker_path(s), r.job + "\n"); err != 0)
+        say.warn("cannot write " + marker_path(s) + ": " + std::strerror(err) +
+                 "; poststop will not deregister job " + r.job + " (malld ends it when its processes are gone)");
+    say.line("container " + s.id.substr(0, 12) + " (pid " + std::to_string(s.pid) + ", host uid " +
+             std::to_string(*uid) + ") is job " + r.job + " (" + std::to_string(r.min) + ".." +
+             std::to_string(max) + " cores), holding cpus " + reply.body.value("cpus", std::string("?")));
+    return kExitOk;
+}
+
+int post_stop(const Options &o, const Reporter &say, const State &s, Clock::time_point deadline) {
+    if (s.bundle.empty()) {
+        say.warn("the OCI state has no \"bundle\": nothing recorded to deregister");
+        return kExitOk;
+    }
+    std::string text;
+    int err = 0;
+    if (!mall::read_text_file(marker_path(s), &text, &err)) {
+        // createRuntime registered nothing for this container (or could not note it).
+        if (err != ENOENT) say.warn("cannot read " + marker_path(s) + ": " + std::strerror(err));
+        return kExitOk;
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (auto why = mall::proto::invalid_job_name(text)) {
+        say.warn(marker_path(s) + " holds no job name ('" + shown(text) + "'): " + *why);
+        return kExitOk;
+    }
+    deregister(say, o.socket_path, text, deadline);
+    // A second poststop (stop, then rm) must not end a newer job of the same name.
+    if (unlink(marker_path(s).c_str()) != 0 && errno != ENOENT)
+        say.warn("cannot remove " + marker_path(s) + ": " + std::strerror(errno));
+    return kExitOk;
+}
+
+bool g_teardown = false;  // poststop: whatever happens, exit 0
+
+int usage_error(const std::string &what) {
+    std::cerr << "mall-oci-hook: " << what << "\n" << kUsageLine << "see `mall-oci-hook --help`\n";
+    return kExitUsage;
+}
+
+int run(int argc, char **argv) {
+    po::options_description opts;
+    opts.add_options()("socket", po::value<std::string>(), "")("timeout", po::value<int>(), "")(
+        "log", po::value<std::string>(), "")("help,h", po::bool_switch(), "")("version", po::bool_switch(), "")(
+        "stage", po::value<std::vector<std::string>>(), "");
+    po::positional_options_description positional;
+    positional.add("stage", -1);
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        return usage_error(e.what());
+    }
+    if (vm["help"].as<bool>()) {
+        print_help();
+        return kExitOk;
+    }
+    if (vm["version"].as<bool>()) {
+        std::cout << "mall-oci-hook (mall) " << MALL_API_VERSION_MAJOR << "." << MALL_API_VERSION_MINOR << "."
+                  << MALL_API_VERSION_PATCH << "\n";
+        return kExitOk;
+    }
+    const std::vector<std::string> stages =
+        vm.count("stage") ? vm["stage"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    if (stages.size() != 1 || (stages[0] != "createRuntime" && stages[0] != "poststop"))
+        return usage_error(stages.empty() ? "name the stage: createRuntime or poststop (the hooks.d file's args)"
+                                          : "the stage is createRuntime or poststop, got '" + stages[0] +
+                                                (stages.size() > 1 ? "' and more" : "'"));
+    Options o;
+    if (vm.count("socket")) {
+        const std::string s = vm["socket"].as<std::string>();
+        if (s.empty()) return usage_error(std::string("--socket needs a path, e.g. --socket ") + mall::kDefaultSocketPath);
+        o.socket_path = s;
+    }
+    o.socket_path = mall::resolve_socket_path(o.socket_path);
+    if (vm.count("timeout")) {
+        const int t = vm["timeout"].as<int>();
+        if (t < 1 || t > kMaxTimeoutS)
+            return usage_error("--timeout takes whole seconds from 1 to " + std::to_string(kMaxTimeoutS));
+        o.budget = milliseconds(t * 1000);
+    }
+    Reporter say;
+    say.stage = stages[0];
+    if (vm.count("log")) {
+        const std::string path = vm["log"].as<std::string>();
+        say.log_fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        if (say.log_fd < 0)
+            std::cerr << "mall-oci-hook: warning: cannot open --log " << path << ": " << std::strerror(errno) << "\n";
+    }
+    const bool create = stages[0] == "createRuntime";
+    g_teardown = !create;
+    // A teardown is not held up for long by a stuck malld: malld ends a job whose processes are
+    // gone by itself, so poststop's deregistration is a courtesy.
+    const Clock::time_point deadline = Clock::now() + (create ? o.budget : std::min(o.budget, kPoststopBudget));
+
+    std::string input, error;
+    // Input that cannot be read fails a start, never a teardown.
+    if (!read_stdin(deadline, &input, &error)) {
+        say.line(create ? error : "warning: " + error);
+        return create ? kExitUsage : kExitOk;
+    }
+    auto state = parse_state(input, &error);
+    if (!state) {
+        say.line(create ? error : "warning: " + error);
+        return create ? kExitUsage : kExitOk;
+    }
+    say.container = state->id.substr(0, 12);
+    return create ? create_runtime(o, say, *state, deadline) : post_stop(o, say, *state, deadline);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception &e) {
+        std::cerr << "mall-oci-hook: " << (g_teardown ? "warning: " : "") << e.what() << "\n";
+        return g_teardown ? kExitOk : kExitRefused;
+    }
+}
