@@ -13,7 +13,8 @@
 #      and the job follows `mallctl set` afterwards;
 #   7. a foreground `run --rm` gives mallrun the container's exit code, and its job ends;
 #   8. refusals across users: a container process may not attach to another user's job, and another
-#      user's process may not attach to a container job;
+#      user's process may not attach to a container job; a user-namespaced container (its root is
+#      host uid 200000) attaches to its own job;
 #   9. nothing is left: no job, no cgroup folder in any hierarchy, no container (the kit's leak check).
 # Exit 0 pass, 1 fail, 2 usage, 77 skip (not root, or podman/docker missing: printed, and logged
 # to $MALL_TEST_SKIP_LOG). --help for the manual.
@@ -109,13 +110,13 @@ our_folders() { # every folder of this malld, in any hierarchy
 }
 cleanup() {
   trap - EXIT
+  [ -n "${other_pid:-}" ] && kill -KILL "$other_pid" 2>/dev/null
   stop_malld
   ctr_cleanup
   local m
   for m in $(ctr__cgroup_mounts); do
     [ -d "$m/$parent" ] && find "$m/$parent" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
-  [ -n "${other_pid:-}" ] && kill -KILL "$other_pid" 2>/dev/null
   return 0
 }
 trap cleanup EXIT
@@ -151,6 +152,8 @@ wait_until() { # wait_until MS DESCRIPTION CMD...: poll CMD until it succeeds
 }
 job_is() { [ "$(job_field "$1" cpus)" = "$2" ] && [ "$(job_field "$1" state)" = settled ]; }
 job_gone() { [ -z "$(job_field "$1" job)" ]; }
+job_exists() { [ -n "$(job_field "$1" job)" ]; }
+threads_on() { [ "$(host_thread_masks "$1")" = "$2" ]; }  # threads_on PID CPUS
 job_attached() { [ "$(job_field "$1" attached)" -ge "${2:-1}" ] 2>/dev/null; }
 host_thread_masks() { # the distinct Cpus_allowed_list of PID's threads, comma-joined
   local t
@@ -203,7 +206,7 @@ $first" ]; then
   else fail "$e: $a did not settle on cpu $first: $(status_json)"; fi
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus auto >/dev/null || fail "$e: mallctl set $a --cpus auto"
   if wait_until 10000 "$a back on $all" job_is "$a" "$all" &&
-     wait_until 5000 "threads of $a on $all" test "$(host_thread_masks "$pid")" = "$all" &&
+     wait_until 5000 "threads of $a on $all" threads_on "$pid" "$all" &&
      [ "$(ctr_exec "$e" a nproc)" = "$ncpu" ]; then
     pass "$e: with --cpus auto the job is back on $all (threads and nproc follow)"
   else fail "$e: after set --cpus auto: status $(job_field "$a" cpus), masks $(host_thread_masks "$pid"), nproc $(ctr_exec "$e" a nproc)"; fi
@@ -263,7 +266,7 @@ $first" ]; then
   else fail "$e: after the restart: $(status_json); cpuset $(cat "$(ctr_cgroup_path "$parent/job_$a")/cpuset.cpus")"; fi
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus auto >/dev/null
   if wait_until 10000 "$a back on $all after the restart" job_is "$a" "$all" &&
-     wait_until 5000 "threads on $all" test "$(host_thread_masks "$pid")" = "$all"; then
+     wait_until 5000 "threads on $all" threads_on "$pid" "$all"; then
     pass "$e: after the restart $a follows mallctl set again (back on $all, threads too)"
   else fail "$e: after the restart $a did not follow set --cpus auto: $(status_json)"; fi
 
@@ -292,10 +295,21 @@ check_users() {
     --admin-uid 1001 --log-level debug </dev/null >>"$CTR_DIR/malld.log" 2>&1 &
   malld_pid=$!
   wait_until 10000 "malld answers" timeout 5 "$bin/mallctl" --socket "$sock" status >/dev/null || { fail "users: malld"; return; }
+  # A user namespace: the container's root is host uid 200000, neither the job's owner nor an
+  # admin; its process belongs to the job by its cgroup and attaches.
+  ctr_run_args podman ns || return
+  out=$(mallrun_container podman users-ns --malleable=1 -- --rm --uidmap 0:200000:65536 --gidmap 0:200000:65536 \
+          "${CTR_RUN_ARGS[@]}" /bin/sh -c "grep -E '^Uid:' /proc/self/status; cat /proc/self/uid_map; '$bin/mall_test_client' --steps 3 --duration-s 20" 2>&1)
+  if grep -q "^open rc=0 job=users-ns" <<<"$out" && grep -q '^done steps=3' <<<"$out" &&
+     grep -qE '^ *0 +200000 +65536' <<<"$out"; then
+    pass "users: in a user namespace (container root = host uid 200000) the process attaches to its job"
+  else fail "users: the user-namespaced container did not attach: $out"; fi
+  wait_until 10000 "users-ns gone" job_gone users-ns || fail "users: users-ns did not end with its container"
   setpriv --reuid 1001 --regid 1001 --clear-groups "$bin/mallrun" --socket "$sock" --malleable=1 --job users-other \
     --require -- sleep 120 </dev/null >"$CTR_DIR/other.log" 2>&1 &
   other_pid=$!
-  wait_until 10000 "users-other registered" test -n "$(job_field users-other job)" || { fail "users: uid 1001's job did not register: $(cat "$CTR_DIR/other.log")"; return; }
+  wait_until 20000 "users-other registered" job_exists users-other ||
+    { fail "users: uid 1001's job did not register: $(cat "$CTR_DIR/other.log"); malld: $(tail -n 15 "$CTR_DIR/malld.log")"; return; }
   ctr_run_args podman u || return
   out=$(mallrun_container podman users-ctr --malleable=1 -- -d --user 1002:1002 "${CTR_RUN_ARGS[@]}" /usr/bin/sleep 120 2>&1) ||
     { fail "users: mallrun --container exited $?: $out"; return; }
