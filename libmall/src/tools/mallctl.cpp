@@ -60,7 +60,8 @@ const Command kCommands[] = {
      "  PIDS   the job's registered processes\n"
      "With a cgroup backend, CGROUPS then lists each job's cgroups: \"in place\" for a cgroup its\n"
      "resource manager or runtime made (a Slurm step, a container, a systemd scope), which malld\n"
-     "resizes where it is, \"malld's\" for a folder of malld's own.\n"
+     "resizes where it is, \"malld's\" for a folder of malld's own; \"(container)\" marks a\n"
+     "container job (mallrun --container, mall-oci-hook), whose processes are those in its cgroups.\n"
      "\n"
      "Options:\n"
      "  --json   print malld's status object as JSON (2-space indent) instead of the table\n"
@@ -449,8 +450,10 @@ void print_status_table(const json &s, std::ostream &out) {
         for (const auto &c : j["cgroups"]) {
             if (!c.is_object() || !c.contains("path") || !c["path"].is_string()) continue;
             const bool in_place = c.value("in_place", false);
+            const bool container = j.contains("container") && j["container"].is_boolean() && j["container"].get<bool>();
             cgroup_lines.push_back(pad(text_or_dash(field_string(j, "job")), width[0] + 2) +
-                                   (in_place ? "in place  " : "malld's   ") + c["path"].get<std::string>());
+                                   (in_place ? "in place  " : "malld's   ") + c["path"].get<std::string>() +
+                                   (container ? "  (container)" : ""));
         }
     }
     if (cgroup_lines.empty()) return;
