@@ -100,11 +100,12 @@ def parse_done(text: str, field_name: str) -> float:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, tmp: str | None = None):
+        """tmp: an existing folder to work in (removed by cleanup); default a new one in /tmp."""
         self.args = args
         self.bin = os.path.join(args.build, "bin")
         self.ncpu = args.cpus
-        self.tmp = tempfile.mkdtemp(prefix="mall-bench-cosched.")
+        self.tmp = tmp or tempfile.mkdtemp(prefix="mall-bench-cosched.")
         self.procs: list[subprocess.Popen] = []
         self.malld: subprocess.Popen | None = None
         self.cgroup_parent = f"mall_bench_cosched{os.getpid()}"
@@ -384,10 +385,7 @@ class Bench:
             print(f"{PROG}: gnuplot not found: no timeline.png (apt-get install gnuplot-nox)")
             return
         names = [j.name for j in jobs]
-        colours, counters = {}, {name: 0 for name in self.kinds}
-        for j in jobs:
-            colours[j.name] = j.kind.shades[counters[j.kind.name] % len(j.kind.shades)]
-            counters[j.kind.name] += 1
+        colours = job_colours(jobs)
         end = max(r.makespan() for r in results.values())
         script = [f"set terminal pngcairo size 1100,{260 * len(results) + 60} font ',9'",
                   f"set output '{os.path.join(self.args.out, 'timeline.png')}'",
@@ -396,26 +394,11 @@ class Bench:
                   f"set xrange [0:{end * 1.02:.2f}]", "set xlabel 'seconds'", "set key outside right",
                   "set style fill solid 0.85 noborder"]
         for way, r in results.items():
-            # Step-shaped stacked series: the value each job holds from each sample until the next.
-            current = {n: 0 for n in names}
-            rows = []
-            for t, job, cores, _ in sorted(r.samples):
-                rows.append([t] + [current[n] for n in names])
-                current[job] = cores
-                rows.append([t] + [current[n] for n in names])
-            rows.append([end] + [current[n] for n in names])
             block = f"$way_{way}"
-            script.append(f"{block} << EOD")
-            for row in rows:
-                cumulative, line = 0, [f"{row[0]:.3f}"]
-                for value in row[1:]:
-                    line.append(str(cumulative))
-                    cumulative += value
-                line.append(str(cumulative))
-                script.append(" ".join(line))
-            script.append("EOD")
+            lines, top = stacked_block(block, [(t, job, cores) for t, job, cores, _ in r.samples], names, end)
+            script += lines
             label = "threads" if way == "oversub" else "cores"
-            top = max(self.ncpu, max((sum(row[1:]) for row in rows), default=0))
+            top = max(self.ncpu, top)
             script += [f"set title '{way}'", f"set ylabel '{label}'", f"set yrange [0:{top + 0.5}]",
                        f"set arrow 1 from graph 0, first {self.ncpu} to graph 1, first {self.ncpu} nohead dt 2"]
             plots = [f"{block} using 1:{i + 2}:{i + 3} with filledcurves lc rgb '{colours[n]}' title '{n}'"
@@ -445,6 +428,40 @@ class Bench:
             r = results[way]
             print(f"  {way:<11} makespan {r.makespan():7.2f} s  (ran {time.monotonic() - started:.1f} s)", flush=True)
         self.report(jobs, results)
+
+
+def job_colours(jobs: list[Job]) -> dict[str, str]:
+    """A plot colour per job: its kind's shades in turn."""
+    colours, counters = {}, {}
+    for j in jobs:
+        n = counters.get(j.kind.name, 0)
+        colours[j.name] = j.kind.shades[n % len(j.kind.shades)]
+        counters[j.kind.name] = n + 1
+    return colours
+
+
+def stacked_block(block: str, samples: list[tuple[float, str, int]], names: list[str],
+                  end: float) -> tuple[list[str], int]:
+    """A gnuplot data block (lines) of step-shaped stacked series from samples (time, job, value:
+    the value a job holds from that time on): per row the time, then each job's lower edge, then
+    the top of the stack, so column i+2..i+3 fills job i. Also returns the stack's highest top."""
+    current = {n: 0 for n in names}
+    rows = []
+    for t, job, value in sorted(samples):
+        rows.append([t] + [current[n] for n in names])
+        current[job] = value
+        rows.append([t] + [current[n] for n in names])
+    rows.append([end] + [current[n] for n in names])
+    lines = [f"{block} << EOD"]
+    for row in rows:
+        cumulative, line = 0, [f"{row[0]:.3f}"]
+        for value in row[1:]:
+            line.append(str(cumulative))
+            cumulative += value
+        line.append(str(cumulative))
+        lines.append(" ".join(line))
+    lines.append("EOD")
+    return lines, max((sum(row[1:]) for row in rows), default=0)
 
 
 def default_linear_rows(cpus: int) -> int:
