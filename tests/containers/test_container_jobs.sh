@@ -344,7 +344,12 @@ out=$(status_json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[
 stop_malld
 grep -E " (warn|error): " "$CTR_DIR/malld.log" 2>/dev/null | head -n 8 | sed 's/^/      malld: /'
 if [ -z "$(our_folders)" ]; then pass "malld stopped and left no folder in any cgroup hierarchy"
-else fail "folders left: $(our_folders | tr '\n' ' ')"; fi
+else
+  fail "folders left: $(our_folders | tr '\n' ' ')"
+  for m in $(ctr__cgroup_mounts); do  # reported; now removed, so a failed run leaves nothing either
+    [ -d "$m/$parent" ] && find "$m/$parent" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+fi
 ctr_cleanup || fail "the kit's cleanup reported an error"
 if leftover=$(ctr_leaks); then pass "nothing of the test is left (containers, processes, cgroups, mounts, $CTR_DIR)"
 else fail "left after cleanup:"; while IFS= read -r line; do note "$line"; done <<<"$leftover"; fi
