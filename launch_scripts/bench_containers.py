@@ -591,15 +591,7 @@ class ContainerBench(cs.Bench):
               f"mall way: policy {self.args.policy}; outside way: "
               f"{'`' + self.engine + ' update --cpuset-cpus`' if self.args.resize_by == 'update' else 'cpuset.cpus writes'}; "
               f"results in {self.args.out}/", flush=True)
-        jobs = self.scenario()
-        print("calibration (each kind alone, on the host):", flush=True)
-        self.calibrate()
-        for job in jobs:
-            job.steps = max(1, round(job.work * job.kind.steps_per_s_1))
-        print(f"scenario: {len(jobs)} containers (work in one-core seconds; MIN:MAX cores)", flush=True)
-        for j in jobs:
-            print(f"  {j.name:<16} {j.kind.name:<7} arrives {j.arrival:6.1f} s  work {j.work:6.1f}  "
-                  f"{j.steps:7d} steps  {j.min_cores}:{j.max_cores}", flush=True)
+        jobs = self.prepared_jobs(", on the host", "containers")
         results = {}
         for way in self.args.ways:
             started = time.monotonic()

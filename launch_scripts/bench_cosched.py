@@ -409,18 +409,24 @@ class Bench:
         if result.returncode != 0:
             print(f"{PROG}: gnuplot failed, no timeline.png:\n{result.stderr}")
 
-    def run(self) -> None:
-        print(f"{PROG}: {self.ncpu} cpus, enforcement by {'cgroup cpusets' if self.backend == 'auto' else 'thread affinity'}; "
-              f"results in {self.args.out}/", flush=True)
-        jobs = self.scenario()  # checked before anything runs
-        print("calibration (each kind alone):", flush=True)
+    def prepared_jobs(self, calibration_where: str = "", what: str = "jobs") -> list[Job]:
+        """The scenario (checked before anything runs), calibrated: each job's steps for its work,
+        printed with the calibration."""
+        jobs = self.scenario()
+        print(f"calibration (each kind alone{calibration_where}):", flush=True)
         self.calibrate()
         for job in jobs:
             job.steps = max(1, round(job.work * job.kind.steps_per_s_1))
-        print(f"scenario: {len(jobs)} jobs (work in one-core seconds; MIN:MAX cores)", flush=True)
+        print(f"scenario: {len(jobs)} {what} (work in one-core seconds; MIN:MAX cores)", flush=True)
         for j in jobs:
             print(f"  {j.name:<16} {j.kind.name:<7} arrives {j.arrival:6.1f} s  work {j.work:6.1f}  "
                   f"{j.steps:7d} steps  {j.min_cores}:{j.max_cores}", flush=True)
+        return jobs
+
+    def run(self) -> None:
+        print(f"{PROG}: {self.ncpu} cpus, enforcement by {'cgroup cpusets' if self.backend == 'auto' else 'thread affinity'}; "
+              f"results in {self.args.out}/", flush=True)
+        jobs = self.prepared_jobs()
         results = {}
         for way in self.args.ways:
             started = time.monotonic()

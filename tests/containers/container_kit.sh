@@ -53,6 +53,11 @@
 #                            ctr_docker do (for mallrun --container -- "$(ctr_engine_bin podman)" run ...)
 #   ctr_run_args ENGINE NAME fill CTR_RUN_ARGS with ctr_run's run options and image (or --rootfs) for
 #                            container $CTR_PREFIX-NAME, without --cgroup-parent
+#   ctr_test_reporting NAME  define pass/fail/note/skip for test NAME (counts in $failures, $skipped)
+#   ctr_wait_until MS WHAT CMD...  poll CMD every 50 ms until it succeeds; 1 after MS
+#   ctr_malld_start BIN SOCKET ARGS... / ctr_malld_stop
+#                            a private malld of the build on SOCKET (state and log in $CTR_DIR)
+#   ctr_check_nothing_left   ctr_cleanup, then ctr_leaks, reported as PASS/FAIL lines
 #   ctr_exec ENGINE NAME CMD...   run CMD in the running container (podman/docker exec)
 #   ctr_rm ENGINE NAME            remove the container at once (rm -f, no grace time)
 #   ctr_id / ctr_pid / ctr_monitor_pid ENGINE NAME
@@ -681,6 +686,60 @@ ctr_sweep() { # clean the kits whose owner is gone, and cgroup subtrees whose fo
     done
   done
   return 0
+}
+
+# ---- what every container test does: report, a private malld, waits, the leak check ----------------
+ctr_test_reporting() { # ctr_test_reporting NAME: pass/fail/note/skip for test NAME; counts in
+  # $failures and $skipped; skip WHAT WHY also logs "SKIPPED NAME WHAT: WHY" to $MALL_TEST_SKIP_LOG
+  CTR_TEST_NAME=$1 failures=0 skipped=0
+  pass() { echo "PASS: $*"; }
+  fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+  note() { echo "      $*"; }
+  skip() {
+    echo "SKIP: $1${2:+: $2}"
+    [ -n "${MALL_TEST_SKIP_LOG:-}" ] && echo "SKIPPED $CTR_TEST_NAME $1${2:+: $2}" >>"$MALL_TEST_SKIP_LOG"
+    skipped=$((skipped + 1))
+  }
+}
+
+ctr_wait_until() { # ctr_wait_until MS DESCRIPTION CMD...: run CMD every 50 ms (its output discarded)
+  # until it succeeds; 1 after MS, with "gave up waiting for: DESCRIPTION" on stdout
+  local deadline=$(( $(ctr__now_ms) + $1 )) what=$2
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ "$(ctr__now_ms)" -lt "$deadline" ] || { echo "      gave up waiting for: $what"; return 1; }
+    sleep 0.05
+  done
+}
+
+CTR_MALLD_PID=
+ctr_malld_start() { # ctr_malld_start BIN_DIR SOCKET MALLD-ARGS...: a private malld on SOCKET (state in
+  # $CTR_DIR/malld, log appended to $CTR_DIR/malld.log) that answers `mallctl status` within 10 s;
+  # 1 with its log on stderr otherwise. $CTR_MALLD_PID is its pid.
+  local bin=$1 socket=$2
+  shift 2
+  mkdir -p "$CTR_DIR/malld"
+  "$bin/malld" --socket "$socket" --state-dir "$CTR_DIR/malld" "$@" </dev/null >>"$CTR_DIR/malld.log" 2>&1 &
+  CTR_MALLD_PID=$!
+  if ! ctr_wait_until 10000 "malld on $socket" timeout 5 "$bin/mallctl" --socket "$socket" status ||
+     ! ctr__proc_start "$CTR_MALLD_PID" >/dev/null; then
+    ctr__err "the private malld did not answer on $socket; its log:"; sed 's/^/      /' "$CTR_DIR/malld.log" >&2
+    return 1
+  fi
+}
+ctr_malld_stop() { # SIGTERM, SIGKILL after 10 s; reaped
+  [ -n "$CTR_MALLD_PID" ] || return 0
+  kill -TERM "$CTR_MALLD_PID" 2>/dev/null
+  ctr__wait_gone 10000 "$CTR_MALLD_PID" || kill -KILL "$CTR_MALLD_PID" 2>/dev/null
+  wait "$CTR_MALLD_PID" 2>/dev/null
+  CTR_MALLD_PID=
+}
+
+ctr_check_nothing_left() { # the kit's cleanup, then its leak check, as PASS/FAIL lines (ctr_test_reporting)
+  ctr_cleanup || fail "the kit's cleanup reported an error (above)"
+  local leftover line
+  if leftover=$(ctr_leaks); then pass "nothing of the test is left (processes, cgroup folders, mounts, runc state, $CTR_DIR)"
+  else fail "left after cleanup:"; while IFS= read -r line; do note "$line"; done <<<"$leftover"; fi
 }
 
 # ---- run directly ---------------------------------------------------------------------------------------

@@ -65,16 +65,8 @@ done
 watchdog_script "$timeout_s" --bin-dir "$bin" --engines "$engines" --timeout "$timeout_s"
 export CTR_STEP_TIMEOUT_S=${CTR_STEP_TIMEOUT_S:-30}
 
-failures=0 skipped=0
+ctr_test_reporting containers.smoke   # pass, fail, note, skip WHAT WHY
 t_start=$(ctr__now_ms)
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-note() { echo "      $*"; }
-skip() { # skip WHAT WHY
-  echo "SKIP: $1: $2"
-  [ -n "${MALL_TEST_SKIP_LOG:-}" ] && echo "SKIPPED containers.smoke $1: $2" >>"$MALL_TEST_SKIP_LOG"
-  skipped=$((skipped + 1))
-}
 
 if [ "$(id -u)" -ne 0 ]; then
   skip "all" "needs root (cgroup folders, a private dockerd, podman as root); run as root"
@@ -87,17 +79,9 @@ bin=$(cd "$bin" && pwd)
 
 ctr_sweep
 ctr_init smoke || { fail "ctr_init"; exit 1; }
-malld_pid=""
-stop_malld() {
-  [ -n "$malld_pid" ] || return 0
-  kill -TERM "$malld_pid" 2>/dev/null
-  ctr__wait_gone 5000 "$malld_pid" || kill -KILL "$malld_pid" 2>/dev/null
-  wait "$malld_pid" 2>/dev/null
-  malld_pid=""
-}
 cleanup() {
   trap - EXIT
-  stop_malld
+  ctr_malld_stop
   ctr_cleanup
 }
 trap cleanup EXIT
@@ -107,17 +91,7 @@ note "kit folder $CTR_DIR, cgroup $CTR_CGROUP"
 
 # ---- a private malld -------------------------------------------------------------------------------
 sock=$CTR_DIR/sock/malld.sock
-mkdir -p "$CTR_DIR/malld"
-"$bin/malld" --socket "$sock" --state-dir "$CTR_DIR/malld" --backend affinity --log-level warn \
-  </dev/null >"$CTR_DIR/malld.log" 2>&1 &
-malld_pid=$!
-deadline=$(( $(ctr__now_ms) + 10000 ))
-until timeout 5 "$bin/mallctl" --socket "$sock" status >/dev/null 2>&1; do
-  if ! ctr__proc_start "$malld_pid" >/dev/null || [ "$(ctr__now_ms)" -ge "$deadline" ]; then
-    fail "private malld did not answer on $sock; its log:"; cat "$CTR_DIR/malld.log"; exit 1
-  fi
-  sleep 0.05
-done
+ctr_malld_start "$bin" "$sock" --backend affinity --log-level warn || { fail "private malld (log above)"; exit 1; }
 pass "private malld answers on $sock"
 ctr_bind_ro "$bin"
 
@@ -213,11 +187,9 @@ for e in "${engine_list[@]}"; do
 done
 
 # ---- cleanup and the leak check ------------------------------------------------------------------------
-stop_malld
-ctr_ms t ctr_cleanup || fail "the kit's cleanup reported an error (above)"
-times+=("cleanup (dockerd stop included) $t ms")
-if leftover=$(ctr_leaks); then pass "nothing of the test is left (processes, cgroup folders, mounts, runc state, $CTR_DIR)"
-else fail "left after cleanup:"; while IFS= read -r line; do note "$line"; done <<<"$leftover"; fi
+ctr_malld_stop
+ctr_ms t ctr_check_nothing_left
+times+=("cleanup and leak check (dockerd stop included) $t ms")
 trap - EXIT
 
 times+=("total $(( $(ctr__now_ms) - t_start )) ms")

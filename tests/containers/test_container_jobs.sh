@@ -63,15 +63,7 @@ done
 watchdog_script "$timeout_s" --bin-dir "$bin" --engines "$engines" --timeout "$timeout_s"
 export CTR_STEP_TIMEOUT_S=${CTR_STEP_TIMEOUT_S:-30}
 
-failures=0 skipped=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-note() { echo "      $*"; }
-skip() {
-  echo "SKIP: $1: $2"
-  [ -n "${MALL_TEST_SKIP_LOG:-}" ] && echo "SKIPPED containers.jobs $1: $2" >>"$MALL_TEST_SKIP_LOG"
-  skipped=$((skipped + 1))
-}
+ctr_test_reporting containers.jobs   # pass, fail, note, skip WHAT WHY
 
 if [ "$(id -u)" -ne 0 ]; then skip all "needs root (cgroups, podman as root, a private dockerd)"; exit 77; fi
 for p in malld mallctl mallrun mall_test_client; do
@@ -84,47 +76,33 @@ ctr_sweep
 ctr_init jobs || { echo "FAIL: ctr_init"; exit 1; }
 parent=mallctrjobs$$          # malld's --cgroup-parent: its folders in every hierarchy
 sock=$CTR_DIR/sock/malld.sock
-malld_pid=""
-start_malld() {
-  "$bin/malld" --socket "$sock" --state-dir "$CTR_DIR/state" --cgroup-parent "$parent" --policy equal \
-    --log-level debug </dev/null >>"$CTR_DIR/malld.log" 2>&1 &
-  malld_pid=$!
-  local deadline=$(( $(ctr__now_ms) + 10000 ))
-  until timeout 5 "$bin/mallctl" --socket "$sock" status >/dev/null 2>&1; do
-    if ! kill -0 "$malld_pid" 2>/dev/null || [ "$(ctr__now_ms)" -ge "$deadline" ]; then
-      echo "FAIL: malld did not answer on $sock; its log:"; tail -n 20 "$CTR_DIR/malld.log"; return 1
-    fi
-    sleep 0.05
-  done
-}
-stop_malld() {
-  [ -n "$malld_pid" ] || return 0
-  kill -TERM "$malld_pid" 2>/dev/null
-  ctr__wait_gone 10000 "$malld_pid" || kill -KILL "$malld_pid" 2>/dev/null
-  wait "$malld_pid" 2>/dev/null
-  malld_pid=""
+start_malld() { # start_malld [MALLD-ARGS...]: the test's malld (same socket, state and folders)
+  ctr_malld_start "$bin" "$sock" --cgroup-parent "$parent" --policy equal --log-level debug "$@" ||
+    { echo "FAIL: the private malld did not start (log above)"; return 1; }
 }
 our_folders() { # every folder of this malld, in any hierarchy
   local m
   for m in $(ctr__cgroup_mounts); do [ -d "$m/$parent" ] && find "$m/$parent" -mindepth 0 -type d; done
 }
-cleanup() {
-  trap - EXIT
-  [ -n "${other_pid:-}" ] && kill -KILL "$other_pid" 2>/dev/null
-  stop_malld
-  ctr_cleanup
+remove_our_folders() { # what a failed run left (malld removes them when everything goes well)
   local m
   for m in $(ctr__cgroup_mounts); do
     [ -d "$m/$parent" ] && find "$m/$parent" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
   return 0
 }
+cleanup() {
+  trap - EXIT
+  [ -n "${other_pid:-}" ] && kill -KILL "$other_pid" 2>/dev/null
+  ctr_malld_stop
+  ctr_cleanup
+  remove_our_folders
+}
 trap cleanup EXIT
 trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 trap 'echo "FAIL: interrupted"; exit 130' INT
 
 if ! ctr__cpuset_mount >/dev/null; then skip all "no cgroup cpuset controller on this machine"; exit 77; fi
-mkdir -p "$CTR_DIR/state"
 start_malld || exit 1
 pass "private malld (cgroup backend, --cgroup-parent $parent) answers on $sock"
 all=$(timeout 10 "$bin/mallctl" --socket "$sock" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["pool"])')
@@ -141,14 +119,6 @@ s=json.load(sys.stdin); job,field=sys.argv[1],sys.argv[2]
 for j in s.get("jobs",[]):
     if j.get("job")==job:
         v=j.get(field,""); print(json.dumps(v) if isinstance(v,(list,dict,bool)) else v)' "$1" "$2"
-}
-wait_until() { # wait_until MS DESCRIPTION CMD...: poll CMD until it succeeds
-  local ms=$1 what=$2 deadline; shift 2
-  deadline=$(( $(ctr__now_ms) + ms ))
-  until "$@"; do
-    [ "$(ctr__now_ms)" -ge "$deadline" ] && { note "gave up waiting for: $what"; return 1; }
-    sleep 0.1
-  done
 }
 job_is() { [ "$(job_field "$1" cpus)" = "$2" ] && [ "$(job_field "$1" state)" = settled ]; }
 job_gone() { [ -z "$(job_field "$1" job)" ]; }
@@ -188,14 +158,14 @@ check_engine() {
     "/$parent/job_$a/"*) pass "$e: mallrun --container returned in $t ms; the container's process (host pid $pid) is in $cg" ;;
     *) fail "$e: the container's process is in '$cg', not below /$parent/job_$a" ;;
   esac
-  if wait_until 10000 "$a attached" job_attached "$a" && [ "$(job_field "$a" container)" = true ]; then
+  if ctr_wait_until 10000 "$a attached" job_attached "$a" && [ "$(job_field "$a" container)" = true ]; then
     pass "$e: status shows $a as a container job with libmall inside attached (attached $(job_field "$a" attached))"
   else fail "$e: $a is not an attached container job: $(status_json)"; fi
 
   # 2. it follows mallctl set: threads outside and inside, nproc inside.
   local first=${all%%-*}
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus "$first" >/dev/null || fail "$e: mallctl set $a --cpus $first"
-  if wait_until 10000 "$a on cpu $first" job_is "$a" "$first"; then
+  if ctr_wait_until 10000 "$a on cpu $first" job_is "$a" "$first"; then
     masks=$(host_thread_masks "$pid")
     out=$(ctr_exec "$e" a sh -c 'nproc; for t in /proc/1/task/*; do sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" $t/status; done | sort -u | paste -sd, -')
     if [ "$masks" = "$first" ] && [ "$out" = "1
@@ -205,8 +175,8 @@ $first" ]; then
     note "$e: inside, narrowed: $(ctr_exec "$e" a /usr/bin/python3 -c 'import os; print("os.cpu_count()", os.cpu_count(), "len(sched_getaffinity)", len(os.sched_getaffinity(0)))'); /proc/cpuinfo lists $(ctr_exec "$e" a grep -c ^processor /proc/cpuinfo) cpus"
   else fail "$e: $a did not settle on cpu $first: $(status_json)"; fi
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus auto >/dev/null || fail "$e: mallctl set $a --cpus auto"
-  if wait_until 10000 "$a back on $all" job_is "$a" "$all" &&
-     wait_until 5000 "threads of $a on $all" threads_on "$pid" "$all" &&
+  if ctr_wait_until 10000 "$a back on $all" job_is "$a" "$all" &&
+     ctr_wait_until 5000 "threads of $a on $all" threads_on "$pid" "$all" &&
      [ "$(ctr_exec "$e" a nproc)" = "$ncpu" ]; then
     pass "$e: with --cpus auto the job is back on $all (threads and nproc follow)"
   else fail "$e: after set --cpus auto: status $(job_field "$a" cpus), masks $(host_thread_masks "$pid"), nproc $(ctr_exec "$e" a nproc)"; fi
@@ -245,7 +215,7 @@ $first" ]; then
 
   # 5. SIGKILL of b's process: its job ends and a gets the cores back.
   kill -KILL "$pid_b"
-  if wait_until 10000 "$b gone" job_gone "$b" && wait_until 10000 "$a back on $all" job_is "$a" "$all"; then
+  if ctr_wait_until 10000 "$b gone" job_gone "$b" && ctr_wait_until 10000 "$a back on $all" job_is "$a" "$all"; then
     pass "$e: after SIGKILL of $b's process its job ended and $a has $all again"
   else fail "$e: after SIGKILL of $b: $(status_json)"; fi
   ctr_rm "$e" b >/dev/null 2>&1
@@ -253,10 +223,10 @@ $first" ]; then
   # 6. a malld restart re-adopts a without touching it.
   local pids_before cpuset_before
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus "$first" >/dev/null
-  wait_until 10000 "$a on $first" job_is "$a" "$first"
+  ctr_wait_until 10000 "$a on $first" job_is "$a" "$first"
   pids_before=$(job_field "$a" pids)
   cpuset_before=$(cat "$(ctr_cgroup_path "$parent/job_$a")/cpuset.cpus")
-  stop_malld
+  ctr_malld_stop
   masks=$(host_thread_masks "$pid")
   start_malld || return
   if [ "$(job_field "$a" pids)" = "$pids_before" ] && [ "$(job_field "$a" cpus)" = "$first" ] &&
@@ -265,8 +235,8 @@ $first" ]; then
     pass "$e: a malld restart re-adopted $a (pids $pids_before, cpus $first) without touching its cpuset"
   else fail "$e: after the restart: $(status_json); cpuset $(cat "$(ctr_cgroup_path "$parent/job_$a")/cpuset.cpus")"; fi
   timeout 10 "$bin/mallctl" --socket "$sock" set "$a" --cpus auto >/dev/null
-  if wait_until 10000 "$a back on $all after the restart" job_is "$a" "$all" &&
-     wait_until 5000 "threads on $all" threads_on "$pid" "$all"; then
+  if ctr_wait_until 10000 "$a back on $all after the restart" job_is "$a" "$all" &&
+     ctr_wait_until 5000 "threads on $all" threads_on "$pid" "$all"; then
     pass "$e: after the restart $a follows mallctl set again (back on $all, threads too)"
   else fail "$e: after the restart $a did not follow set --cpus auto: $(status_json)"; fi
 
@@ -274,14 +244,14 @@ $first" ]; then
   ctr_run_args "$e" fg || { fail "$e: ctr_run_args fg"; return; }
   out=$(mallrun_container "$e" "$e-fg" --malleable=1 -- --rm "${CTR_RUN_ARGS[@]}" /bin/sh -c 'nproc; exit 3' 2>&1)
   rc=$?
-  if [ "$rc" = 3 ] && wait_until 10000 "$e-fg gone" job_gone "$e-fg"; then
+  if [ "$rc" = 3 ] && ctr_wait_until 10000 "$e-fg gone" job_gone "$e-fg"; then
     pass "$e: a foreground run --rm: mallrun exited 3 like the container, and its job ended"
   else fail "$e: foreground run: mallrun exited $rc (want 3), job $(job_field "$e-fg" job): $out"; fi
 
   # 9 (per engine). removing the container ends the job and its folders go in every hierarchy.
   ctr_rm "$e" a >/dev/null
-  if wait_until 10000 "$a gone" job_gone "$a" &&
-     wait_until 5000 "no folder of $a" sh -c "! ls -d $(ctr__cgroup_mounts | sed "s|\$|/$parent/job_$a|" | tr '\n' ' ') >/dev/null 2>&1"; then
+  if ctr_wait_until 10000 "$a gone" job_gone "$a" &&
+     ctr_wait_until 5000 "no folder of $a" sh -c "! ls -d $(ctr__cgroup_mounts | sed "s|\$|/$parent/job_$a|" | tr '\n' ' ') >/dev/null 2>&1"; then
     pass "$e: rm of the container ended $a; its folder is gone from every hierarchy"
   else fail "$e: after rm: $(status_json); folders: $(our_folders | tr '\n' ' ')"; fi
 }
@@ -289,12 +259,9 @@ $first" ]; then
 # 8. refusals across users (podman): uid 1001's own job (malld --admin-uid 1001 lets it register).
 check_users() {
   local out
-  stop_malld
+  ctr_malld_stop
   chmod o+x "$CTR_DIR" "$CTR_DIR/sock"   # uid 1001 must reach the socket (mode 0666)
-  "$bin/malld" --socket "$sock" --state-dir "$CTR_DIR/state" --cgroup-parent "$parent" --policy equal \
-    --admin-uid 1001 --log-level debug </dev/null >>"$CTR_DIR/malld.log" 2>&1 &
-  malld_pid=$!
-  wait_until 10000 "malld answers" timeout 5 "$bin/mallctl" --socket "$sock" status >/dev/null || { fail "users: malld"; return; }
+  start_malld --admin-uid 1001 || { fail "users: malld"; return; }
   # A user namespace: the container's root is host uid 200000, neither the job's owner nor an
   # admin; its process belongs to the job by its cgroup and attaches.
   ctr_run_args podman ns || return
@@ -304,11 +271,11 @@ check_users() {
      grep -qE '^ *0 +200000 +65536' <<<"$out"; then
     pass "users: in a user namespace (container root = host uid 200000) the process attaches to its job"
   else fail "users: the user-namespaced container did not attach: $out"; fi
-  wait_until 10000 "users-ns gone" job_gone users-ns || fail "users: users-ns did not end with its container"
+  ctr_wait_until 10000 "users-ns gone" job_gone users-ns || fail "users: users-ns did not end with its container"
   setpriv --reuid 1001 --regid 1001 --clear-groups "$bin/mallrun" --socket "$sock" --malleable=1 --job users-other \
     --require -- sleep 120 </dev/null >"$CTR_DIR/other.log" 2>&1 &
   other_pid=$!
-  wait_until 20000 "users-other registered" job_exists users-other ||
+  ctr_wait_until 20000 "users-other registered" job_exists users-other ||
     { fail "users: uid 1001's job did not register: $(cat "$CTR_DIR/other.log"); malld: $(tail -n 15 "$CTR_DIR/malld.log")"; return; }
   ctr_run_args podman u || return
   out=$(mallrun_container podman users-ctr --malleable=1 -- -d --user 1002:1002 "${CTR_RUN_ARGS[@]}" /usr/bin/sleep 120 2>&1) ||
@@ -326,7 +293,7 @@ check_users() {
   else pass "users: a process of uid 1001 outside the container may not attach to the container job"; fi
   ctr_rm podman u >/dev/null
   kill -TERM "$other_pid" 2>/dev/null; wait "$other_pid" 2>/dev/null; other_pid=""
-  wait_until 10000 "users jobs gone" sh -c "[ -z \"\$(timeout 10 '$bin/mallctl' --socket '$sock' status --json | grep -o users-)\" ]" ||
+  ctr_wait_until 10000 "users jobs gone" sh -c "[ -z \"\$(timeout 10 '$bin/mallctl' --socket '$sock' status --json | grep -o users-)\" ]" ||
     fail "users: jobs left: $(status_json)"
 }
 
@@ -341,18 +308,11 @@ if ctr_have podman; then check_users; fi
 # 9. clean teardown: no job, no folder of this malld anywhere after it stops, no container left.
 out=$(status_json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')
 [ "$out" = 0 ] && pass "no job left in malld" || fail "jobs left: $(status_json)"
-stop_malld
+ctr_malld_stop
 grep -E " (warn|error): " "$CTR_DIR/malld.log" 2>/dev/null | head -n 8 | sed 's/^/      malld: /'
 if [ -z "$(our_folders)" ]; then pass "malld stopped and left no folder in any cgroup hierarchy"
-else
-  fail "folders left: $(our_folders | tr '\n' ' ')"
-  for m in $(ctr__cgroup_mounts); do  # reported; now removed, so a failed run leaves nothing either
-    [ -d "$m/$parent" ] && find "$m/$parent" -depth -type d -exec rmdir {} \; 2>/dev/null
-  done
-fi
-ctr_cleanup || fail "the kit's cleanup reported an error"
-if leftover=$(ctr_leaks); then pass "nothing of the test is left (containers, processes, cgroups, mounts, $CTR_DIR)"
-else fail "left after cleanup:"; while IFS= read -r line; do note "$line"; done <<<"$leftover"; fi
+else fail "folders left: $(our_folders | tr '\n' ' ')"; remove_our_folders; fi  # reported, then removed
+ctr_check_nothing_left
 trap - EXIT
 if [ "$failures" -gt 0 ]; then echo "test_container_jobs: $failures check(s) failed"; exit 1; fi
 if [ "$skipped" -gt 0 ]; then echo "test_container_jobs: passed, but $skipped part(s) skipped: exit 77"; exit 77; fi

@@ -80,16 +80,9 @@ done
 watchdog_script "$timeout_s" --bin-dir "$bin" --timeout "$timeout_s"
 export CTR_STEP_TIMEOUT_S=${CTR_STEP_TIMEOUT_S:-30}
 
-failures=0
+ctr_test_reporting containers.oci_hook   # pass, fail, note, skip
 t_start=$(ctr__now_ms)
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-note() { echo "      $*"; }
-skip_all() {
-  echo "SKIP: $1"
-  [ -n "${MALL_TEST_SKIP_LOG:-}" ] && echo "SKIPPED containers.oci_hook: $1" >>"$MALL_TEST_SKIP_LOG"
-  exit 77
-}
+skip_all() { skip "$1"; exit 77; }
 
 [ "$(id -u)" -eq 0 ] || skip_all "needs root (cgroup folders, malld's cgroup backend, podman as root); run as root"
 ctr_have podman || skip_all "$CTR_WHY"
@@ -106,14 +99,6 @@ sock=$CTR_DIR/sock/malld.sock
 hook_log=$CTR_DIR/hook.log
 # malld's --cgroup-parent: one folder name (no '/'), unique to this run, removed by malld at stop.
 mparent=${CTR_CGROUP#/}-malld
-malld_pid=""
-stop_malld() {
-  [ -n "$malld_pid" ] || return 0
-  kill -TERM "$malld_pid" 2>/dev/null
-  ctr__wait_gone 5000 "$malld_pid" || kill -KILL "$malld_pid" 2>/dev/null
-  wait "$malld_pid" 2>/dev/null
-  malld_pid=""
-}
 mparent_dirs() { # malld's parent folder in every hierarchy, where it exists
   local m
   for m in $(ctr__cgroup_mounts); do [ -d "$m/$mparent" ] && echo "$m/$mparent"; done
@@ -127,7 +112,7 @@ remove_mparent() { # after a failed run: kill what is left in malld's folders, r
 }
 cleanup() {
   trap - EXIT
-  stop_malld
+  ctr_malld_stop
   ctr_cleanup
   remove_mparent
 }
@@ -139,15 +124,6 @@ note "kit folder $CTR_DIR, cgroup $CTR_CGROUP, malld's --cgroup-parent $mparent"
 # ---- helpers -------------------------------------------------------------------------------------
 mstatus() { timeout 10 "$bin/mallctl" --socket "$sock" status --json; }
 job_json() { mstatus | jq -c --arg j "$1" '.jobs[] | select(.job == $j)'; }
-# wait_until MS DESCRIPTION CMD...: polls CMD every 50 ms until it succeeds; false after MS.
-wait_until() {
-  local deadline=$(( $(ctr__now_ms) + $1 ))
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    [ "$(ctr__now_ms)" -lt "$deadline" ] || return 1
-    sleep 0.05
-  done
-}
 job_cpus_are() { [ "$(job_json "$1" | jq -r 'select(.state == "settled") | .cpus')" = "$2" ]; }
 job_absent() { mstatus >/dev/null && [ -z "$(job_json "$1")" ]; }
 cpus_allowed() { awk '/^Cpus_allowed_list:/ { print $2 }' "/proc/$1/status"; }
@@ -155,13 +131,7 @@ norm_cpus() { ctr__cpulist_expand "$1" | paste -sd, -; }
 times=()
 
 # ---- a private malld with the cgroup backend -------------------------------------------------------
-mkdir -p "$CTR_DIR/malld"
-"$bin/malld" --socket "$sock" --state-dir "$CTR_DIR/malld" --cgroup-parent "$mparent" --log-level info \
-  </dev/null >"$CTR_DIR/malld.log" 2>&1 &
-malld_pid=$!
-if ! wait_until 10000 "malld answers" mstatus; then
-  fail "private malld did not answer on $sock; its log:"; sed 's/^/      /' "$CTR_DIR/malld.log"; exit 1
-fi
+ctr_malld_start "$bin" "$sock" --cgroup-parent "$mparent" --log-level info || { fail "private malld (log above)"; exit 1; }
 backend=$(mstatus | jq -r .backend) pool=$(mstatus | jq -r .pool)
 case $backend in
   cgroup-v1|cgroup-v2) pass "private malld answers on $sock (backend $backend, pool $pool)" ;;
@@ -257,7 +227,7 @@ if [ "$npool" -lt 2 ]; then
 else
   ctr_ms t timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus "$cpu_last" >/dev/null ||
     fail "mallctl set hookjob --cpus $cpu_last"
-  if wait_until 5000 "" job_cpus_are hookjob "$cpu_last"; then
+  if ctr_wait_until 5000 "" job_cpus_are hookjob "$cpu_last"; then
     n=$(ctr_exec podman job nproc) allowed=$(cpus_allowed "$pid")
     cs=$(cat "$(ctr_cgroup_path "$cg")/cpuset.cpus" 2>/dev/null)
     if [ "$n" = 1 ] && [ "$allowed" = "$cpu_last" ] && [ "$cs" = "$cpu_last" ]; then
@@ -265,7 +235,7 @@ else
     else fail "after set --cpus $cpu_last: nproc inside '$n', init's Cpus_allowed_list '$allowed', cgroup cpuset.cpus '$cs'"; fi
   else fail "job hookjob did not settle on cpu $cpu_last: $(job_json hookjob)"; fi
   timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus auto >/dev/null || fail "mallctl set hookjob --cpus auto"
-  if wait_until 5000 "" job_cpus_are hookjob "$pool"; then
+  if ctr_wait_until 5000 "" job_cpus_are hookjob "$pool"; then
     n=$(ctr_exec podman job nproc) allowed=$(cpus_allowed "$pid")
     if [ "$n" = "$npool" ] && [ "$(norm_cpus "$allowed")" = "$(norm_cpus "$pool")" ]; then
       pass "mallctl set hookjob --cpus auto: back to $pool (nproc inside $n, init's Cpus_allowed_list $allowed)"
@@ -274,17 +244,18 @@ else
 fi
 
 # ---- 3. libmall inside attaches and follows --------------------------------------------------------------
+last_change_is() { grep change "$client_out" | tail -n 1 | grep -q "$1\$"; }  # the client's last "change" line
 attached_at_least() { [ "$(job_json "$1" | jq -r .attached)" -ge "$2" ] 2>/dev/null; }
 client_out=$CTR_DIR/client.out
 ctr_exec podman job "$bin/mall_test_client" --duration-s 6 --step-us 2000 >"$client_out" 2>&1 &
 client=$!
-if wait_until 8000 "" attached_at_least hookjob 1; then
+if ctr_wait_until 8000 "" attached_at_least hookjob 1; then
   pass "mall_test_client exec'd in the container (MALL_JOB_ID=hookjob) is attached (status: attached $(job_json hookjob | jq -r .attached))"
   if [ "$npool" -ge 2 ]; then
     timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus "$cpu_last" >/dev/null
-    if wait_until 5000 "" grep -q "ncpus=1 cpus=$cpu_last\$" "$client_out"; then
+    if ctr_wait_until 5000 "" grep -q "ncpus=1 cpus=$cpu_last\$" "$client_out"; then
       timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus auto >/dev/null
-      if wait_until 5000 "" grep -q "ncpus=$npool cpus=$pool\$" <(grep change "$client_out" | tail -n 1); then
+      if ctr_wait_until 5000 "" last_change_is "ncpus=$npool cpus=$pool"; then
         pass "it follows a move to cpu $cpu_last and back to $pool at its steps ($(grep -c change "$client_out") changes seen)"
       else fail "mall_test_client did not see the move back to $pool:"; sed 's/^/      /' "$client_out"; fi
     else fail "mall_test_client did not see the move to cpu $cpu_last:"; sed 's/^/      /' "$client_out"; fi
@@ -308,13 +279,13 @@ else
   if [ -n "$j" ] && jq -e --argjson n "$npool" '.min == 1 and .max == $n and .uid == 1234' <<<"$j" >/dev/null; then
     pass "a container with only io.mall.malleable=1, run as --user 1234, is job $free_job (the default name) of uid 1234, cores 1..$npool (the pool)"
   else fail "no job $free_job with uid 1234, min 1 and max $npool for the annotation-only container: $(mstatus | jq -c '[.jobs[] | {job, uid, min, max}]')"; fi
-  if wait_until 5000 "" attached_at_least "$free_job" 1; then
+  if ctr_wait_until 5000 "" attached_at_least "$free_job" 1; then
     pass "its process (MALL_SOCKET from containers.conf only, no MALL_JOB_ID) is attached to $free_job"
   else
     fail "its process did not attach to $free_job without MALL_JOB_ID: $(ctr_podman logs "$CTR_PREFIX-free" 2>&1 | head -n 3 | tr '\n' ' ')"
   fi
   ctr_rm podman free || fail "rm -f of the annotation-only container"
-  if wait_until 5000 "" job_absent "$free_job"; then pass "after rm -f, job $free_job is gone"
+  if ctr_wait_until 5000 "" job_absent "$free_job"; then pass "after rm -f, job $free_job is gone"
   else fail "job $free_job still listed after rm -f"; fi
   : "$free_id"
 fi
@@ -364,7 +335,7 @@ kill "$byhand_pid" 2>/dev/null; wait "$byhand_pid" 2>/dev/null
 cg_dir=$(ctr_cgroup_path "$cg")
 ctr_ms t ctr_rm podman job || fail "rm -f of the job container"
 times+=("podman rm -f with the hook $t ms")
-if wait_until 5000 "" job_absent hookjob; then pass "after podman rm -f ($t ms) job hookjob is gone from mallctl status"
+if ctr_wait_until 5000 "" job_absent hookjob; then pass "after podman rm -f ($t ms) job hookjob is gone from mallctl status"
 else fail "job hookjob still listed after rm -f: $(job_json hookjob)"; fi
 if [ ! -d "$cg_dir" ]; then pass "the container's cgroup $cg is gone"
 else fail "the container's cgroup $cg_dir is still there"; fi
@@ -402,15 +373,13 @@ ctr_rm podman opt 2>/dev/null
 # ---- 6. nothing left -----------------------------------------------------------------------------------------
 out=$(jobs_now)
 if [ -z "$out" ]; then pass "no job left in malld"; else fail "jobs left in malld: $out"; fi
-stop_malld
+ctr_malld_stop
 mleft=$(mparent_dirs)
 if [ -z "$mleft" ]; then pass "malld stopped and removed its --cgroup-parent folder $mparent"
 else fail "malld's folders left after it stopped: $mleft"; fi
-ctr_ms t ctr_cleanup || fail "the kit's cleanup reported an error (above)"
 remove_mparent
-times+=("cleanup $t ms")
-if leftover=$(ctr_leaks); then pass "nothing of the test is left (processes, cgroup folders, mounts, runc state, $CTR_DIR)"
-else fail "left after cleanup:"; while IFS= read -r line; do note "$line"; done <<<"$leftover"; fi
+ctr_ms t ctr_check_nothing_left
+times+=("cleanup and leak check $t ms")
 trap - EXIT
 
 times+=("total $(( $(ctr__now_ms) - t_start )) ms")

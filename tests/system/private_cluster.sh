@@ -28,6 +28,22 @@ systest_begin() {
     exit 77   # ctest: SKIP_RETURN_CODE
   fi
 }
+# systest_require "TOOL..." FILE...: every tool installed, every file built, and the project's
+# 2-cpu node (not a skip: only "not root" skips, so CI never passes silently); else FAIL and exit 1.
+systest_require() {
+  local tool f
+  for tool in $1; do
+    command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
+  done
+  shift
+  for f in "$@"; do
+    [ -e "$f" ] || { echo "FAIL: $f is not built: run ninja -C $build (the plugin needs libslurm-dev, the MPI trainer Open MPI)"; exit 1; }
+  done
+  if [ "$(nproc --all)" -ne 2 ]; then
+    echo "FAIL: this test is written for the project's 2-cpu node (cpus 0 and 1); this one has $(nproc --all) cpus"
+    exit 1
+  fi
+}
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
 # Helpers every system test uses (status_json reads $mallctl, set by the test).

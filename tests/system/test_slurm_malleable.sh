@@ -21,16 +21,7 @@ systest_begin 420 "$@"   # watchdog (MALL_SYSTEST_TIMEOUT_S), $build/$src/$clust
 mallctl=$build/bin/mallctl
 client=$build/bin/mall_test_client
 wait_default_s=30   # a deadline for each wait; every one here normally ends in well under a second
-for tool in slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
-done
-for f in "$mallctl" "$client" "$build/bin/malld" "$build/lib/mall_spank.so"; do
-  [ -e "$f" ] || { echo "FAIL: $f is not built: run ninja -C $build (the plugin needs libslurm-dev)"; exit 1; }
-done
-if [ "$(nproc --all)" -ne 2 ]; then   # not a skip: only "not root" skips, so CI never passes silently
-  echo "FAIL: this test is written for the project's 2-cpu node (cpus 0 and 1); this one has $(nproc --all) cpus"
-  exit 1
-fi
+systest_require "slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq" "$mallctl" "$client" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 # A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
 private_cluster_init mall-systest-slurm 6827

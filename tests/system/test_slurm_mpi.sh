@@ -15,16 +15,7 @@ set -uo pipefail
 systest_begin 300 "$@"
 mallctl=$build/bin/mallctl
 trainer=$build/bin/mall_train_mpi
-for tool in slurmctld slurmd sbatch srun scontrol scancel jq; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
-done
-for f in "$mallctl" "$trainer" "$build/bin/malld" "$build/lib/mall_spank.so"; do
-  [ -e "$f" ] || { echo "FAIL: $f is not built: run ninja -C $build (the plugin needs libslurm-dev, the trainer Open MPI)"; exit 1; }
-done
-if [ "$(nproc --all)" -ne 2 ]; then
-  echo "FAIL: this test is written for the project's 2-cpu node (cpus 0 and 1); this one has $(nproc --all) cpus"
-  exit 1
-fi
+systest_require "slurmctld slurmd sbatch srun scontrol scancel jq" "$mallctl" "$trainer" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-mpi 6847
 cluster_down_done=0

@@ -15,16 +15,7 @@ set -uo pipefail
 systest_begin 240 "$@"   # watchdog (MALL_SYSTEST_TIMEOUT_S), $build/$src/$cluster, root or exit 77
 mallctl=$build/bin/mallctl
 wait_default_s=30
-for tool in slurmctld slurmd sbatch scontrol scancel jq; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed: run launch_scripts/install-deps.sh"; exit 1; }
-done
-for f in "$mallctl" "$build/bin/malld" "$build/lib/mall_spank.so"; do
-  [ -e "$f" ] || { echo "FAIL: $f is not built: run ninja -C $build (the plugin needs libslurm-dev)"; exit 1; }
-done
-if [ "$(nproc --all)" -ne 2 ]; then   # not a skip: only "not root" skips, so CI never passes silently
-  echo "FAIL: this test is written for the project's 2-cpu node (cpus 0 and 1); this one has $(nproc --all) cpus"
-  exit 1
-fi
+systest_require "slurmctld slurmd sbatch scontrol scancel jq" "$mallctl" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-smt 6857
 cluster_down_done=0

@@ -820,18 +820,9 @@ private:
     }
 
     // Moves leftover processes to the hierarchy's root, then removes the folder. A process that
-    // just exited may keep the folder busy for a moment, so retry briefly. A folder with cgroups
-    // below it (a container's) is only removed once they are gone, and its processes stay.
+    // just exited may keep the folder busy for a moment, so retry briefly. (A folder with cgroups
+    // below it, a container's, goes through remove_container_folders instead.)
     bool remove_folder(const std::string &dir) {
-        if (!descendants(dir).empty()) {
-            std::vector<std::string> folders = descendants(dir);
-            std::reverse(folders.begin(), folders.end());
-            for (const std::string &f : folders)
-                if (read_pid_list(f + "/cgroup.procs").empty()) ::rmdir(f.c_str());
-            if (!descendants(dir).empty()) return false;
-            if (!read_pid_list(dir + "/cgroup.procs").empty()) return false;
-            return ::rmdir(dir.c_str()) == 0 || errno == ENOENT;
-        }
         for (int attempt = 0; attempt < 20; ++attempt) {
             for (pid_t pid : read_pid_list(dir + "/cgroup.procs"))
                 write_file_once(mount_ + "/cgroup.procs", std::to_string(pid));

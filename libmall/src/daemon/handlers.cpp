@@ -168,11 +168,13 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     };
     std::string job;
     auto field = msg.body.find("job");
-    if ((field == msg.body.end() || field->is_null()) && container_job_of(c.peer.pid)) {
-        // Membership by cgroup: a process in a container job's cgroups (an OCI hook's container,
-        // whose processes know only MALL_SOCKET) belongs to that job.
-        job = *container_job_of(c.peer.pid);
-    } else if (field == msg.body.end() || field->is_null()) {
+    const bool named = field != msg.body.end() && !field->is_null();
+    // Membership by cgroup: a process in a container job's cgroups (an OCI hook's container, whose
+    // processes know only MALL_SOCKET) belongs to that job.
+    const auto by_cgroup = named ? std::nullopt : container_job_of(manager_, backend_, c.peer.pid);
+    if (by_cgroup) {
+        job = *by_cgroup;
+    } else if (!named) {
         // Self-registration (authorize() checked --allow-self-register): within the pool's size.
         const int pool_size = std::max(1, manager_.available_pool().count());
         int64_t min = proto::get_optional_int(msg.body, "min", 1, CpuSet::kMaxCpus).value_or(1);
@@ -237,10 +239,6 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     connections_.reply(c, msg.request_id,
           proto::ok_reply({{"job", job}, {"generation", j ? j->generation : 0}}),
           page->memfd.get());
-}
-
-std::optional<std::string> RequestHandlers::container_job_of(pid_t pid) const {
-    return mall::container_job_of(manager_, backend_, pid);
 }
 
 void RequestHandlers::handle_ack(Connection &c, const proto::Message &msg) {

@@ -62,7 +62,6 @@ public:
     nlohmann::json full_status() const;
 
 private:
-    std::optional<std::string> container_job_of(pid_t pid) const;
     struct PendingReply {
         // LookUp: a Reclaim for an owner without cpus, waiting for Slurm to say which (--slurm).
         enum class Kind { Register, Reclaim, LookUp } kind;
