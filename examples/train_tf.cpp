@@ -306,14 +306,17 @@ int main(int argc, char **argv) {
         // The step boundary: one load when nothing changed; a new allocation resizes and re-pins
         // both pools here, and the Run below uses their new size.
         if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
-            mall_alloc_t allocation;
-            if (mall_get_allocation(m, &allocation) != MALL_SUCCESS) allocation.generation = last_generation + 1;
+            mall_alloc_t allocation{};
+            if (mall_get_allocation(m, &allocation) != MALL_SUCCESS) {
+                allocation.generation = last_generation + 1;
+                std::snprintf(allocation.cpus, sizeof allocation.cpus, "?");
+            }
             if (last_generation != 0) ++resizes;
             last_generation = allocation.generation;
             if (o.log_changes)
                 std::printf("resize step %d gen %llu threads %d -> %d cpus %s\n", step,
                             static_cast<unsigned long long>(last_generation), threads_before,
-                            pools.intra_op().NumThreads(), affinity_list().c_str());
+                            pools.intra_op().NumThreads(), allocation.cpus);
             threads_before = pools.intra_op().NumThreads();
         }
         for (int i = 0; i < o.batch; ++i) {
