@@ -49,6 +49,7 @@ struct Options {
     int print_every = 50;
     int threads = 0;  // start size of the pools (0: the cpus this process may use)
     bool log_changes = false;
+    bool own_pools = false;  // --pool tensorflow: TensorFlow's own pools of --threads, not malleable
     std::string data = mall::examples::kDefaultDigits;
 };
 
@@ -59,6 +60,7 @@ int usage(const char *why) {
                  "\n"
                  "Usage: mall_train_tf [--steps N] [--batch B] [--hidden H] [--lr X] [--seed S]\n"
                  "                     [--threads T] [--print-every K] [--log-changes] [--data FILE]\n"
+                 "                     [--pool mall|tensorflow]\n"
                  "       mallrun --malleable=1:4 -- mall_train_tf [options]\n"
                  "\n"
                  "Trains a 64-H-10 MLP on the digits python3-sklearn ships with TensorFlow's own ops\n"
@@ -68,7 +70,10 @@ int usage(const char *why) {
                  "\n"
                  "  --steps N (400)  --batch B (128)  --hidden H (128)  --lr X (0.5)  --seed S (1)\n"
                  "  --print-every K (50, 0: never)  --log-changes (a line per applied allocation)\n"
-                 "  --data FILE (%s)\n",
+                 "  --data FILE (%s)\n"
+                 "  --pool mall (default: mall's resizable pools, malleable) | tensorflow (TensorFlow's\n"
+                 "         own intra-op pool of --threads and one inter-op thread, not malleable: the\n"
+                 "         baseline of launch_scripts/bench-tf.sh)\n",
                  mall::examples::kDefaultDigits);
     return why ? 2 : 0;
 }
@@ -108,6 +113,11 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
             ok = v != nullptr;
             if (ok) o->data = v;
         } else if (a == "--log-changes") o->log_changes = true;
+        else if (a == "--pool") {
+            const char *v = value();
+            ok = v && (std::string(v) == "mall" || std::string(v) == "tensorflow");
+            if (ok) o->own_pools = std::string(v) == "tensorflow";
+        }
         else {
             *rc = usage(("unknown option " + a).c_str());
             return false;
@@ -251,9 +261,15 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "mall_train_tf: building the TensorFlow graph failed: %s\n", error.c_str());
         return 1;
     }
-    // TensorFlow's own pools stay as small as it allows: every Run passes mall's pools instead.
+    // TensorFlow's own pools stay as small as it allows: every Run passes mall's pools instead
+    // (with --pool tensorflow they are the ones used, --threads intra-op threads).
+    cpu_set_t usable;
+    CPU_ZERO(&usable);
+    const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int start = o.threads > 0 ? o.threads
+                                     : (sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : online);
     tensorflow::SessionOptions session_options;
-    session_options.config.set_intra_op_parallelism_threads(1);
+    session_options.config.set_intra_op_parallelism_threads(o.own_pools ? start : 1);
     session_options.config.set_inter_op_parallelism_threads(1);
     std::unique_ptr<tensorflow::Session> session(tensorflow::NewSession(session_options));
     if (!session) {
@@ -269,17 +285,17 @@ int main(int argc, char **argv) {
 
     // mall's pools: as many workers as the machine has cpus, started at the usable count (or
     // --threads); one inter-op worker (ops of this graph run one after another).
-    const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    cpu_set_t usable;
-    CPU_ZERO(&usable);
-    const int start = o.threads > 0 ? o.threads
-                                     : (sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : online);
     mall::tf::MalleableSessionPools pools(std::max(online, start), 1);
     pools.intra_op().resize(start);
     const tensorflow::thread::ThreadPoolOptions pool_options = pools.options();
+    // TensorFlow's own pools: Run without pool options.
+    const tensorflow::thread::ThreadPoolOptions no_pools{};
+    const tensorflow::thread::ThreadPoolOptions &run_pools = o.own_pools ? no_pools : pool_options;
 
     mall_t *m = nullptr;
-    if (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET")) {
+    if (o.own_pools && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
+        std::fprintf(stderr, "mall_train_tf: --pool tensorflow cannot be resized; not attaching to malld\n");
+    } else if (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET")) {
         mall_error_t err;
         if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
             std::fprintf(stderr, "mall_train_tf: warning: not malleable (%s); training on %d threads\n", err.text, start);
@@ -328,7 +344,7 @@ int main(int argc, char **argv) {
         }
         fill_batch(data, rows, &x, &y);
         status = session->Run(tensorflow::RunOptions(), {{"x", x}, {"y", y}}, {"loss"}, {"train"}, &out,
-                              &metadata, pool_options);
+                              &metadata, run_pools);
         if (!status.ok()) {
             std::fprintf(stderr, "mall_train_tf: step %d: %s\n", step, status.ToString().c_str());
             if (m != nullptr) mall_close(m);
@@ -338,12 +354,12 @@ int main(int argc, char **argv) {
         if (first_loss < 0) first_loss = loss;
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(o.batch));
         if (o.print_every > 0 && (step % o.print_every == 0 || step == 1))
-            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, pools.intra_op().NumThreads(),
+            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, o.own_pools ? start : pools.intra_op().NumThreads(),
                         affinity_list().c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const double train_accuracy = accuracy(*session, data, train, pool_options);
-    const double test_accuracy = accuracy(*session, data, test, pool_options);
+    const double train_accuracy = accuracy(*session, data, train, run_pools);
+    const double test_accuracy = accuracy(*session, data, test, run_pools);
     std::printf("final loss %.6f train_accuracy %.4f test_accuracy %.4f first_loss %.6f\n", loss, train_accuracy,
                 test_accuracy, first_loss);
     std::printf("done steps %d seconds %.3f images_per_s %.1f resizes %d\n", o.steps, seconds,
