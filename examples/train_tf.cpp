@@ -191,9 +191,15 @@ bool build_graph(const Options &o, tensorflow::GraphDef *graph, std::string *err
         return false;
     }
     auto lr = ops::Const(root, o.lr);
+    // The updates wait for every gradient and the loss: ref variables give no order of their own,
+    // and an update that ran before another gradient's read of the same weights (which TensorFlow's
+    // executor is free to do) would train on a mix of old and new weights, and diverge.
+    std::vector<Operation> computed{loss.operation};
+    for (const Output &g : grads) computed.push_back(g.op());
+    const Scope after = root.WithControlDependencies(computed);
     std::vector<Operation> updates;
     const Output vars[] = {w1, b1, w2, b2};
-    for (int i = 0; i < 4; ++i) updates.push_back(ops::ApplyGradientDescent(root, vars[i], lr, grads[i]).operation);
+    for (int i = 0; i < 4; ++i) updates.push_back(ops::ApplyGradientDescent(after, vars[i], lr, grads[i]).operation);
     ops::NoOp(root.WithOpName("train").WithControlDependencies(updates));
     status = root.ToGraphDef(graph);
     if (!status.ok()) {
@@ -285,7 +291,9 @@ int main(int argc, char **argv) {
 
     // mall's pools: as many workers as the machine has cpus, started at the usable count (or
     // --threads); one inter-op worker (ops of this graph run one after another).
-    mall::tf::MalleableSessionPools pools(std::max(online, start), 1);
+    // WIP (issue 15): MALL_TF_NO_INTER=1 leaves inter-op work to TensorFlow's own inter-op thread,
+    // to measure what routing every op through mall's one-worker inter-op pool costs.
+    mall::tf::MalleableSessionPools pools(std::max(online, start), std::getenv("MALL_TF_NO_INTER") ? 0 : 1);
     pools.intra_op().resize(start);
     const tensorflow::thread::ThreadPoolOptions pool_options = pools.options();
     // TensorFlow's own pools: Run without pool options.
