@@ -11,13 +11,18 @@
 // "resize step <n> gen <g> threads <a> -> <b> cpus <list>"; at the end "final loss <x>
 // train_accuracy <a> test_accuracy <b> first_loss <y>" and "done steps <n> seconds <s>
 // images_per_s <r> resizes <k>". Exit 0 trained, 1 data or TensorFlow failure, 2 usage.
+#include <dirent.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,7 +54,10 @@ struct Options {
     int print_every = 50;
     int threads = 0;  // start size of the pools (0: the cpus this process may use)
     bool log_changes = false;
-    bool own_pools = false;  // --pool tensorflow: TensorFlow's own pools of --threads, not malleable
+    // --pool: mall (resizable, malleable), tensorflow (TensorFlow's own pools), eigen (Eigen's
+    // fixed pools passed through ThreadPoolOptions like mall's): the last two are baselines.
+    enum class Pool { kMall, kTensorFlow, kEigen } pool = Pool::kMall;
+    bool report_pool = false;
     std::string data = mall::examples::kDefaultDigits;
 };
 
@@ -60,20 +68,29 @@ int usage(const char *why) {
                  "\n"
                  "Usage: mall_train_tf [--steps N] [--batch B] [--hidden H] [--lr X] [--seed S]\n"
                  "                     [--threads T] [--print-every K] [--log-changes] [--data FILE]\n"
-                 "                     [--pool mall|tensorflow]\n"
+                 "                     [--pool mall|tensorflow|eigen] [--report-pool]\n"
                  "       mallrun --malleable=1:4 -- mall_train_tf [options]\n"
                  "\n"
                  "Trains a 64-H-10 MLP on the digits python3-sklearn ships with TensorFlow's own ops\n"
                  "and gradients, one Session::Run per step on mall's resizable intra-op and inter-op\n"
-                 "pools. Under mallrun it attaches through libmall and the pools follow the allocation\n"
-                 "at each step boundary; otherwise they keep --threads (default: the usable cpus).\n"
+                 "pools (both of --threads, the shape TensorFlow gives its own). Under mallrun it\n"
+                 "attaches through libmall and both pools follow the allocation at each step\n"
+                 "boundary; otherwise they keep --threads (default: the usable cpus).\n"
                  "\n"
                  "  --steps N (400)  --batch B (128)  --hidden H (128)  --lr X (0.5)  --seed S (1)\n"
                  "  --print-every K (50, 0: never)  --log-changes (a line per applied allocation)\n"
                  "  --data FILE (%s)\n"
-                 "  --pool mall (default: mall's resizable pools, malleable) | tensorflow (TensorFlow's\n"
-                 "         own intra-op pool of --threads and one inter-op thread, not malleable: the\n"
-                 "         baseline of launch_scripts/bench-tf.sh)\n",
+                 "  --pool mall        mall's resizable pools, malleable (default)\n"
+                 "         tensorflow  TensorFlow's own intra-op and inter-op pools of --threads, as a\n"
+                 "                     plain TensorFlow program has them; not malleable\n"
+                 "         eigen       Eigen's fixed ThreadPool (TensorFlow's bundled Eigen) of --threads,\n"
+                 "                     handed to Session::Run the way mall's pools are; not malleable.\n"
+                 "                     The two baselines of launch_scripts/bench-tf.sh: tensorflow/eigen\n"
+                 "                     is the cost of TensorFlow's caller-owned pool path, eigen/mall\n"
+                 "                     that of mall's pool itself.\n"
+                 "  --report-pool      at the end, one line per thread of the process: its role (main,\n"
+                 "                     mall intra-op/inter-op worker, or TensorFlow's own), the tasks a\n"
+                 "                     mall worker ran, and the cpu time it used (/proc/self/task)\n",
                  mall::examples::kDefaultDigits);
     return why ? 2 : 0;
 }
@@ -113,10 +130,13 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
             ok = v != nullptr;
             if (ok) o->data = v;
         } else if (a == "--log-changes") o->log_changes = true;
+        else if (a == "--report-pool") o->report_pool = true;
         else if (a == "--pool") {
-            const char *v = value();
-            ok = v && (std::string(v) == "mall" || std::string(v) == "tensorflow");
-            if (ok) o->own_pools = std::string(v) == "tensorflow";
+            const char *given = value();
+            const std::string v = given ? given : "";
+            ok = v == "mall" || v == "tensorflow" || v == "eigen";
+            if (ok) o->pool = v == "mall" ? Options::Pool::kMall
+                            : v == "tensorflow" ? Options::Pool::kTensorFlow : Options::Pool::kEigen;
         }
         else {
             *rc = usage(("unknown option " + a).c_str());
@@ -128,6 +148,71 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
         }
     }
     return true;
+}
+
+// --pool eigen: Eigen's own fixed ThreadPool (the one TensorFlow bundles) behind the interface
+// Session::Run takes, so it goes through exactly the path mall's pools go through.
+class EigenSessionPool : public tensorflow::thread::ThreadPoolInterface {
+ public:
+    explicit EigenSessionPool(int threads) : pool_(threads) {}
+    void Schedule(std::function<void()> fn) override { pool_.Schedule(std::move(fn)); }
+    void ScheduleWithHint(std::function<void()> fn, int start, int end) override {
+        pool_.ScheduleWithHint(std::move(fn), start, end);
+    }
+    void Cancel() override {}  // Eigen's Cancel() would stop the pool for good
+    int NumThreads() const override { return pool_.NumThreads(); }
+    int CurrentThreadId() const override { return pool_.CurrentThreadId(); }
+
+ private:
+    Eigen::ThreadPool pool_;
+};
+
+// --report-pool: every thread of this process with its role, the tasks a mall worker ran and the
+// cpu time it used (/proc/self/task/TID/schedstat, nanoseconds on cpu), to show where
+// TensorFlow's work ran.
+void report_threads(mall::tf::MalleableSessionPools &pools, int steps) {
+    struct Role {
+        std::string name;
+        uint64_t tasks;
+    };
+    std::map<pid_t, Role> roles;
+    const struct {
+        const char *name;
+        mall::tf::TensorFlowResizableThreadPool *pool;
+    } mall_pools[] = {{"mall-intra-op", &pools.intra_op()}, {"mall-inter-op", pools.inter_op()}};
+    for (const auto &entry : mall_pools) {
+        if (entry.pool == nullptr) continue;
+        const std::vector<pid_t> tids = entry.pool->worker_tids();
+        const std::vector<uint64_t> tasks = entry.pool->tasks_run_by_worker();
+        for (size_t i = 0; i < tids.size(); ++i)
+            roles[tids[i]] = {std::string(entry.name) + "[" + std::to_string(i) + "]", tasks[i]};
+    }
+    roles[getpid()] = {"main", 0};
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == nullptr) return;
+    std::vector<pid_t> tids;
+    while (const dirent *e = readdir(dir))
+        if (e->d_name[0] != '.') tids.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+    closedir(dir);
+    std::sort(tids.begin(), tids.end());
+    for (pid_t tid : tids) {
+        const std::string task = "/proc/self/task/" + std::to_string(tid);
+        std::ifstream stat_file(task + "/schedstat"), comm_file(task + "/comm");
+        unsigned long long on_cpu_ns = 0;
+        std::string comm;
+        stat_file >> on_cpu_ns;
+        std::getline(comm_file, comm);
+        const auto role = roles.find(tid);
+        const bool ours = role != roles.end() && role->second.name != "main";
+        char tasks[64] = "tasks - tasks_per_step -";
+        if (ours)
+            std::snprintf(tasks, sizeof tasks, "tasks %llu tasks_per_step %.1f",
+                          static_cast<unsigned long long>(role->second.tasks),
+                          static_cast<double>(role->second.tasks) / std::max(1, steps));
+        std::printf("pool-thread tid %d comm %s role %s %s cpu_ms %.1f\n", tid, comm.c_str(),
+                    role != roles.end() ? role->second.name.c_str() : "tensorflow-or-runtime", tasks,
+                    static_cast<double>(on_cpu_ns) / 1e6);
+    }
 }
 
 std::string affinity_list() {
@@ -274,9 +359,13 @@ int main(int argc, char **argv) {
     const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const int start = o.threads > 0 ? o.threads
                                      : (sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : online);
+    // TensorFlow's own pools stay as small as it allows (one thread each, idle) unless they are the
+    // ones measured (--pool tensorflow): intra-op and inter-op of --threads, as TensorFlow sizes
+    // them by default (both the usable cpus).
+    const bool own_pools = o.pool == Options::Pool::kTensorFlow;
     tensorflow::SessionOptions session_options;
-    session_options.config.set_intra_op_parallelism_threads(o.own_pools ? start : 1);
-    session_options.config.set_inter_op_parallelism_threads(1);
+    session_options.config.set_intra_op_parallelism_threads(own_pools ? start : 1);
+    session_options.config.set_inter_op_parallelism_threads(own_pools ? start : 1);
     std::unique_ptr<tensorflow::Session> session(tensorflow::NewSession(session_options));
     if (!session) {
         std::fprintf(stderr, "mall_train_tf: TensorFlow created no session (libtensorflow_cc not loaded?)\n");
@@ -289,20 +378,26 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    // mall's pools: as many workers as the machine has cpus, started at the usable count (or
-    // --threads); one inter-op worker (ops of this graph run one after another).
-    // WIP (issue 15): MALL_TF_NO_INTER=1 leaves inter-op work to TensorFlow's own inter-op thread,
-    // to measure what routing every op through mall's one-worker inter-op pool costs.
-    mall::tf::MalleableSessionPools pools(std::max(online, start), std::getenv("MALL_TF_NO_INTER") ? 0 : 1);
+    // mall's pools: intra-op and inter-op, each with as many workers as the machine has cpus,
+    // started at the usable count (or --threads); attached, both follow the allocation's cpus.
+    mall::tf::MalleableSessionPools pools(std::max(online, start), std::max(online, start));
     pools.intra_op().resize(start);
-    const tensorflow::thread::ThreadPoolOptions pool_options = pools.options();
-    // TensorFlow's own pools: Run without pool options.
-    const tensorflow::thread::ThreadPoolOptions no_pools{};
-    const tensorflow::thread::ThreadPoolOptions &run_pools = o.own_pools ? no_pools : pool_options;
+    pools.inter_op()->resize(start);
+    tensorflow::thread::ThreadPoolOptions run_pools = pools.options();
+    std::unique_ptr<EigenSessionPool> eigen_intra_op, eigen_inter_op;
+    if (own_pools) {
+        run_pools = {};  // Run without pool options: TensorFlow's own
+    } else if (o.pool == Options::Pool::kEigen) {
+        eigen_intra_op = std::make_unique<EigenSessionPool>(start);
+        eigen_inter_op = std::make_unique<EigenSessionPool>(start);
+        run_pools.intra_op_threadpool = eigen_intra_op.get();
+        run_pools.inter_op_threadpool = eigen_inter_op.get();
+    }
 
     mall_t *m = nullptr;
-    if (o.own_pools && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
-        std::fprintf(stderr, "mall_train_tf: --pool tensorflow cannot be resized; not attaching to malld\n");
+    if (o.pool != Options::Pool::kMall && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
+        std::fprintf(stderr, "mall_train_tf: --pool %s cannot be resized; not attaching to malld\n",
+                     own_pools ? "tensorflow" : "eigen");
     } else if (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET")) {
         mall_error_t err;
         if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
@@ -362,7 +457,7 @@ int main(int argc, char **argv) {
         if (first_loss < 0) first_loss = loss;
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(o.batch));
         if (o.print_every > 0 && (step % o.print_every == 0 || step == 1))
-            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, o.own_pools ? start : pools.intra_op().NumThreads(),
+            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, o.pool != Options::Pool::kMall ? start : pools.intra_op().NumThreads(),
                         affinity_list().c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -372,6 +467,7 @@ int main(int argc, char **argv) {
                 test_accuracy, first_loss);
     std::printf("done steps %d seconds %.3f images_per_s %.1f resizes %d\n", o.steps, seconds,
                 static_cast<double>(o.steps) * o.batch / seconds, resizes);
+    if (o.report_pool) report_threads(pools, o.steps);
     if (m != nullptr) mall_close(m);
     (void)session->Close();
     return 0;
