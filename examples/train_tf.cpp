@@ -12,6 +12,7 @@
 // train_accuracy <a> test_accuracy <b> first_loss <y>" and "done steps <n> seconds <s>
 // images_per_s <r> resizes <k>". Exit 0 trained, 1 data or TensorFlow failure, 2 usage.
 #include <dirent.h>
+#include <malloc.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -331,6 +332,15 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (!parse(argc, argv, &o, &rc)) return rc;
     setvbuf(stdout, nullptr, _IOLBF, 0);
+    // TensorFlow allocates and frees the step's large tensors (2 MB at batch 512, 1024 hidden) at
+    // every step. With glibc's dynamic thresholds, whether they go back to the kernel (munmap, or
+    // a trim of a thread's arena) depends on which thread frees them, and in some runs every step
+    // faults them in again: ~1500 page faults a step, +60% step time (measured with one thread per
+    // job, two jobs on two cpus, any pool). Fixed thresholds keep freed memory for reuse, for every
+    // --pool alike (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:glibc.malloc.trim_threshold=...
+    // does the same for any program; tcmalloc and jemalloc avoid it too).
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
     std::string error;
     auto loaded = mall::examples::load_digits(o.data, &error);
