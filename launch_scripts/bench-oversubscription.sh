@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # bench-oversubscription.sh — what mall buys two training jobs that share a node: runs the same
-# copies of the Eigen example (mall_train_digits) three ways, one after the other, and prints the
-# total throughput (training images per second over all jobs) of each way and the ratios:
-#   oversub  every copy sized for the whole node on Eigen's stock ThreadPool (the frameworks' default)
+# copies of a training example three ways, one after the other, and prints the total throughput
+# (training images per second over all jobs) of each way and the ratios:
+#   oversub  every copy sized for the whole node on its framework's stock pools (the default: Eigen's
+#            ThreadPool for mall_train_digits, TensorFlow's own intra-op and inter-op pools for
+#            mall_train_tf — the research's scenario)
 #   static   every copy pinned (taskset) to its own equal share of the cores, sized to it
-#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal) on the
-#            resizable pool, which follows the cores malld gives it
+#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal) on mall's
+#            resizable pools, which follow the cores malld gives it
+# --program digits (default) runs the Eigen example mall_train_digits, --program tf the TensorFlow
+# one, mall_train_tf (a build with TensorFlow: launch_scripts/run-tests.sh makes one).
 # Last line: "mall_vs_oversub=X.XX mall_vs_static=Y.YY". A benchmark, not a test: figures vary
 # with the machine's load. Everything it starts (malld, jobs, cgroups, temp folder) is removed.
 set -euo pipefail
@@ -17,15 +21,21 @@ batch=128
 hidden=256
 jobs=2
 repeat=1
+program=digits
 
 usage() {
   cat <<EOF
 bench-oversubscription.sh — total throughput of co-located training jobs: oversubscribed,
 statically partitioned, and under mall
 
-Usage: launch_scripts/bench-oversubscription.sh [--steps N] [--batch B] [--hidden H] [--jobs J] [--repeat R]
+Usage: launch_scripts/bench-oversubscription.sh [--program digits|tf] [--steps N] [--batch B]
+                                                [--hidden H] [--jobs J] [--repeat R]
 
 Options:
+  --program P  digits (default): mall_train_digits, Eigen's ThreadPool as the oversubscribed way;
+               tf: mall_train_tf, a TensorFlow training on TensorFlow's own pools (intra-op and
+               inter-op both of NCPU threads, TensorFlow's default sizes) as the oversubscribed
+               way and on mall's pools under mallrun (needs a build with TensorFlow)
   --steps N    training steps per copy (default $steps)
   --batch B    images per step (default $batch) and
   --hidden H   hidden units (default $hidden): the size of each step's kernels. Small kernels (the
@@ -46,6 +56,7 @@ EOF
 
 while [ $# -gt 0 ]; do
   case $1 in
+    --program) program=${2:?--program needs a value}; shift 2 ;;
     --steps) steps=${2:?--steps needs a value}; shift 2 ;;
     --batch) batch=${2:?--batch needs a value}; shift 2 ;;
     --hidden) hidden=${2:?--hidden needs a value}; shift 2 ;;
@@ -56,6 +67,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 ncpu=$(nproc)
+case $program in
+  digits) program_bin=mall_train_digits ;;
+  tf) program_bin=mall_train_tf ;;
+  *) echo "bench-oversubscription.sh: --program must be digits or tf, not '$program'" >&2; exit 2 ;;
+esac
 for v in steps batch hidden jobs repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-oversubscription.sh: --$v must be a positive integer" >&2; exit 2; }
 done
@@ -64,11 +80,14 @@ if [ "$jobs" -gt "$ncpu" ]; then
   exit 2
 fi
 
-for program in mall_train_digits malld mallrun mallctl; do
-  if [ ! -x "$build/bin/$program" ]; then
+for needed in "$program_bin" malld mallrun mallctl; do
+  if [ ! -x "$build/bin/$needed" ]; then
     echo "bench-oversubscription.sh: building ($build)"
     [ -f "$build/build.ninja" ] || cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    ninja -C "$build" -j2 mall_train_digits malld mallrun mallctl >/dev/null
+    ninja -C "$build" -j2 "$program_bin" malld mallrun mallctl >/dev/null || {
+      [ "$program" = tf ] && echo "bench-oversubscription.sh: mall_train_tf needs a build with TensorFlow (launch_scripts/install-deps.sh, then configure with -DMALL_WITH_TENSORFLOW=ON)" >&2
+      exit 1
+    }
     break
   fi
 done
@@ -89,7 +108,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-train=("$bin/mall_train_digits" --steps "$steps" --batch "$batch" --hidden "$hidden" --quiet)
+if [ "$program" = tf ]; then
+  train=("$bin/mall_train_tf" --steps "$steps" --batch "$batch" --hidden "$hidden" --print-every 0)
+  stock_pool=tensorflow
+else
+  train=("$bin/mall_train_digits" --steps "$steps" --batch "$batch" --hidden "$hidden" --quiet)
+  stock_pool=eigen
+fi
 share=$((ncpu / jobs))
 
 # Starts the copies at once with the command prefix each gets from "$1 <index>", waits for all,
@@ -122,10 +147,12 @@ run_copies() {
     'BEGIN {printf "%.1f %.3f %.3f\n", n / (e - s), e - s, t / j}'
 }
 
-oversub_command() { echo "${train[*]} --pool eigen --threads $ncpu"; }
+oversub_command() { echo "${train[*]} --pool $stock_pool --threads $ncpu"; }
 static_command() {
   local first=$(($1 * share)) last=$(($1 * share + share - 1))
-  echo "taskset -c $first-$last ${train[*]} --threads $share"
+  local pool_option=""
+  [ "$program" = tf ] && pool_option="--pool tensorflow"
+  echo "taskset -c $first-$last ${train[*]} $pool_option --threads $share"
 }
 mall_command() { echo "$bin/mallrun --socket $tmp/malld.sock --malleable=1:$ncpu --job copy$1 -- ${train[*]}"; }
 
@@ -141,7 +168,7 @@ for _ in $(seq 100); do
 done
 [ "$backend" = affinity ] && echo "bench-oversubscription.sh: not root (or no cpuset controller): malld enforces with thread affinity"
 
-echo "bench-oversubscription.sh: $jobs copies of mall_train_digits ($steps steps of $batch images, $hidden hidden units), $ncpu cpus, $repeat round(s)"
+echo "bench-oversubscription.sh: $jobs copies of $program_bin ($steps steps of $batch images, $hidden hidden units), $ncpu cpus, $repeat round(s)"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
   for way in oversub static mall; do

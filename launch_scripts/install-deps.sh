@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# install-deps.sh — installs every build and test dependency of mall from Debian's packages.
-# Idempotent: when everything is present it checks with dpkg and returns in well under a second.
-# Needs root (or sudo) only when something is missing.
+# install-deps.sh — installs every build and test dependency of mall: Debian's packages, and the one
+# thing Debian does not package, TensorFlow's CPU wheel (launch_scripts/requirements-tensorflow.txt,
+# pinned), into the project's own virtual environment <repo>/.venv (MALL_TF_VENV to put it
+# elsewhere; MALL_SKIP_TENSORFLOW=1 to leave it out). Idempotent: when everything is present it
+# checks with dpkg and the venv's metadata and returns in well under a second. Needs root (or sudo)
+# only when a Debian package is missing; the venv belongs to whoever runs it.
 set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -36,7 +40,26 @@ packages=(
   # iptables and a few libraries, upgrades login and passwd to the point release libsubid4 needs;
   # no init system, systemd untouched (checked with apt-get install -s --no-install-recommends).
   podman runc conmon catatonit docker.io
+  # The project's virtual environment for TensorFlow's wheel (below).
+  python3-venv python3-pip
 )
+
+# TensorFlow's wheel in <repo>/.venv, made with Debian's python3 (not whatever python3 comes first
+# on PATH). Present when the venv's metadata names the pinned version.
+install_tensorflow() {
+  [ "${MALL_SKIP_TENSORFLOW:-0}" = 1 ] && { echo "install-deps: TensorFlow left out (MALL_SKIP_TENSORFLOW=1)"; return 0; }
+  local venv=${MALL_TF_VENV:-$repo/.venv} requirements=$repo/launch_scripts/requirements-tensorflow.txt want
+  want=$(sed -n 's/^tensorflow-cpu==//p' "$requirements")
+  if [ -x "$venv/bin/python" ] &&
+     [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))' 2>/dev/null)" = "$want" ]; then
+    echo "install-deps: TensorFlow $want present in $venv"
+    return 0
+  fi
+  echo "install-deps: installing tensorflow-cpu==$want into $venv (a ~260 MB wheel, ~1.6 GB installed)"
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  "$venv/bin/python" -c 'import importlib.metadata as m; print("install-deps: TensorFlow", m.version("tensorflow-cpu"), "installed")'
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -47,6 +70,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
+  install_tensorflow
   exit 0
 fi
 
@@ -61,4 +85,5 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_tensorflow
 echo "install-deps: done"

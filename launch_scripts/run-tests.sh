@@ -22,9 +22,10 @@ echo "== run-tests: dependencies"
 "$repo/launch_scripts/install-deps.sh"
 
 echo "== run-tests: configure ($build)"
-# install-deps.sh brought Slurm, Open MPI and libtorch, so their parts are required (ON), not AUTO:
-# a missing one fails here instead of silently dropping its tests.
-parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON)
+# install-deps.sh brought Slurm, Open MPI, libtorch and TensorFlow's wheel (in <repo>/.venv), so
+# their parts are required (ON), not AUTO: a missing one fails here instead of silently dropping
+# its tests.
+parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON -DMALL_WITH_TENSORFLOW=ON)
 cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${parts[@]}" >/dev/null
 
 echo "== run-tests: build"

@@ -130,6 +130,12 @@ TEST(ResizablePool, TasksScheduledWhileWorkersParkAllRun) {
   stop_resizing = true;
   resizer.join();
   EXPECT_EQ(completed.load(), 2 * kParents);
+  // Every task is counted once, on the worker that ran it.
+  const std::vector<uint64_t> by_worker = pool.tasks_run_by_worker();
+  ASSERT_EQ(by_worker.size(), 8u);
+  uint64_t counted = 0;
+  for (uint64_t tasks : by_worker) counted += tasks;
+  EXPECT_EQ(counted, static_cast<uint64_t>(2 * kParents));
 }
 
 TEST(ResizablePool, ScheduleWithHintBeyondActiveRangeRuns) {

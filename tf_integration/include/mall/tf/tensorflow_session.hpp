@@ -8,12 +8,13 @@
 // resize at a step boundary takes effect on the next step. The pools must outlive the handle's
 // last mall_step() and every Run that uses them.
 //
-// NOT COMPILED ON mall's BUILD MACHINES: TensorFlow's C++ library cannot be installed there. This
-// header is installed and gets the CMake target mall::tf_tensorflow only when CMake finds
-// TensorFlow's C++ headers and libtensorflow_cc (MALL_WITH_TENSORFLOW, reported at configure
-// time). The pool itself, ResizableThreadPoolTempl, is compiled and tested on every build with the
-// same Eigen kernels TensorFlow runs (tests/unit/tf_test_resizable_pool.cpp); this file only
-// instantiates it with TensorFlow's interface type.
+// Built and tested against TensorFlow's CPU wheel from PyPI (2.21.0, pinned in
+// launch_scripts/requirements-tensorflow.txt; install-deps.sh puts it in <repo>/.venv): CMake gives
+// it the target mall::tf_tensorflow when it finds TensorFlow (MALL_WITH_TENSORFLOW, reported at
+// configure time), and tests/integration/tf_test_session_adapter.cpp checks that TensorFlow's
+// kernels run on these pools and that a resize applies at the next Run. The pool itself,
+// ResizableThreadPoolTempl, is also compiled and tested with Debian's Eigen on every build
+// (tests/unit/tf_test_resizable_pool.cpp); this file instantiates it with TensorFlow's interface.
 //
 // Only the graph/Session API has this hook. TensorFlow's eager mode and Keras (tf.function,
 // model.fit) create their thread pools inside the runtime context and offer no way to pass

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# bench-keras.sh — what mall gives Python Keras jobs (TensorFlow, eager) that share a node: runs J
+# copies of examples/keras_digits.py at once, two ways, one after the other, and prints each copy's
+# training rate, the total throughput, the threads per core and the ratio:
+#   default  every copy as TensorFlow starts it by default: it sees the whole node and sizes its
+#            intra-op and inter-op pools to all the cpus
+#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal): malld
+#            confines it to its cores before it runs, so TensorFlow sizes its pools to them. Keras
+#            cannot resize its pools afterwards (tf.config.threading's setters raise once the
+#            runtime exists), so this is confinement at start, not malleability. The copies
+#            register within milliseconds of each other and TensorFlow makes its pools seconds
+#            later (after its import), so each sees only its own share; its start line says so.
+# Last line: "mall_vs_default=X.XX" (total images/s under mall over that of default). A benchmark,
+# not a test: figures vary with the machine's load. Everything it starts (malld, copies, cgroups,
+# temp folder) is removed at exit.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${MALL_BUILD_DIR:-$repo/build}
+venv=${MALL_TF_VENV:-$repo/.venv}
+steps=8000
+batch=128
+hidden=128
+jobs=2
+repeat=1
+
+usage() {
+  cat <<EOF
+bench-keras.sh — co-located Keras (TensorFlow, eager) trainings: TensorFlow's defaults vs
+confinement at start by mall
+
+Usage: launch_scripts/bench-keras.sh [--steps N] [--batch B] [--hidden H] [--jobs J] [--repeat R]
+
+Runs J copies of examples/keras_digits.py (a 64-H-10 MLP trained with model.fit on sklearn's
+digits) at once, two ways:
+  default  each copy sees the whole node; TensorFlow sizes its pools to every cpu
+  mall     each copy runs as
+             mallrun --socket S --malleable=1:NCPU --job kerasI -- python examples/keras_digits.py ...
+           under a private malld (policy equal), which confines it to its share of the cores
+           before it starts; TensorFlow sizes its pools to that share and keeps them fixed
+
+Options:
+  --steps N    timed training steps per copy (default $steps), after 20 untimed warm-up steps;
+               with the other defaults a step takes ~1.4 ms alone on two cores, and a run of
+               two copies ~25 s here (~8 s of it TensorFlow's import)
+  --batch B    images per step (default $batch)
+  --hidden H   hidden units (default $hidden)
+  --jobs J     copies run at once (default $jobs; at most the number of cpus)
+  --repeat R   run the two ways R times, alternating, and report medians (default $repeat)
+  -h, --help   this text
+
+Environment:
+  MALL_BUILD_DIR  mall's build (default <repo>/build; malld, mallrun, mallctl built there if missing)
+  MALL_TF_VENV    a Python venv with TensorFlow and Keras (default <repo>/.venv, which
+                  launch_scripts/install-deps.sh makes)
+
+Needs python3-sklearn's digits.csv.gz. As root with a cgroup-v1 cpuset hierarchy malld enforces
+cores with cgroup cpusets (--backend auto); otherwise with thread affinity (it says so). TensorFlow
+sees either as its affinity mask at start.
+
+Each copy imports TensorFlow and runs 20 untimed warm-up steps; once all are ready, their timed
+fits start together. Output, per run and copy: the cpus TensorFlow saw at start, its training rate
+(images/s over its timed fit), its thread count and test accuracy. Per run:
+  total       all copies' training images over the wall time from the timed fits' start to the
+              last one's end
+  makespan    wall time from launch to the last copy's end (imports and warm-up included)
+  threads     the copies' threads (counted in /proc/PID/task after the fit) per cpu
+  runnable    the copies' runnable threads (state R in /proc/PID/task/*/stat) per cpu, the mean
+              of samples taken every 0.2 s from the start of the timed fits until one ends
+Then a table of medians and
+  mall_vs_default=X.XX
+Exit status: 0; 1 when something is missing or a copy fails; 2 for bad options.
+EOF
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --steps|--batch|--hidden|--jobs|--repeat)
+      [ $# -ge 2 ] || { echo "bench-keras.sh: $1 needs a value (see --help)" >&2; exit 2; }
+      printf -v "${1#--}" '%s' "$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench-keras.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+ncpu=$(nproc)
+for v in steps batch hidden jobs repeat; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --$v must be a positive integer" >&2; exit 2; }
+done
+if [ "$jobs" -gt "$ncpu" ]; then
+  echo "bench-keras.sh: --jobs $jobs is more than the $ncpu cpus (each copy needs at least one core under mall)" >&2
+  exit 2
+fi
+
+python=$venv/bin/python
+if [ ! -x "$python" ] || ! "$python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("tensorflow") and u.find_spec("keras")))' 2>/dev/null; then
+  echo "bench-keras.sh: no TensorFlow with Keras in $venv (MALL_TF_VENV): run launch_scripts/install-deps.sh," >&2
+  echo "  which installs launch_scripts/requirements-tensorflow.txt into <repo>/.venv, or point MALL_TF_VENV at a venv that has it" >&2
+  exit 1
+fi
+
+for program in malld mallrun mallctl; do
+  if [ ! -x "$build/bin/$program" ]; then
+    echo "bench-keras.sh: building ($build)"
+    [ -f "$build/build.ninja" ] || cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    ninja -C "$build" -j2 malld mallrun mallctl >/dev/null
+    break
+  fi
+done
+bin=$build/bin
+
+tmp=$(mktemp -d /tmp/mall-bench-keras.XXXXXX)
+malld_pid=
+cleanup() {
+  local pid child
+  local -a ours=()
+  # The copies (python, or mallrun with python as its child) and the sampler, but not malld yet:
+  # it removes a job's cgroup only once the job's processes have ended.
+  for pid in $(jobs -p); do
+    [ "$pid" = "$malld_pid" ] && continue
+    ours+=("$pid")
+    for child in $(pgrep -P "$pid" || true); do ours+=("$child"); done
+  done
+  if [ "${#ours[@]}" -gt 0 ]; then
+    kill "${ours[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do  # at most 5 s
+      kill -0 "${ours[@]}" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
+  if [ -n "$malld_pid" ]; then
+    kill -TERM "$malld_pid" 2>/dev/null || true
+    wait "$malld_pid" 2>/dev/null || true
+  fi
+  # Our own cgroup folder, should malld have left it (rmdir removes only empty cgroups).
+  local parent=/sys/fs/cgroup/cpuset/mall_bench_keras$$
+  if [ -d "$parent" ]; then
+    rmdir "$parent"/job_* "$parent" 2>/dev/null || echo "bench-keras.sh: could not remove $parent" >&2
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+train=("$python" "$repo/examples/keras_digits.py" --steps "$steps" --batch "$batch" --hidden "$hidden"
+       --go-file "$tmp/go")
+
+# Starts the timed fits together: once every copy has printed "ready" (imported TensorFlow and
+# warmed up), creates $tmp/go, which they wait for. Then samples the copies' runnable threads every
+# 0.2 s until one of them ends its fit; appends one "<runnable threads>" line per sample to
+# $tmp/samples. Arguments: the copies' launched pids. When a copy ends before it is ready, it
+# creates go at once (the others then end too, and run_copies reports the failure).
+start_and_sample() {
+  local i line state
+  local -a launched=("$@") pids=()
+  for ((i = 0; i < jobs; i++)); do
+    until grep -q '^ready$' "$tmp/job$i.out" 2>/dev/null; do
+      state=$(sed -n 's/.*) \([A-Za-z]\) .*/\1/p' "/proc/${launched[$i]}/stat" 2>/dev/null) || true
+      if [ -z "$state" ] || [ "$state" = Z ]; then touch "$tmp/go"; return 0; fi
+      sleep 0.05
+    done
+    line=$(grep -m1 '^start pid ' "$tmp/job$i.out")
+    pids+=("$(awk '{print $3}' <<<"$line")")
+  done
+  touch "$tmp/go"
+  while sleep 0.2; do
+    for ((i = 0; i < jobs; i++)); do
+      grep -q '^fit ' "$tmp/job$i.out" && return 0  # a copy has finished: the overlap is over
+    done
+    # The state is the first field after the ")" that closes the thread's name.
+    for i in "${pids[@]}"; do cat /proc/"$i"/task/*/stat 2>/dev/null || true; done |
+      sed -n 's/.*) \([A-Za-z]\) .*/\1/p' | grep -c '^R$' >> "$tmp/samples" || true
+  done
+}
+
+# Starts the copies at once with the command that "$1 <index>" puts in the array command (in this shell, so that
+# cleanup finds them), waits for all, appends one line per copy to $tmp/copies and sets
+# total_rate (images/s), makespan (s), threads_per_cpu, runnable_per_cpu and samples.
+run_copies() {
+  local make_command=$1 i start end sampler
+  local -a pids=()
+  rm -f "$tmp"/job*.out "$tmp"/job*.err "$tmp/samples" "$tmp/copies" "$tmp/go"
+  touch "$tmp/samples"
+  start=$(date +%s.%N)
+  for ((i = 0; i < jobs; i++)); do
+    "$make_command" "$i"
+    "${command[@]}" > "$tmp/job$i.out" 2> "$tmp/job$i.err" &
+    pids+=($!)
+  done
+  start_and_sample "${pids[@]}" &
+  sampler=$!
+  for ((i = 0; i < jobs; i++)); do
+    if ! wait "${pids[$i]}"; then
+      echo "bench-keras.sh: copy $i failed:" >&2
+      cat "$tmp/job$i.err" >&2
+      exit 1
+    fi
+  done
+  end=$(date +%s.%N)
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  local first=0 last=0 threads=0 line fit cpus rate k names accuracy
+  for ((i = 0; i < jobs; i++)); do
+    line=$(grep '^done ' "$tmp/job$i.out") || { echo "bench-keras.sh: copy $i printed no done line:" >&2; cat "$tmp/job$i.err" >&2; exit 1; }
+    fit=$(grep '^fit ' "$tmp/job$i.out")
+    cpus=$(grep -m1 '^start pid ' "$tmp/job$i.out" | awk '{print $5}')
+    rate=$(awk '{print $7}' <<<"$line")
+    k=$(awk '{print $13}' <<<"$line")
+    names=$(grep '^thread_names ' "$tmp/job$i.out" | cut -d' ' -f2)
+    accuracy=$(grep '^final ' "$tmp/job$i.out" | awk '{print $7}')
+    printf '    copy %d  cpus at start %-5s %9.1f images/s  threads %2d (%s)  accuracy %s\n' \
+      "$i" "$cpus" "$rate" "$k" "$names" "$accuracy" >> "$tmp/copies"
+    threads=$((threads + k))
+    first=$(awk -v a="$first" -v b="$(awk '{print $3}' <<<"$fit")" 'BEGIN {print (a == 0 || b < a) ? b : a}')
+    last=$(awk -v a="$last" -v b="$(awk '{print $5}' <<<"$fit")" 'BEGIN {print (b > a) ? b : a}')
+  done
+  total_rate=$(awk -v images=$((jobs * steps * batch)) -v f="$first" -v l="$last" 'BEGIN {printf "%.1f", images / (l - f)}')
+  makespan=$(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.3f", e - s}')
+  threads_per_cpu=$(awk -v t="$threads" -v n="$ncpu" 'BEGIN {printf "%.2f", t / n}')
+  runnable_per_cpu=$(awk -v n="$ncpu" '{s += $1; c++} END {if (c) printf "%.2f", s / c / n; else print "n/a"}' "$tmp/samples")
+  samples=$(wc -l < "$tmp/samples")
+}
+
+command=()
+default_command() { command=("${train[@]}"); }
+mall_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}"); }
+
+backend=affinity
+[ "$(id -u)" -eq 0 ] && [ -d /sys/fs/cgroup/cpuset ] && backend=auto
+"$bin/malld" --socket "$tmp/malld.sock" --state-dir "$tmp" --cgroup-parent "mall_bench_keras$$" \
+  --backend "$backend" --policy equal --log-level warn 2> "$tmp/malld.log" &
+malld_pid=$!
+for _ in $(seq 100); do
+  "$bin/mallctl" --socket "$tmp/malld.sock" status > "$tmp/status" 2>&1 && break
+  kill -0 "$malld_pid" 2>/dev/null || { echo "bench-keras.sh: malld exited:" >&2; cat "$tmp/malld.log" >&2; exit 1; }
+  sleep 0.1
+done
+[ "$backend" = affinity ] && echo "bench-keras.sh: not root (or no cpuset controller): malld enforces with thread affinity"
+
+tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))' 2>/dev/null ||
+             "$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null || echo '?')
+echo "bench-keras.sh: $jobs copies of keras_digits.py ($steps steps of $batch images, $hidden hidden units)," \
+  "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status")"
+declare -A results
+for ((round = 1; round <= repeat; round++)); do
+  for way in default mall; do
+    echo "  round $round $way:"
+    run_copies "${way}_command"
+    cat "$tmp/copies"
+    printf '    total %9.1f images/s  makespan %7.3f s  threads/cpu %5.2f  runnable/cpu %s (%d samples)\n' \
+      "$total_rate" "$makespan" "$threads_per_cpu" "$runnable_per_cpu" "$samples"
+    results[$way]+="$total_rate "
+  done
+done
+
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+default=$(median "${results[default]}")
+mall=$(median "${results[mall]}")
+printf '\n%-10s %14s\n' way "images/s (median)"
+printf '%-10s %14.1f\n' default "$default" mall "$mall"
+awk -v m="$mall" -v d="$default" 'BEGIN {printf "mall_vs_default=%.2f\n", m / d}'
