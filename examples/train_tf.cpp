@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "digits_data.hpp"
+#include "example_support.hpp"
 #include "mall/mall.h"
 #include "mall/tf/tensorflow_session.hpp"
 #include "tensorflow/cc/framework/gradients.h"
@@ -220,16 +221,7 @@ std::string affinity_list() {
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-    std::string out;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (!CPU_ISSET(c, &set)) continue;
-        int end = c;
-        while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) ++end;
-        if (!out.empty()) out += ',';
-        out += end == c ? std::to_string(c) : std::to_string(c) + "-" + std::to_string(end);
-        c = end;
-    }
-    return out;
+    return mall::examples::cpu_list(set);
 }
 
 tensorflow::Tensor initial_weights(int rows, int cols, float scale, std::mt19937 &rng) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "support/malld_fixture.hpp"
+#include "support/training_curve.hpp"
 
 MALL_TEST_WATCHDOG(290);
 
@@ -22,28 +23,6 @@ using nlohmann::json;
 // A smaller model than the example's default (~1.3 ms a step on one core here, 8 s a run) so that
 // the run also fits under ASan; 6000 steps (1500 in a sanitizer build, ~10x slower a step) leave
 // time for three changes on a loaded machine.
-constexpr const char *kDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
-
-struct Curve {
-    std::map<int, double> loss_at_step;  // from "step N loss X threads T cpus L"
-    double final_loss = -1, test_accuracy = -1;
-};
-
-Curve parse_curve(const std::vector<std::string> &lines) {
-    Curve curve;
-    const std::regex step_re(R"(^step ([0-9]+) loss ([0-9.eE+-]+) threads)");
-    const std::regex final_re(R"(^final loss ([0-9.eE+-]+) train_accuracy [0-9.]+ test_accuracy ([0-9.]+))");
-    std::smatch m;
-    for (const auto &line : lines) {
-        if (std::regex_search(line, m, step_re))
-            curve.loss_at_step[std::stoi(m[1])] = std::stod(m[2]);
-        else if (std::regex_search(line, m, final_re)) {
-            curve.final_loss = std::stod(m[1]);
-            curve.test_accuracy = std::stod(m[2]);
-        }
-    }
-    return curve;
-}
 
 std::vector<std::string> trainer_argv() {
     return {bin_path("mall_train_digits"), "--steps", kUnderSanitizer ? "1500" : "6000", "--batch", "256", "--hidden", "256",

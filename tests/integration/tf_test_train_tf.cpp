@@ -13,34 +13,13 @@
 #include <gtest/gtest.h>
 
 #include "support/malld_fixture.hpp"
+#include "support/training_curve.hpp"
 
 MALL_TEST_WATCHDOG(290);
 
 namespace mall::test {
 namespace {
 
-constexpr const char *kDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
-
-struct Curve {
-    std::map<int, double> loss_at_step;
-    double final_loss = -1, test_accuracy = -1;
-};
-
-Curve parse_curve(const std::vector<std::string> &lines) {
-    Curve curve;
-    const std::regex step_re(R"(^step ([0-9]+) loss ([0-9.eE+-]+) threads)");
-    const std::regex final_re(R"(^final loss ([0-9.eE+-]+) train_accuracy [0-9.]+ test_accuracy ([0-9.]+))");
-    std::smatch m;
-    for (const auto &line : lines) {
-        if (std::regex_search(line, m, step_re))
-            curve.loss_at_step[std::stoi(m[1])] = std::stod(m[2]);
-        else if (std::regex_search(line, m, final_re)) {
-            curve.final_loss = std::stod(m[1]);
-            curve.test_accuracy = std::stod(m[2]);
-        }
-    }
-    return curve;
-}
 
 // ~1 ms a step here: 12000 steps leave time for three changes on a loaded machine.
 std::vector<std::string> trainer_argv(const std::string &steps = "12000") {
