@@ -133,7 +133,9 @@ plugstack=$dir/etc/plugstack.conf
 marker=$dir/.mall-cluster
 # A cluster remembers the port and cgroup parent it was brought up with (in its marker file), so
 # `down`, `status` and `env` need only MALL_CLUSTER_DIR; explicit variables still win.
+saved_nodes=''
 if [ -s "$marker" ]; then
+  saved_nodes=$(sed -n 's/^nodes=//p' "$marker")
   saved_port=$(sed -n 's/^port=//p' "$marker")
   saved_cgroup=$(sed -n 's/^cgroup=//p' "$marker")
   saved_plugins=$(sed -n 's/^plugins=//p' "$marker")
@@ -144,12 +146,42 @@ if [ -s "$marker" ]; then
   fi
   if [ -z "${MALL_CLUSTER_CGROUP:-}" ] && [ -n "$saved_cgroup" ]; then cgroup_parent=$saved_cgroup; fi
 fi
-v2_scope=/sys/fs/cgroup/system.slice/${node}_slurmstepd.scope   # Slurm 22.05's cgroup/v2 stepd scope
-malld_sock=$dir/malld.sock
 munge_sock=$dir/munge/munge.socket.2
 plugin=$build/lib/mall_spank.so
-daemons_up_order=(munged malld slurmctld slurmd)
-daemons_down_order=(slurmd slurmctld malld munged)
+subnet=${MALL_CLUSTER_SUBNET:-10.215.0}   # --nodes N: node K is $subnet.K, the head (slurmctld) .254
+n_nodes=${saved_nodes:-1}                 # up --nodes N sets it; down/status/env read the marker's
+
+# ---- the nodes ----------------------------------------------------------------------------------
+# One node (the default): this host, on 127.0.0.1, daemons named malld and slurmd. N >= 2 nodes:
+# node1..nodeN, each in network, UTS and mount namespaces of its own (see --help), daemons named
+# malld@nodeK and slurmd@nodeK; slurmctld and every client run in the "head" namespace, which holds
+# the bridge. set_nodes fills node_names, daemons_up_order and daemons_down_order.
+multi() { [ "$n_nodes" -gt 1 ]; }
+set_nodes() {
+  local k
+  node_names=()
+  if multi; then
+    for (( k = 1; k <= n_nodes; k++ )); do node_names+=("node$k"); done
+    daemons_up_order=(munged)
+    for k in "${node_names[@]}"; do daemons_up_order+=("malld@$k"); done
+    daemons_up_order+=(slurmctld)
+    for k in "${node_names[@]}"; do daemons_up_order+=("slurmd@$k"); done
+    daemons_down_order=()
+    for (( k = ${#daemons_up_order[@]} - 1; k >= 0; k-- )); do daemons_down_order+=("${daemons_up_order[k]}"); done
+  else
+    node_names=("$node")
+    daemons_up_order=(munged malld slurmctld slurmd)
+    daemons_down_order=(slurmd slurmctld malld munged)
+  fi
+}
+node_of() { [[ $1 == *@* ]] && echo "${1#*@}"; }   # malld@node2 -> node2; malld -> ""
+node_home() { echo "$dir/nodes/$1"; }              # node K's private folder, seen from the host
+malld_sock_of() { if multi; then echo "$dir/nodes/$1/malld.sock"; else echo "$dir/malld.sock"; fi; }
+# Inside node K's mount namespace $dir/node is node K's folder: one path in the shared configuration
+# (plugstack.conf's socket=) names each node's own malld socket.
+inner_node=$dir/node
+v2_scope_of() { echo "/sys/fs/cgroup/system.slice/${1}_slurmstepd.scope"; }   # Slurm 22.05's cgroup/v2 stepd scope
+malld_cgroup_of() { if multi; then echo "${cgroup_parent}_$1"; else echo "$cgroup_parent"; fi; }
 
 # ---- processes ----------------------------------------------------------------------------------
 # A pid is "alive" when /proc/PID/stat exists, its state is not zombie/dead and its comm is the
@@ -171,10 +203,12 @@ alive() { # alive PID [COMM]
   fi
 }
 pidfile() { printf '%s/run/%s.pid' "$dir" "$1"; }
+# A daemon's process name: slurmd@node2 is a slurmd; the namespace holders (ns-head, ns@nodeK) sleep.
+comm_of() { case $1 in ns-head|ns@*) echo sleep ;; *) echo "${1%@*}" ;; esac; }
 daemon_pid() { # daemon_pid NAME: prints the pid when the daemon runs, else fails
   local pid
   pid=$(cat "$(pidfile "$1")" 2>/dev/null) || return 1
-  alive "$pid" "$1" || return 1
+  alive "$pid" "$(comm_of "$1")" || return 1
   printf '%s' "$pid"
 }
 stop_pid() { # stop_pid PID NAME: SIGTERM, SIGKILL after the deadline; true when it is gone
@@ -202,6 +236,19 @@ descendants() { # descendants PID: every live descendant pid, deepest last
 }
 # Every process that this cluster's daemons started carries MALL_CLUSTER_DAEMON=<dir> in its own
 # environment (slurmstepd inherits slurmd's): that finds step daemons left behind by a killed slurmd.
+# namespace_processes: every live process in one of the cluster's network namespaces (run/netns).
+namespace_processes() {
+  local p ns inodes
+  [ -s "$dir/run/netns" ] || return 0
+  inodes=" $(cut -d' ' -f2 "$dir/run/netns" | tr '\n' ' ')"
+  for p in /proc/[0-9]*; do
+    ns=$(readlink "$p/ns/net" 2>/dev/null) || continue   # unreadable (another user namespace): not ours
+    [ -n "$ns" ] && [[ $inodes == *" $ns "* ]] || continue
+    if alive "${p#/proc/}"; then echo "${p#/proc/}"; fi
+  done
+}
+holder_pids() { local n; for n in ns-head "${node_names[@]/#/ns@}"; do daemon_pid "$n" 2>/dev/null && echo; done; }
+any_slurmd_alive() { local n; for n in "${daemons_up_order[@]}"; do [[ $n == slurmd* ]] && daemon_pid "$n" >/dev/null && return 0; done; return 1; }
 cluster_processes() {
   local p
   for p in /proc/[0-9]*; do
@@ -233,10 +280,20 @@ check_daemons_alive() { # while waiting: a daemon that died is reported with its
     die "$name did not start (see its log above); fix the cause, then run: $prog down && $prog up"
   done
 }
-logfile() { if [ "$1" = munged ]; then echo "$dir/munge/munged.log"; else echo "$dir/log/$1.log"; fi; }
+logfile() {
+  if [ "$1" = munged ]; then echo "$dir/munge/munged.log"
+  elif [ -n "$(node_of "$1")" ]; then echo "$(node_home "$(node_of "$1")")/log/${1%@*}.log"
+  else echo "$dir/log/$1.log"; fi
+}
 # Where a daemon's stdout/stderr go: malld logs to stderr only; the others write their log file
 # themselves and print only start-up failures (e.g. a bad slurm.conf) to stderr.
-outfile() { if [ "$1" = malld ]; then echo "$dir/log/malld.log"; else echo "$dir/log/$1.stderr"; fi; }
+outfile() {
+  case $1 in
+    malld|malld@*) logfile "$1" ;;
+    *@*|ns-head) echo "$(dirname "$(logfile "$1")")/${1%@*}.stderr" ;;
+    *) echo "$dir/log/$1.stderr" ;;
+  esac
+}
 
 # ---- configuration ------------------------------------------------------------------------------
 auth_mode() {
@@ -264,12 +321,14 @@ slurm_cgroup_version() {
 # The cgroups Slurm's plugins make for this node (not for this cluster: Slurm names them after the
 # node), in every hierarchy: v1 /sys/fs/cgroup/<controller>/slurm_<node>, v2 the stepd scope.
 slurm_cgroup_roots() {
-  local h
-  for h in /sys/fs/cgroup/*/; do
-    h=${h%/}
-    if [ -d "$h/slurm_$node" ]; then echo "$h/slurm_$node"; fi
+  local h n
+  for n in "${node_names[@]}"; do
+    for h in /sys/fs/cgroup/*/; do
+      h=${h%/}
+      if [ -d "$h/slurm_$n" ]; then echo "$h/slurm_$n"; fi
+    done
+    if [ -d "$(v2_scope_of "$n")" ]; then v2_scope_of "$n"; fi
   done
-  if [ -d "$v2_scope" ]; then echo "$v2_scope"; fi
 }
 pids_in_tree() { # pids_in_tree DIR...: every pid in the cgroups at and below each DIR
   local d
@@ -287,11 +346,26 @@ write_config() { # write_config AUTH write|check: (re)writes slurm.conf, cgroup.
   nodeline=$(slurmd -C 2>/dev/null) || true
   nodeline=$(grep -m1 '^NodeName=' <<<"$nodeline") ||
     die "'slurmd -C' printed no node line; check that slurmd runs on this machine (launch_scripts/install-deps.sh)"
-  nodeline="$nodeline NodeAddr=127.0.0.1 State=UNKNOWN"
+  local ctld_addr=127.0.0.1 spool=$dir/spool slurmd_pid=$dir/run/slurmd.slurm.pid
+  local slurmd_log=$dir/log/slurmd.log tmpfs=$dir/tmp what="a single-node cluster" k
+  if multi; then
+    # Every node has this machine's hardware (they share its cpus); each is reached at its own
+    # address on the cluster's bridge. %n (the node name) keeps each slurmd's files apart: a shared
+    # SlurmdPidFile would let one slurmd kill another at its start.
+    local hardware=${nodeline#NodeName=* }
+    nodeline="NodeName=DEFAULT $hardware State=UNKNOWN"
+    for (( k = 1; k <= n_nodes; k++ )); do nodeline+=$'\n'"NodeName=node$k NodeAddr=$subnet.$k"; done
+    ctld_addr=$subnet.254
+    spool=$dir/nodes/%n/spool; slurmd_pid=$dir/nodes/%n/slurmd.slurm.pid
+    slurmd_log=$dir/nodes/%n/log/slurmd.log; tmpfs=$dir/nodes/%n/tmp
+    what="a cluster of $n_nodes nodes in network namespaces"
+  else
+    nodeline="$nodeline NodeAddr=127.0.0.1 State=UNKNOWN"
+  fi
   new=$(cat <<EOF
-# Generated by launch_scripts/$prog for a single-node cluster; rewritten by 'up' when no daemon runs.
+# Generated by launch_scripts/$prog for $what; rewritten by 'up' when no daemon runs.
 ClusterName=mall
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$node($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -302,11 +376,11 @@ $(if [ "$auth" = munge ]; then
     printf 'AuthType=auth/none\nCredType=cred/none\n'
   fi)
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$spool
 SlurmctldPidFile=$dir/run/slurmctld.slurm.pid
-SlurmdPidFile=$dir/run/slurmd.slurm.pid
+SlurmdPidFile=$slurmd_pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$slurmd_log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=$proctrack
@@ -318,7 +392,7 @@ SchedulerParameters=batch_sched_delay=0
 MpiDefault=pmix
 # PMIx makes a per-step folder under TmpFS named by uid, job id and step only: a cluster folder of
 # its own keeps a new cluster's job 1 from colliding with a dead cluster's leftover /tmp folders.
-TmpFS=$dir/tmp
+TmpFS=$tmpfs
 MailProg=/bin/true
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -372,7 +446,7 @@ EOF
   fi
 
   if [ -f "$plugin" ]; then
-    new="optional $plugin socket=$malld_sock"
+    new="optional $plugin socket=$(if multi; then echo "$inner_node/malld.sock"; else malld_sock_of "$node"; fi)"
   else
     new="# $plugin is not built yet: the cluster runs without the mall plugin. Build it, then: $prog down && $prog up"
   fi
@@ -413,8 +487,122 @@ prepare_slurm_cgroups() {
   fi
 }
 
+# ---- namespaces (--nodes N >= 2) ------------------------------------------------------------------
+# Each namespace is held by a "holder": `sleep infinity` started by unshare in new namespaces (pid
+# file run/ns-head.pid, run/ns@nodeK.pid). Daemons enter them with nsenter, never `ip netns exec`,
+# which mounts a fresh /sys and hides /sys/fs/cgroup (malld's and Slurm's cgroups). Nothing is made
+# in the host's network namespace and nothing is mounted in the host's mount namespace: killing the
+# holders and every process inside frees the namespaces, and the bridge, links, addresses and node
+# bind mounts go with them.
+holder_pid() { daemon_pid "$(if [ "$1" = head ]; then echo ns-head; else echo "ns@$1"; fi)"; }
+# in_ns head|NODE CMD...: runs CMD in the head namespace (network only: host files, host name) or in
+# node NODE's network, UTS and mount namespaces (its host name, $dir/node = its own folder).
+in_ns() {
+  local where=$1 pid; shift
+  pid=$(holder_pid "$where") || die "the namespace of $where is gone (its holder died); run: $prog down && $prog up --nodes $n_nodes"
+  if [ "$where" = head ]; then
+    nsenter --target "$pid" --net -- "$@"
+  else
+    nsenter --target "$pid" --net --uts --mount --wdns="$dir" -- "$@"
+  fi
+}
+start_namespaces() { # the holders and the network: bridge br0 in head, a veth pair per node
+  local k n have=0 pid batch
+  for n in head "${node_names[@]}"; do holder_pid "$n" >/dev/null && have=$(( have + 1 )); done
+  [ $have -eq 0 ] || [ $have -eq $(( n_nodes + 1 )) ] ||
+    die "only $have of the cluster's $(( n_nodes + 1 )) namespaces are alive (a holder was killed): run $prog down, then $prog up --nodes $n_nodes"
+  [ $have -eq 0 ] || return 0
+  for need in unshare nsenter ip; do command -v "$need" >/dev/null || die "$need is not installed (util-linux, iproute2): run launch_scripts/install-deps.sh"; done
+  rm -f "$dir"/run/ready-*
+  # The holders disable IPv6 (Open MPI would also try the veths' link-local addresses) and bring up
+  # lo (PMIx 4 clients reach their slurmstepd over TCP on 127.0.0.1).
+  local setup='ip link set lo up && if [ -d /proc/sys/net/ipv6 ]; then sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1; fi'
+  MALL_CLUSTER_DAEMON=$dir setsid unshare --net -- sh -c "$setup"' && : >"$1" && exec sleep infinity' \
+    sh "$dir/run/ready-head" </dev/null >>"$dir/log/ns.stderr" 2>&1 &
+  echo $! >"$(pidfile ns-head)"; started+=(ns-head)
+  for n in "${node_names[@]}"; do
+    MALL_CLUSTER_DAEMON=$dir setsid unshare --net --uts --mount -- sh -c \
+      'hostname "$1" && mount --bind "$2" "$3" && '"$setup"' && : >"$4" && exec sleep infinity' \
+      sh "$n" "$(node_home "$n")" "$inner_node" "$dir/run/ready-$n" </dev/null >>"$(node_home "$n")/log/ns.stderr" 2>&1 &
+    echo $! >"$(pidfile "ns@$n")"; started+=("ns@$n")
+  done
+  for n in head "${node_names[@]}"; do wait_until "the namespaces of $n" test -e "$dir/run/ready-$n"; done
+  : >"$dir/run/netns"
+  for n in head "${node_names[@]}"; do
+    pid=$(holder_pid "$n") || die "the namespace holder of $n exited; see $dir/log/ns.stderr and $dir/nodes/*/log/ns.stderr"
+    echo "$n $(readlink "/proc/$pid/ns/net")" >>"$dir/run/netns"
+  done
+  batch=$(printf 'link add br0 type bridge\nlink set br0 up\naddr add %s.254/24 dev br0\n' "$subnet")
+  k=0
+  for n in "${node_names[@]}"; do
+    k=$(( k + 1 ))
+    batch+=$'\n'"link add v$n type veth peer name eth0 netns $(holder_pid "$n")"$'\n'"link set v$n master br0 up"
+  done
+  printf '%s\n' "$batch" | in_ns head ip -batch - ||
+    die "could not build the cluster's network (bridge and veth pairs; does this kernel have CONFIG_VETH and CONFIG_BRIDGE?)"
+  k=0
+  for n in "${node_names[@]}"; do
+    k=$(( k + 1 ))
+    printf 'addr add %s.%s/24 dev eth0\nlink set eth0 up\n' "$subnet" "$k" | in_ns "$n" ip -batch - ||
+      die "could not give $n its address $subnet.$k"
+  done
+}
+# Client wrappers in $dir/bin (env puts them first in PATH): from outside the cluster's namespaces
+# they run the real tool in the head namespace, where slurmctld's address exists; inside (a job's
+# task, exec, salloc's shell) they run it directly. sbatch copies PATH into jobs, hence the check.
+write_client_wrappers() {
+  local tool real inodes
+  inodes=$(cut -d' ' -f2 "$dir/run/netns" | paste -sd' ')
+  mkdir -p "$dir/bin"
+  for tool in sbatch srun salloc scancel scontrol squeue sinfo sattach sstat sprio sshare sbcast; do
+    real=$(PATH=${PATH//$dir\/bin:/} command -v "$tool") || continue
+    cat >"$dir/bin/$tool" <<EOF
+#!/bin/sh
+# Generated by launch_scripts/$prog: runs $real where the cluster's network exists.
+case " $inodes " in
+  *" \$(readlink /proc/self/ns/net) "*) exec $real "\$@" ;;
+esac
+[ "\$(id -u)" -eq 0 ] || { echo "$tool: the cluster's network exists only in its namespaces; run Slurm's clients as root here, or inside a node: $repo/launch_scripts/$prog exec node1 -- $tool ..." >&2; exit 1; }
+exec nsenter --net=/proc/$(holder_pid head)/ns/net -- $real "\$@"
+EOF
+    chmod 0755 "$dir/bin/$tool"
+  done
+}
+
+# start_malld NAME NODE: malld for one node, in the root cpuset, enforcing with cpusets (it logs why
+# it chose a backend); with --slurm (when this malld has it) it checks the plugin's registrations
+# against slurmctld (libslurm, through SLURM_CONF) and drops jobs Slurm no longer runs.
+start_malld() {
+  local name=$1 n=$2 sock inner_sock state slurm_check=() malld_help prefix=()
+  sock=$(malld_sock_of "$n")
+  if [ -S "$sock" ] && "$build/bin/mallctl" --socket "$sock" status >/dev/null 2>&1; then
+    die "a malld not started by $prog serves $sock; stop it first"
+  fi
+  malld_help=$("$build/bin/malld" --help 2>/dev/null) || true
+  if [ "${MALL_CLUSTER_MALLD_SLURM:-1}" = 1 ] && grep -q -- '--slurm ' <<<"$malld_help"; then
+    slurm_check=(--slurm --slurm-node "$n")
+  fi
+  inner_sock=$sock; state=$dir/malld
+  if multi; then
+    inner_sock=$inner_node/malld.sock; state=$inner_node/malld
+    prefix=(nsenter --target "$(holder_pid "$n")" --net --uts --mount --wdns="$dir" --)
+  fi
+  start_daemon "$name" "${prefix[@]}" "$build/bin/malld" --socket "$inner_sock" --state-dir "$state" \
+    --cgroup-parent "$(malld_cgroup_of "$n")" --log-level info "${slurm_check[@]}"
+}
+
+nodes_idle() { # every node of the cluster is idle in sinfo
+  local states
+  states=$(ctl sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
+  [ "$(wc -l <<<"$states")" -eq "${#node_names[@]}" ] && ! grep -qv ' idle$' <<<"$states"
+}
+ctl() { if multi; then in_ns head "$@"; else "$@"; fi; }   # a Slurm client where slurmctld is reached
+ctl_prefix() { # the same as a command prefix, for timeout(1): prints one word a line
+  if multi; then printf '%s\n' nsenter --target "$(holder_pid head)" --net --; fi
+}
+
 cmd_up() {
-  local t0_ms auth name missing=() need
+  local t0_ms auth name missing=() need n
   t0_ms=$(( $(date +%s%N) / 1000000 ))
   [ "$(id -u)" -eq 0 ] || die "up needs root (Slurm's daemons, munged and malld's cgroups); run it as root"
   for need in slurmctld slurmd scontrol sinfo; do
@@ -435,23 +623,36 @@ cmd_up() {
   if [ -e "$dir" ] && [ ! -e "$marker" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
     die "$dir exists and is not a mall cluster folder; remove it or set MALL_CLUSTER_DIR to another folder"
   fi
-  mkdir -p "$dir"/{etc,log,run,state,spool,malld,tmp}
-  chmod 1777 "$dir/tmp"
-  cd "$dir"   # the daemons' working folder: none of them keeps the caller's folder busy
-  chmod 0755 "$dir" "$dir/etc" "$dir/log"   # users' clients read slurm.conf; munge must reach its folder
 
   started=()
   local running=()
-  for name in "${daemons_up_order[@]}"; do
+  for name in "${daemons_up_order[@]}" ns-head; do   # the marker's node count (set_nodes)
     if [ "$name" = munged ] && [ "$auth" = none ]; then continue; fi
     if daemon_pid "$name" >/dev/null; then running+=("$name"); fi
   done
-  # Running daemons keep the plugins they started with (the marker says which).
+  # Running daemons keep the plugins and the nodes they started with (the marker says which).
   if [ ${#running[@]} -gt 0 ] && [ -n "${saved_plugins:-}" ] && [ "$saved_plugins" != "$cgroup_plugins" ]; then
     say "warning: the cluster runs with --cgroup-plugins $saved_plugins; to change it: $prog down && $prog up --cgroup-plugins $cgroup_plugins"
     cgroup_plugins=$saved_plugins
   fi
-  printf 'port=%s\ncgroup=%s\nplugins=%s\n' "$ctld_port" "$cgroup_parent" "$cgroup_plugins" >"$marker"
+  if [ -n "$requested_nodes" ] && [ "$requested_nodes" != "$n_nodes" ]; then
+    if [ ${#running[@]} -gt 0 ]; then
+      say "warning: the cluster runs with $n_nodes node(s); to change it: $prog down && $prog up --nodes $requested_nodes"
+    else
+      n_nodes=$requested_nodes; set_nodes
+    fi
+  fi
+  mkdir -p "$dir"/{etc,log,run,state}
+  if multi; then
+    mkdir -p "$inner_node"
+    for n in "${node_names[@]}"; do mkdir -p "$(node_home "$n")"/{spool,malld,log,tmp}; chmod 1777 "$(node_home "$n")/tmp"; done
+  else
+    mkdir -p "$dir"/{spool,malld,tmp}
+    chmod 1777 "$dir/tmp"
+  fi
+  cd "$dir"   # the daemons' working folder: none of them keeps the caller's folder busy
+  chmod 0755 "$dir" "$dir/etc" "$dir/log"   # users' clients read slurm.conf; munge must reach its folder
+  printf 'port=%s\ncgroup=%s\nplugins=%s\nnodes=%s\n' "$ctld_port" "$cgroup_parent" "$cgroup_plugins" "$n_nodes" >"$marker"
 
   # Rewriting slurm.conf under running daemons would split clients from daemons (e.g. another
   # AuthType): while anything runs, the configuration it started with stays.
@@ -461,10 +662,17 @@ cmd_up() {
     say "warning: ${running[*]} run(s) with an older configuration (auth, plugin, node or ports differ); apply the new one with: $prog down && $prog up"
   fi
 
-  # Another cluster's live jobs in Slurm's cgroups of this node: refuse before starting anything.
-  if [ "$cgroup_plugins" = cgroup ] && ! daemon_pid slurmd >/dev/null; then prepare_slurm_cgroups; fi
+  # Another cluster's live jobs in Slurm's cgroups of these nodes: refuse before starting anything.
+  if [ "$cgroup_plugins" = cgroup ]; then
+    local any_slurmd=0
+    for name in "${daemons_up_order[@]}"; do [[ $name == slurmd* ]] && daemon_pid "$name" >/dev/null && any_slurmd=1; done
+    [ $any_slurmd = 1 ] || prepare_slurm_cgroups
+  fi
+  if multi; then start_namespaces; fi
 
-  # munged, as user munge, with its socket, pid, seed and log under the cluster folder.
+  # munged, as user munge, with its socket, pid, seed and log under the cluster folder (in the
+  # host's namespaces: every node reaches its socket file; Debian's Slurm is built for several
+  # slurmd per host and accepts the credential replays one munged then reports).
   if [ "$auth" = munge ] && ! daemon_pid munged >/dev/null; then
     local key=/etc/munge/munge.key
     install -d -o munge -g munge -m 0755 "$dir/munge"   # clients must reach the socket
@@ -480,50 +688,59 @@ cmd_up() {
     wait_until "munged's socket $munge_sock" test -S "$munge_sock"
   fi
 
-  # malld, in the root cpuset, enforcing with cgroup v1 cpusets here (it logs why it chose a backend).
-  if ! daemon_pid malld >/dev/null; then
-    if [ -S "$malld_sock" ] && "$build/bin/mallctl" --socket "$malld_sock" status >/dev/null 2>&1; then
-      die "a malld not started by $prog serves $malld_sock; stop it first"
+  # One malld per node, all started before any is waited for.
+  local mallds=()
+  for name in "${daemons_up_order[@]}"; do
+    [[ $name == malld* ]] || continue
+    if ! daemon_pid "$name" >/dev/null; then
+      n=$(node_of "$name") || n=$node
+      start_malld "$name" "$n"; mallds+=("$name")
     fi
-    # --slurm (when this malld has it): malld checks the plugin's registrations against slurmctld
-    # (libslurm, through SLURM_CONF) and drops jobs Slurm no longer runs.
-    local slurm_check=()
-    local malld_help
-    malld_help=$("$build/bin/malld" --help 2>/dev/null) || true
-    if [ "${MALL_CLUSTER_MALLD_SLURM:-1}" = 1 ] && grep -q -- '--slurm ' <<<"$malld_help"; then
-      slurm_check=(--slurm --slurm-node "$node")
-    fi
-    start_daemon malld "$build/bin/malld" --socket "$malld_sock" --state-dir "$dir/malld" \
-      --cgroup-parent "$cgroup_parent" --log-level info "${slurm_check[@]}"
-    wait_until "malld's socket $malld_sock" "$build/bin/mallctl" --socket "$malld_sock" status
-  fi
+  done
+  for name in "${mallds[@]}"; do
+    n=$(node_of "$name") || n=$node
+    wait_until "$name's socket $(malld_sock_of "$n")" "$build/bin/mallctl" --socket "$(malld_sock_of "$n")" status
+  done
 
-  if ! daemon_pid slurmctld >/dev/null; then
-    if port_taken "$ctld_port"; then
-      die "port $ctld_port is in use (another Slurm cluster? stop it with '$prog down' and its MALL_CLUSTER_DIR, or set MALL_CLUSTER_PORT)"
-    fi
-    start_daemon slurmctld slurmctld -D -f "$conf"
-  fi
   export SLURM_CONF=$conf
-  wait_until "slurmctld to answer 'scontrol ping'" bash -c 'scontrol ping | grep -q "is UP"'
-
-  if ! daemon_pid slurmd >/dev/null; then
-    if port_taken "$slurmd_port"; then
-      die "port $slurmd_port (slurmd) is in use (another slurmd? stop it, or set MALL_CLUSTER_PORT)"
+  if ! daemon_pid slurmctld >/dev/null; then
+    if multi; then
+      start_daemon slurmctld nsenter --target "$(holder_pid head)" --net -- slurmctld -D -f "$conf"
+    else
+      if port_taken "$ctld_port"; then
+        die "port $ctld_port is in use (another Slurm cluster? stop it with '$prog down' and its MALL_CLUSTER_DIR, or set MALL_CLUSTER_PORT)"
+      fi
+      start_daemon slurmctld slurmctld -D -f "$conf"
     fi
-    # From here on Slurm's cgroups of this node are this cluster's to clean up (see cmd_down).
-    if [ "$cgroup_plugins" = cgroup ]; then touch "$dir/run/slurm-cgroups-ours"; fi
-    start_daemon slurmd slurmd -D -f "$conf"
   fi
-  wait_until "node $node to be idle (sinfo)" bash -c "sinfo -h -n '$node' -o %t | grep -qx idle"
+  wait_until "slurmctld to answer 'scontrol ping'" slurmctld_up
+
+  for name in "${daemons_up_order[@]}"; do
+    [[ $name == slurmd* ]] || continue
+    daemon_pid "$name" >/dev/null && continue
+    # From here on Slurm's cgroups of these nodes are this cluster's to clean up (see cmd_down).
+    if [ "$cgroup_plugins" = cgroup ]; then touch "$dir/run/slurm-cgroups-ours"; fi
+    if multi; then
+      n=$(node_of "$name")
+      start_daemon "$name" nsenter --target "$(holder_pid "$n")" --net --uts --mount --wdns="$dir" -- slurmd -D -N "$n" -f "$conf"
+    else
+      if port_taken "$slurmd_port"; then
+        die "port $slurmd_port (slurmd) is in use (another slurmd? stop it, or set MALL_CLUSTER_PORT)"
+      fi
+      start_daemon slurmd slurmd -D -f "$conf"
+    fi
+  done
+  if multi; then write_client_wrappers; fi
+  wait_until "$(if multi; then echo "nodes ${node_names[*]}"; else echo "node $node"; fi) to be idle (sinfo)" nodes_idle
 
   if [ ${#started[@]} -eq 0 ]; then
     say "already up ($dir): $(status_line)"
   else
-    say "up in $(( $(date +%s%N) / 1000000 - t0_ms )) ms ($dir, auth/$auth, $(plugins_words), plugin $( [ -f "$plugin" ] && echo "loaded from $plugin" || echo "not built: running without it")): started ${started[*]}"
+    say "up in $(( $(date +%s%N) / 1000000 - t0_ms )) ms ($dir, $(if multi; then echo "$n_nodes nodes in namespaces on $subnet.0/24, "; fi)auth/$auth, $(plugins_words), plugin $( [ -f "$plugin" ] && echo "loaded from $plugin" || echo "not built: running without it")): started ${started[*]}"
   fi
   say "use it with: eval \"\$(launch_scripts/$prog env)\""
 }
+slurmctld_up() { ctl scontrol ping 2>/dev/null | grep -q "is UP"; }
 
 plugins_words() { # the Slurm plugins in the configuration, for messages
   if [ "$cgroup_plugins" = cgroup ]; then
@@ -537,10 +754,12 @@ plugins_words() { # the Slurm plugins in the configuration, for messages
 cgroup_dirs() { # the cgroup folders this cluster may have made, in every mounted hierarchy: malld's
   # parent, and Slurm's (only when this cluster started slurmd with the cgroup plugins: a linuxproc
   # cluster, or one whose up was refused, leaves another cluster's Slurm cgroups alone)
-  local h
+  local h n
   for h in /sys/fs/cgroup /sys/fs/cgroup/*; do
     [ -d "$h" ] || continue
-    if [ -d "$h/$cgroup_parent" ]; then echo "$h/$cgroup_parent"; fi
+    for n in "${node_names[@]}"; do
+      if [ -d "$h/$(malld_cgroup_of "$n")" ]; then echo "$h/$(malld_cgroup_of "$n")"; fi
+    done
   done
   if [ -e "$dir/run/slurm-cgroups-ours" ]; then slurm_cgroup_roots; fi
 }
@@ -569,25 +788,26 @@ cmd_down() {
 
   if [ -e "$dir" ]; then
     # Jobs first, so their tasks end through Slurm (KillWait=2) and no stray step is left.
-    if daemon_pid slurmctld >/dev/null && command -v squeue >/dev/null; then
+    if daemon_pid slurmctld >/dev/null && command -v squeue >/dev/null && { ! multi || holder_pid head >/dev/null; }; then
       export SLURM_CONF=$conf
-      local jobs
-      jobs=$(timeout 15 squeue -h -o %A 2>/dev/null | tr '\n' ' ')
+      local jobs ctl_in=()
+      mapfile -t ctl_in < <(ctl_prefix)
+      jobs=$(timeout 15 "${ctl_in[@]}" squeue -h -o %A 2>/dev/null | tr '\n' ' ')
       if [ -n "${jobs// }" ]; then
         say "cancelling jobs $jobs"
         # shellcheck disable=SC2086
-        timeout 15 scancel $jobs 2>/dev/null
+        timeout 15 "${ctl_in[@]}" scancel $jobs 2>/dev/null
         local deadline=$(( SECONDS + wait_s ))
         # Without a slurmd the jobs stay COMPLETING: their steps are then stopped below, by pid.
-        while [ -n "$(timeout 15 squeue -h -o %A 2>/dev/null)" ] && [ $SECONDS -lt $deadline ] &&
-              daemon_pid slurmd >/dev/null; do
+        while [ -n "$(timeout 15 "${ctl_in[@]}" squeue -h -o %A 2>/dev/null)" ] && [ $SECONDS -lt $deadline ] &&
+              any_slurmd_alive; do
           sleep 0.1
         done
       fi
     fi
     for name in "${daemons_down_order[@]}"; do
       pid=$(cat "$(pidfile "$name")" 2>/dev/null) || continue
-      if alive "$pid" "$name"; then
+      if alive "$pid" "$(comm_of "$name")"; then
         stop_pid "$pid" "$name" || say "warning: $name (pid $pid) is still alive"
         stopped+=("$name($pid)")
       fi
@@ -595,7 +815,11 @@ cmd_down() {
     # Step daemons (and their tasks) that outlived slurmd, e.g. after a crash.
     # Without their slurmd they serve no one, so SIGKILL at once, tasks included (collected first:
     # once a step daemon dies its tasks are orphans and no longer found below it).
-    left=$(cluster_processes | tr '\n' ' ')
+    # With --nodes, also whatever still runs in the cluster's namespaces (e.g. started by exec).
+    local holders
+    holders=" $(holder_pids | tr '\n' ' ') "
+    left=$( { cluster_processes; namespace_processes; } | sort -un | while read -r p; do
+              [[ $holders == *" $p "* ]] || echo "$p"; done | tr '\n' ' ')
     if [ -n "${left// }" ]; then
       local all=()
       for p in $left; do mapfile -t -O ${#all[@]} all < <(descendants "$p"); all+=("$p"); done
@@ -607,6 +831,15 @@ cmd_down() {
         if alive "$pid"; then say "warning: pid $pid survived SIGKILL (state $(proc_state "$pid"))"; fi
       done
     fi
+    # Last, the namespace holders: with nothing else inside, the kernel frees the namespaces and
+    # with them the bridge, the veth pairs, the addresses and the nodes' bind mounts.
+    for name in ns-head "${node_names[@]/#/ns@}"; do
+      pid=$(daemon_pid "$name") || continue
+      kill -KILL "$pid" 2>/dev/null
+      local deadline=$(( SECONDS + 5 ))
+      while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.02; done
+      stopped+=("$name($pid)")
+    done
   fi
 
   # With the cgroup plugins, a process still in Slurm's cgroups of this node once slurmd and its
@@ -628,7 +861,7 @@ cmd_down() {
   fi
   local cg
   for cg in $(cgroup_dirs); do
-    if [ "$(basename "$cg")" = "$cgroup_parent" ]; then remove_cgroup_tree "$cg" 1; else remove_cgroup_tree "$cg" 0; fi
+    if [[ $(basename "$cg") == "$cgroup_parent"* ]]; then remove_cgroup_tree "$cg" 1; else remove_cgroup_tree "$cg" 0; fi
   done
   if [ -e "$dir/run/made-system-slice" ]; then
     rmdir /sys/fs/cgroup/system.slice 2>/dev/null || say "warning: could not remove /sys/fs/cgroup/system.slice (made by up; still in use?)"
@@ -649,21 +882,30 @@ cmd_status() {
   local name pid n_up=0 n=0 auth
   if [ ! -e "$marker" ]; then say "not running (no cluster in $dir)"; exit 3; fi
   auth=none; grep -q '^AuthType=auth/munge' "$conf" 2>/dev/null && auth=munge
-  for name in "${daemons_up_order[@]}"; do
-    [ "$name" = munged ] && [ "$auth" = none ] && { printf '%-10s not used (auth/none)\n' munged; continue; }
+  local names=("${daemons_up_order[@]}")
+  if multi; then names=(ns-head "${node_names[@]/#/ns@}" "${names[@]}"); fi
+  for name in "${names[@]}"; do
+    [ "$name" = munged ] && [ "$auth" = none ] && { printf '%-14s not used (auth/none)\n' munged; continue; }
     n=$(( n + 1 ))
     if pid=$(daemon_pid "$name"); then
-      printf '%-10s running  pid %-8s log %s\n' "$name" "$pid" "$(logfile "$name")"
+      case $name in
+        ns-head) printf '%-14s running  pid %-8s namespace: network (bridge br0, %s.254)\n' "$name" "$pid" "$subnet" ;;
+        ns@*)    printf '%-14s running  pid %-8s namespaces: network (%s.%s), host name, mounts\n' "$name" "$pid" "$subnet" "${name#ns@node}" ;;
+        *)       printf '%-14s running  pid %-8s log %s\n' "$name" "$pid" "$(logfile "$name")" ;;
+      esac
       n_up=$(( n_up + 1 ))
     else
-      printf '%-10s stopped\n' "$name"
+      printf '%-14s stopped\n' "$name"
     fi
   done
-  printf '%-10s %s\n' plugin "$(grep -v '^#' "$plugstack" 2>/dev/null || echo "not loaded ($plugin not built)")"
-  printf '%-10s %s\n' slurm "$(plugins_words)"
-  if daemon_pid slurmctld >/dev/null; then
-    SLURM_CONF=$conf sinfo -N -o '%N %P %t %C %c' || true
-    SLURM_CONF=$conf squeue || true
+  printf '%-14s %s\n' plugin "$(grep -v '^#' "$plugstack" 2>/dev/null || echo "not loaded ($plugin not built)")"
+  printf '%-14s %s\n' slurm "$(plugins_words)"
+  if multi; then
+    for name in "${node_names[@]}"; do printf '%-14s %s\n' "mallctl@$name" "mallctl --socket $(malld_sock_of "$name")"; done
+  fi
+  if daemon_pid slurmctld >/dev/null && { ! multi || holder_pid head >/dev/null; }; then
+    SLURM_CONF=$conf ctl sinfo -N -o '%N %P %t %C %c' || true
+    SLURM_CONF=$conf ctl squeue || true
   fi
   [ $n_up -eq $n ] && exit 0
   [ $n_up -eq 0 ] && exit 3
@@ -673,36 +915,73 @@ cmd_env() {
   [ -e "$marker" ] || echo "# $prog: no cluster in $dir yet; start it with: launch_scripts/$prog up" >&2
   printf 'export MALL_CLUSTER_DIR=%q\n' "$dir"
   printf 'export SLURM_CONF=%q\n' "$conf"
-  printf 'export MALL_SOCKET=%q\n' "$malld_sock"
+  printf 'export MALL_SOCKET=%q\n' "$(malld_sock_of "${node_names[0]}")"
+  if multi; then
+    # Slurm's clients through the wrappers (they enter the head namespace); each node's malld at its socket.
+    printf 'export MALL_CLUSTER_NODES=%q\n' "${node_names[*]}"
+    printf 'case ":$PATH:" in *:%s:*) ;; *) export PATH=%q:"$PATH" ;; esac\n' "$dir/bin" "$dir/bin"
+  fi
 }
 
 cmd_logs() {
   local lines=${1:-15} name
   [[ $lines =~ ^[0-9]+$ ]] || die "logs takes a line count, not '$lines'"
-  for name in malld slurmctld slurmd; do
+  for name in "${daemons_up_order[@]}"; do
+    [ "$name" = munged ] && continue
     echo "--- $name ($(logfile "$name"))"
     tail -n "$lines" "$(logfile "$name")" 2>/dev/null || echo "(no log)"
   done
 }
 
-parse_up_options() { # up [--cgroup-plugins linuxproc|cgroup]
+# exec [NODE] -- CMD...: CMD in node NODE's namespaces (its network, host name and mounts: $dir/node
+# is its folder, $dir/node/malld.sock its malld), or without NODE in the head namespace.
+cmd_exec() {
+  local where=head
+  multi || die "exec is for clusters of several nodes (up --nodes N); this one runs on the host: run the command directly"
+  if [ $# -gt 0 ] && [ "$1" != -- ]; then where=$1; shift; fi
+  [ "${1:-}" = -- ] && shift
+  [ $# -gt 0 ] || die "exec needs a command: $prog exec [NODE] -- CMD [ARG...]"
+  if [ "$where" != head ] && [[ " ${node_names[*]} " != *" $where "* ]]; then
+    die "no node '$where' in this cluster (nodes: ${node_names[*]}; or none for the head namespace)"
+  fi
+  [ "$(id -u)" -eq 0 ] || die "exec needs root (entering namespaces)"
+  local pid
+  pid=$(holder_pid "$where") || die "the cluster is not up (no namespace for $where); run: $prog up --nodes $n_nodes"
+  export SLURM_CONF=$conf
+  if [ "$where" = head ]; then
+    exec nsenter --target "$pid" --net -- "$@"
+  else
+    exec nsenter --target "$pid" --net --uts --mount --wd="$PWD" -- "$@"
+  fi
+}
+
+requested_nodes=${MALL_CLUSTER_NODES_COUNT:-}
+parse_up_options() { # up [--cgroup-plugins linuxproc|cgroup] [--nodes N]
   while [ $# -gt 0 ]; do
     case $1 in
       --cgroup-plugins) [ $# -ge 2 ] || { echo "$prog: --cgroup-plugins needs a value: linuxproc or cgroup" >&2; exit 2; }
                         cgroup_plugins=$2; shift 2 ;;
       --cgroup-plugins=*) cgroup_plugins=${1#*=}; shift ;;
-      *) echo "$prog: unknown option for up: '$1' (expected --cgroup-plugins linuxproc|cgroup; see --help)" >&2; exit 2 ;;
+      --nodes) [ $# -ge 2 ] || { echo "$prog: --nodes needs a node count (1 to 200)" >&2; exit 2; }
+               requested_nodes=$2; shift 2 ;;
+      --nodes=*) requested_nodes=${1#*=}; shift ;;
+      *) echo "$prog: unknown option for up: '$1' (expected --cgroup-plugins linuxproc|cgroup or --nodes N; see --help)" >&2; exit 2 ;;
     esac
   done
+  if [ -n "$requested_nodes" ] && { ! [[ $requested_nodes =~ ^[0-9]+$ ]] || [ "$requested_nodes" -lt 1 ] || [ "$requested_nodes" -gt 200 ]; }; then
+    echo "$prog: --nodes must be a node count from 1 to 200, not '$requested_nodes'" >&2; exit 2
+  fi
+  if [ -z "$saved_nodes" ] && [ -n "$requested_nodes" ]; then n_nodes=$requested_nodes; fi
 }
 
 case ${1:-} in
-  up) shift; parse_up_options "$@"; cmd_up ;;
-  down) cmd_down ;;
-  status) cmd_status ;;
-  env) cmd_env ;;
-  logs) cmd_logs "${2:-15}" ;;
+  up) shift; parse_up_options "$@"; set_nodes; cmd_up ;;
+  down) set_nodes; cmd_down ;;
+  status) set_nodes; cmd_status ;;
+  env) set_nodes; cmd_env ;;
+  logs) set_nodes; cmd_logs "${2:-15}" ;;
+  exec) shift; set_nodes; cmd_exec "$@" ;;
   -h|--help|help) usage ;;
   '') usage >&2; exit 2 ;;
-  *) echo "$prog: unknown command '$1' (expected up, down, status, env or logs; see --help)" >&2; exit 2 ;;
+  *) echo "$prog: unknown command '$1' (expected up, down, status, env, logs or exec; see --help)" >&2; exit 2 ;;
 esac

@@ -117,12 +117,12 @@ cluster_down_and_nothing_left() {
   fi
 }
 
-# cgroup folders a cluster makes: malld's parent and, with the cgroup plugins, Slurm's: v1
+# cgroup folders a cluster makes: malld's parent (one per node with --nodes: <parent>_nodeK) and, with the cgroup plugins, Slurm's: v1
 # slurm_<node> in each hierarchy, v2 system.slice (made by local-cluster.sh where systemd is absent)
 # and its <node>_slurmstepd.scope (compared before/after, so another cluster's folders are not counted).
 cgroups_now() {
   find /sys/fs/cgroup /sys/fs/cgroup/* -mindepth 1 -maxdepth 1 -type d \
-       \( -name "$MALL_CLUSTER_CGROUP" -o -name 'mall_cluster' -o -name 'slurm_*' -o -name system.slice \
+       \( -name "$MALL_CLUSTER_CGROUP" -o -name "${MALL_CLUSTER_CGROUP}_*" -o -name 'mall_cluster' -o -name 'slurm_*' -o -name system.slice \
           -o -name '*_slurmstepd.scope' \) 2>/dev/null | sort -u
 }
 
