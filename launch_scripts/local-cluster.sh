@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# local-cluster.sh — a single-node Slurm 22.05 cluster on localhost, without systemd, for mall's
-# demos and system tests: munged (or auth/none), slurmctld, slurmd, the mall SPANK plugin (when built)
-# and malld, every file under one folder, every daemon tracked by its pid. See --help.
+# local-cluster.sh — a Slurm 22.05 cluster on this machine, without systemd, for mall's demos and
+# system tests: munged (or auth/none), slurmctld, one slurmd and one malld per node, the mall SPANK
+# plugin (when built), every file under one folder, every daemon tracked by its pid. One node on
+# localhost by default; `up --nodes N` makes N nodes, each in network, UTS and mount namespaces of its
+# own on a private bridge (see --help). Contract: `down` removes everything `up` made.
 #
 # Choices, and why:
 # - Slurm's process tracking and task plugins (`up --cgroup-plugins`, see --help): `linuxproc` (the
@@ -16,6 +18,9 @@
 #   says which one it used.
 # - SlurmUser=root, select/cons_tres with CR_Core, batch_sched_delay=0 (jobs start at once),
 #   MpiDefault=pmix (Debian's Open MPI only speaks PMIx), node values from `slurmd -C`.
+# - --nodes N: namespaces held by `sleep infinity` holders and entered with nsenter (`ip netns exec`
+#   would remount /sys and hide the cgroup hierarchies); Debian's slurmd is built for several slurmd
+#   per host (-N, %n in its spool, pid and log paths), so one munged serves every node.
 # - PlugStackConfig names a generated plugstack.conf that loads <build>/lib/mall_spank.so as
 #   `optional` when that file exists, so the cluster works with or without the plugin.
 set -euo pipefail
@@ -35,16 +40,36 @@ prog=local-cluster.sh
 
 usage() {
   cat <<EOF
-$prog — a single-node Slurm cluster on this machine, with mall's malld and SPANK plugin
+$prog — a Slurm cluster on this machine, with mall's malld (one per node) and SPANK plugin
 
-Usage: launch_scripts/$prog up [--cgroup-plugins linuxproc|cgroup]
+Usage: launch_scripts/$prog up [--nodes N] [--cgroup-plugins linuxproc|cgroup]
        launch_scripts/$prog down|status|env|logs [N]
+       launch_scripts/$prog exec [NODE] -- COMMAND [ARG...]
        launch_scripts/$prog -h|--help
 
 Commands:
   up      write the configuration and start munged, malld, slurmctld and slurmd (those not already
-          running), then wait until the controller answers and node $node is idle. Idempotent: when
-          everything runs it returns at once. Needs root.
+          running), then wait until the controller answers and every node is idle. Idempotent: when
+          everything runs it returns at once; a daemon that died is started again alone. Needs root.
+          --nodes N   (1 to 200; default 1, or what the running cluster has; remembered)
+            1   one node named after this host ($node), on 127.0.0.1: the classic set-up.
+            N   nodes node1..nodeN. Each node has network, UTS (host name nodeK) and mount
+                namespaces of its own, its own slurmd and malld (cgroup parent
+                ${cgroup_parent}_nodeK), spool, TmpFS, logs and malld state under
+                \$MALL_CLUSTER_DIR/nodes/nodeK; inside node K, \$MALL_CLUSTER_DIR/node is that folder,
+                so plugstack.conf's one socket path names each node's own malld. Node K's veth
+                has address $subnet.K on a bridge in a "head" namespace ($subnet.254), where
+                slurmctld runs. These addresses exist only inside the cluster's namespaces: the
+                host's network is never touched, and Slurm's clients reach slurmctld through
+                wrappers in \$MALL_CLUSTER_DIR/bin (env puts them first in PATH; from the host
+                they enter the head namespace, as root; inside a job they run directly).
+                All nodes share this machine's cpus ($(nproc --all 2>/dev/null) here) and each reports
+                them all: the nodes are logically separate and physically overlapping. Per-node
+                cpu lists, cpusets and malld's decisions are real; the cluster's total is not. No pid namespace: task pids are the host's,
+                so /proc/PID/status and malld's cgroups read the same from anywhere.
+                Open MPI ranks on different nodes talk over TCP on the bridge (IPv6 is off in
+                the namespaces). Reach node K's malld from the host with
+                  mallctl --socket \$MALL_CLUSTER_DIR/nodes/nodeK/malld.sock status
           --cgroup-plugins linuxproc|cgroup   Slurm's process tracking and task plugins (also
           MALL_CLUSTER_CGROUP_PLUGINS; the option wins; remembered for down/status):
             linuxproc  (default) ProctrackType=proctrack/linuxproc, TaskPlugin=task/affinity: Slurm
@@ -88,16 +113,22 @@ Commands:
           Slurm's slurm_$node folders in every v1 hierarchy, or on v2 its
           system.slice/${node}_slurmstepd.scope) and the whole state folder. Idempotent.
   status  each daemon with its pid, then sinfo. Exit 0 when all run, 1 when some do, 3 when none.
-  env     the export lines a shell needs to use the cluster:
+  env     the export lines a shell needs to use the cluster (with --nodes also PATH with the
+          client wrappers and MALL_CLUSTER_NODES, the node names; MALL_SOCKET is node1's malld):
             eval "\$(launch_scripts/$prog env)"
-  logs [N] the last N lines (default 15) of malld's, slurmctld's and slurmd's logs, for scripts
+  exec [NODE] -- COMMAND  (--nodes N only; root) COMMAND in node NODE's namespaces (its network,
+          host name and mounts), or without NODE in the head namespace (the clients' view).
+  logs [N] the last N lines (default 15) of every malld's, slurmctld's and slurmd's log, for scripts
           that report a failure before they bring the cluster down.
 
 Environment:
   MALL_CLUSTER_DIR        state folder: configuration, logs, pid files, spool, malld socket
                           (default /tmp/mall-cluster; now $dir)
   MALL_BUILD_DIR          build folder with bin/malld and lib/mall_spank.so (default <repo>/build)
-  MALL_CLUSTER_PORT       slurmctld port; slurmd uses the next one (default 6817)
+  MALL_CLUSTER_PORT       slurmctld port; slurmd uses the next one (default 6817; with --nodes
+                          the same in every namespace: the ports are the namespaces' own)
+  MALL_CLUSTER_NODES_COUNT  the node count when up has no --nodes (default 1)
+  MALL_CLUSTER_SUBNET     the first three numbers of the nodes' private /24 (default 10.215.0)
   MALL_CLUSTER_AUTH       munge|none (default: munge when munged is installed, else none)
   MALL_CLUSTER_CGROUP     malld's cgroup parent (default mall_cluster)
   MALL_CLUSTER_CGROUP_PLUGINS  linuxproc|cgroup, as up's --cgroup-plugins (default linuxproc)
@@ -112,6 +143,10 @@ Files under the state folder:
   run/*.pid                           pid of each daemon as started by this script
   malld.sock malld/                   malld's socket and state folder
   tmp/                                the node's TmpFS (PMIx step folders)
+  with --nodes N instead of the last three, per node K:
+  nodes/nodeK/{malld.sock,malld/,spool/,tmp/,log/}   node K's malld, Slurm spool, TmpFS and logs
+  run/ns-head.pid run/ns@nodeK.pid    the namespace holders; run/netns their namespaces
+  bin/                                the client wrappers (sbatch, srun, salloc, scancel, ...)
 
 Example:
   launch_scripts/$prog up
@@ -122,6 +157,12 @@ Example:
 
   launch_scripts/$prog up --cgroup-plugins cgroup
   srun --malleable=1:2 -c 1 sh -c 'cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status'
+
+  launch_scripts/$prog up --nodes 2
+  eval "\$(launch_scripts/$prog env)"
+  srun -N2 --ntasks-per-node=1 --malleable=1:2 sh -c 'echo \$(hostname) \$(grep Cpus_allowed_list /proc/self/status)'
+  mallctl --socket \$MALL_CLUSTER_DIR/nodes/node2/malld.sock status
+  launch_scripts/$prog exec node2 -- ip -4 addr show eth0
 EOF
 }
 
