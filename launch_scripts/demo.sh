@@ -16,7 +16,7 @@ usage() {
   cat <<EOF
 demo.sh — watch mall move cores between training jobs on this machine
 
-Usage: launch_scripts/demo.sh [--slurm | --containers [--engine podman|docker]]
+Usage: launch_scripts/demo.sh [--slurm [--nodes 2] | --containers [--engine podman|docker]]
        launch_scripts/demo.sh -h|--help
 
 Both modes build what they need first (cmake + ninja into the build folder; dependencies with
@@ -40,6 +40,20 @@ Modes:
                   when A ends, C grows to both
              The summary gives each job's state, exit code, cores over time, resizes, and for the
              trainers their steps and final loss. Needs root. About 30 s.
+  --slurm --nodes 2  The same story across two Slurm nodes, each in network, UTS and mount
+             namespaces of its own with its own slurmd and malld (local-cluster.sh up --nodes 2;
+             both nodes share this machine's cpus, so each has 2):
+               A  sbatch -N2 --ntasks-per-node=1 --malleable=1:2 -c1, srun --mpi=pmix
+                  mall_train_mpi: one rank per node, data-parallel over TCP between the nodes;
+                  each node's malld lends its idle core to its rank
+               B  sbatch -w node2 -c1, a plain job: node2's malld takes its core back before B's
+                  task starts; A's rank there shrinks, and (balanced mode) the rank on node1
+                  caps itself at the same thread count, so node1's malld gets that core back as
+                  free; when B ends, both ranks grow back together
+               C  sbatch -w node1 --malleable=1:2 -c1 (srun mall_train_sgd): node1 shares its
+                  cores, A's ranks both run one thread; when A ends, C grows to both
+             Events are printed per node ("malld@node1 |"); the summary gives cores over time on
+             each node and both ranks' checksums (equal: the ranks stepped together). About 40 s.
   --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and two training
              containers started with `mallrun --container -- podman run ...`:
                eigen  the Eigen trainer (mall_train_digits), alone at first: it gets the pool
@@ -58,19 +72,25 @@ Environment:
 EOF
 }
 
-slurm_mode=0 containers_mode=0 engine=podman
+slurm_mode=0 containers_mode=0 engine=podman demo_nodes=1
 while [ $# -gt 0 ]; do
   case $1 in
     --slurm) slurm_mode=1 ;;
     --containers) containers_mode=1 ;;
+    --nodes)
+      case ${2-} in 1|2) demo_nodes=$2; shift ;;
+        *) echo "demo: --nodes takes 1 or 2 (got '${2-}')" >&2; exit 2 ;; esac ;;
     --engine)
       case ${2-} in podman|docker) engine=$2; shift ;;
         *) echo "demo: --engine takes podman or docker (got '${2-}')" >&2; exit 2 ;; esac ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "demo: unknown argument '$1' (expected --slurm, --containers, --engine E or --help)" >&2; exit 2 ;;
+    *) echo "demo: unknown argument '$1' (expected --slurm [--nodes 2], --containers, --engine E or --help)" >&2; exit 2 ;;
   esac
   shift
 done
+if [ "$demo_nodes" != 1 ] && [ "$slurm_mode" != 1 ]; then
+  echo "demo: --nodes goes with --slurm (a cluster of nodes in network namespaces): launch_scripts/demo.sh --slurm --nodes 2" >&2; exit 2
+fi
 if [ "$slurm_mode" = 1 ] && [ "$containers_mode" = 1 ]; then
   echo "demo: choose one of --slurm and --containers" >&2; exit 2
 fi
@@ -156,24 +176,42 @@ slurm_demo() {
   export MALL_CLUSTER_DIR=$tmp/cluster MALL_BUILD_DIR=$build MALL_CLUSTER_PORT=$port
   export MALL_CLUSTER_CGROUP=mall_demo_slurm_$$ MALL_CLUSTER_TIMEOUT_S=30
 
-  say "bringing up a private single-node Slurm cluster: munged, malld, slurmctld, slurmd, the mall plugin"
+  if [ "$demo_nodes" = 1 ]; then
+    say "bringing up a private single-node Slurm cluster: munged, malld, slurmctld, slurmd, the mall plugin"
+  else
+    say "bringing up a private Slurm cluster of $demo_nodes nodes, each in network, UTS and mount namespaces"
+    note "of its own with its own slurmd and malld; slurmctld and munged shared; the mall plugin"
+  fi
   cluster_up=1   # from here on, cleanup runs `local-cluster.sh down`, even after a failed `up`
-  if ! "$cluster_sh" up >"$tmp/up.log" 2>&1; then
+  if ! "$cluster_sh" up --nodes "$demo_nodes" >"$tmp/up.log" 2>&1; then
     cat "$tmp/up.log" >&2
     echo "demo: the local cluster did not come up (its output above)" >&2
     return 1
   fi
-  eval "$("$cluster_sh" env)"   # SLURM_CONF and MALL_SOCKET for sbatch, scontrol and mallctl
+  eval "$("$cluster_sh" env)"   # SLURM_CONF, MALL_SOCKET (and with nodes PATH) for sbatch, scontrol, mallctl
   note "$(grep -m1 ': up in' "$tmp/up.log" | sed 's/^local-cluster.sh: //; s/ (.*): /: /')"
   note "folder $MALL_CLUSTER_DIR, ports $port-$(( port + 1 )), cgroup parent $MALL_CLUSTER_CGROUP"
-  note "malld: $(grep -m1 ' info: backend' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/.* info: //')"
   note "plugstack.conf: $(cat "$MALL_CLUSTER_DIR/etc/plugstack.conf")"
-
-  "$bin/mallctl" --socket "$MALL_SOCKET" watch --json >"$tmp/events.jsonl" 2>/dev/null &
-  follow_pids+=($!)
-  "$bin/mallctl" --socket "$MALL_SOCKET" watch > >(sed -u "s/^/  ${dim}malld${off} | /") 2>&1 &
-  follow_pids+=($!)
-  sleep 0.3   # both watchers subscribe before the first job's prolog
+  # One malld per node: node_sock[N] and its events in $tmp/events[-N].jsonl, printed as "malld@N |".
+  declare -gA node_sock=() node_events=()
+  local n label
+  if [ "$demo_nodes" = 1 ]; then
+    node_sock[local]=$MALL_SOCKET node_events[local]=$tmp/events.jsonl
+    note "malld: $(grep -m1 ' info: backend' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/.* info: //')"
+  else
+    for n in $MALL_CLUSTER_NODES; do
+      node_sock[$n]=$MALL_CLUSTER_DIR/nodes/$n/malld.sock node_events[$n]=$tmp/events-$n.jsonl
+      note "$n: address $("$cluster_sh" exec "$n" -- ip -4 -o addr show eth0 | awk '{print $4}'), malld $(grep -m1 ' info: backend' "$MALL_CLUSTER_DIR/nodes/$n/log/malld.log" | sed 's/.* info: //')"
+    done
+  fi
+  for n in "${!node_sock[@]}"; do
+    label=malld; [ "$n" = local ] || label=malld@$n
+    "$bin/mallctl" --socket "${node_sock[$n]}" watch --json >"${node_events[$n]}" 2>/dev/null &
+    follow_pids+=($!)
+    "$bin/mallctl" --socket "${node_sock[$n]}" watch > >(sed -u "s/^/  ${dim}$label${off} | /") 2>&1 &
+    follow_pids+=($!)
+  done
+  sleep 0.3   # the watchers subscribe before the first job's prolog
 
   declare -gA job_id=()
   submit() {  # submit NAME SBATCH-ARGS...: submits, follows the job's output, sets job_id[NAME]
@@ -210,6 +248,21 @@ slurm_demo() {
   local train
   train=$(printf '%q' "$bin/mall_train_sgd")
   cores_line='echo "cores $(grep Cpus_allowed_list /proc/self/status | cut -f2) (Slurm job $SLURM_JOB_ID)"'
+  ev_time() { sed -n 's/.*"time":\([0-9.]*\).*/\1/p'; }
+  seconds() { printf '%d.%01d s' $(( $1 / 1000 )) $(( $1 % 1000 / 100 )); }
+  reclaim_note() { # reclaim_note NAME EVENTS: how long the prolog of job NAME waited for its core
+    local t_r t_n
+    t_r=$(grep '"event":"reclaim"' "$2" | grep "\"owner\":\"slurm-${job_id[$1]}\"" | head -1 | ev_time)
+    [ -n "$t_r" ] || return 0
+    t_n=$(grep '"event":"enforce"' "$2" | grep '"growing":false' | ev_time | awk -v t="$t_r" '$1 >= t { print; exit }')
+    [ -n "$t_n" ] || return 0
+    note "job $1's core came back from the borrower in $(awk -v a="$t_r" -v b="$t_n" 'BEGIN { printf "%.1f", (b - a) * 1000 }') ms" \
+         "(reclaim in its prolog -> the borrower's ack -> cpuset narrowed)"
+  }
+  cores_of() { # cores_of ID EVENTS: the cpus malld published to job ID over time, "a -> b -> c"
+    grep '"event":"publish"' "$2" | grep "\"job\":\"slurm-$1\"" | sed -n 's/.*"cpus":"\([^"]*\)".*/\1/p' | paste -sd' ' | sed 's/ / -> /g'
+  }
+  if [ "$demo_nodes" != 1 ]; then slurm_nodes_story; return; fi
 
   say "job A: sbatch --malleable=1:2 -c1 --wrap 'srun mall_train_sgd --steps $a_steps' (Slurm guarantees it 1 core;"
   note "alone on the node, malld lends it the other one)"
@@ -234,11 +287,10 @@ slurm_demo() {
   follow_pids=()
 
   # ---- summary ----------------------------------------------------------------------------------
-  ev_time() { sed -n 's/.*"time":\([0-9.]*\).*/\1/p'; }
   echo
   say "summary"
   printf '    %-3s %5s  %-10s %-5s %-28s %7s %6s %10s\n' JOB SLURM STATE EXIT "CORES OVER TIME" RESIZES STEPS "FINAL LOSS"
-  local name id state exitc cores resizes steps_done loss ok=1 t_r t_n
+  local name id state exitc cores resizes steps_done loss ok=1
   for name in A B C; do
     id=${job_id[$name]}
     state=$(job_field "$id" JobState) exitc=$(job_field "$id" ExitCode)
@@ -247,8 +299,7 @@ slurm_demo() {
       cores="$(sed -n 's/^cores \([^ ]*\).*/\1/p' "$tmp/B.out" | head -1) (plain: never moved)"
       resizes=- steps_done=- loss=-
     else
-      cores=$(grep '"event":"publish"' "$tmp/events.jsonl" | grep "\"job\":\"slurm-$id\"" |
-              sed -n 's/.*"cpus":"\([^"]*\)".*/\1/p' | paste -sd' ' | sed 's/ / -> /g')
+      cores=$(cores_of "$id" "$tmp/events.jsonl")
       resizes=$(grep '"event":"publish"' "$tmp/events.jsonl" | grep -c "\"job\":\"slurm-$id\"" || true)
       resizes=$(( resizes > 0 ? resizes - 1 : 0 ))
       steps_done=$(sed -n 's/^done steps \([0-9]*\).*/\1/p' "$tmp/$name.out")
@@ -258,22 +309,83 @@ slurm_demo() {
       "${cores:--}" "$resizes" "${steps_done:--}" "${loss:--}"
   done
   note "cores over time: each allocation malld published to the trainer (Slurm guaranteed one core)"
-  for name in B C; do  # how long the prolog waited for the borrower to give the core back
-    t_r=$(grep '"event":"reclaim"' "$tmp/events.jsonl" | grep "\"owner\":\"slurm-${job_id[$name]}\"" | head -1 | ev_time)
-    [ -n "$t_r" ] || continue
-    t_n=$(grep '"event":"enforce"' "$tmp/events.jsonl" | grep '"growing":false' | ev_time |
-          awk -v t="$t_r" '$1 >= t { print; exit }')
-    [ -n "$t_n" ] || continue
-    note "job $name's core came back from the borrower in $(awk -v a="$t_r" -v b="$t_n" 'BEGIN { printf "%.1f", (b - a) * 1000 }') ms" \
-         "(reclaim in its prolog -> the borrower's ack -> cpuset narrowed)"
-  done
+  for name in B C; do reclaim_note "$name" "$tmp/events.jsonl"; done   # the prologs' waits
   local end_ms; end_ms=$(now_ms)
-  seconds() { printf '%d.%01d s' $(( $1 / 1000 )) $(( $1 % 1000 / 100 )); }
   note "the cluster and the jobs ran $(seconds $(( end_ms - run_start ))); total wall time $(seconds $(( end_ms - demo_start ))) (with the build check)"
   if grep -qE ' (error|warn): ' "$MALL_CLUSTER_DIR/log/malld.log"; then
     note "malld reported problems:"
     grep -E ' (error|warn): ' "$MALL_CLUSTER_DIR/log/malld.log" | sed 's/^/      /'
   fi
+  say "bringing the cluster down"
+  [ "$ok" = 1 ]
+}
+
+# ---- --slurm --nodes 2: the story across two nodes ---------------------------------------------------
+# Called by slurm_demo once the cluster, the per-node watchers and the helpers (submit, wait_line,
+# wait_job_end, job_field, cores_of, reclaim_note) are there; job B goes to the last node, C to node1.
+slurm_nodes_story() {
+  local first=node1 last=node$demo_nodes mpi sgd a_steps=4000 c_steps=900
+  mpi=$(printf '%q' "$bin/mall_train_mpi") sgd=$(printf '%q' "$bin/mall_train_sgd")
+  say "job A: sbatch -N$demo_nodes --ntasks-per-node=1 --malleable=1:2 -c1 --wrap 'srun --mpi=pmix mall_train_mpi'"
+  note "one rank per node (TCP between the nodes); alone, each node's malld lends its idle core to its rank"
+  submit A -N"$demo_nodes" --ntasks-per-node=1 --malleable=1:2 -c1 \
+    --wrap "srun --mpi=pmix $mpi --steps $a_steps --seed $seed --print-every 1000 --log-changes; echo srun-rc=\$?"
+  wait_line "$tmp/A.out" '^rank 0 step 1000 '
+
+  say "job B: sbatch -w $last -c1 --wrap '...sleep 3', a plain job on $last: $last's malld takes the"
+  note "lent core back before B's task starts; A's rank on $last shrinks, and in balanced mode the rank"
+  note "on $first caps itself at one thread, so $first's malld lists that core free; when B ends, both grow"
+  submit B -w "$last" -c1 --wrap "$cores_line; sleep 3; echo done"
+  wait_job_end B
+  wait_line "$tmp/A.out" '^rank 0 change .* threads 1 -> 2 ' 2
+
+  say "job C: sbatch -w $first --malleable=1:2 -c1 --wrap 'srun mall_train_sgd': $first shares its cores,"
+  note "both of A's ranks run one thread again; when A ends, C grows to both cores of $first"
+  submit C -w "$first" --malleable=1:2 -c1 --wrap "$cores_line; srun $sgd --steps $c_steps --seed $seed --print-every 100 --log-changes"
+  wait_job_end A
+  wait_job_end C
+  wait_line "${node_events[$first]}" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
+  sleep 0.3   # the last lines reach the screen
+  local pid
+  for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
+  follow_pids=()
+
+  echo
+  say "summary"
+  printf '    %-3s %5s  %-10s %-5s %-6s %-26s %7s\n' JOB SLURM STATE EXIT NODE "CORES OVER TIME" RESIZES
+  local name id state exitc n cores resizes ok=1 nodes
+  for name in A B C; do
+    id=${job_id[$name]}
+    state=$(job_field "$id" JobState) exitc=$(job_field "$id" ExitCode)
+    [ "$state" = COMPLETED ] && [ "$exitc" = 0:0 ] || ok=0
+    case $name in A) nodes=$MALL_CLUSTER_NODES ;; B) nodes=$last ;; C) nodes=$first ;; esac
+    for n in $nodes; do
+      if [ "$name" = B ]; then
+        cores="$(sed -n 's/^cores \([^ ]*\).*/\1/p' "$tmp/B.out" | head -1) (plain: never moved)" resizes=-
+      else
+        cores=$(cores_of "$id" "${node_events[$n]}")
+        resizes=$(grep '"event":"publish"' "${node_events[$n]}" | grep -c "\"job\":\"slurm-$id\"" || true)
+        resizes=$(( resizes > 0 ? resizes - 1 : 0 ))
+      fi
+      printf '    %-3s %5s  %-10s %-5s %-6s %-26s %7s\n' "$name" "$id" "${state:--}" "${exitc:--}" "$n" "${cores:--}" "$resizes"
+    done
+  done
+  note "cores over time: each allocation a node's malld published to the job's task there"
+  local sums
+  sums=$(sed -n 's/^rank [0-9]* final .* checksum \([0-9a-f]*\)$/\1/p' "$tmp/A.out" | sort -u | paste -sd' ')
+  note "A's ranks: $(grep -c '^rank [0-9]* final ' "$tmp/A.out") final lines, checksum(s) $sums" \
+       "$([ "$(wc -w <<<"$sums")" = 1 ] && echo "(equal: the ranks changed threads at the same steps)" || echo "(DIFFERENT)")"
+  [ "$(wc -w <<<"$sums")" = 1 ] && grep -qx 'srun-rc=0' "$tmp/A.out" || ok=0
+  note "A's changes: $(grep -c ' change step ' "$tmp/A.out") rank lines, e.g. $(grep -m1 '^rank 1 change .* -> 1 ' "$tmp/A.out")"
+  reclaim_note B "${node_events[$last]}"
+  reclaim_note C "${node_events[$first]}"
+  note "the cluster and the jobs ran $(seconds $(( $(now_ms) - run_start ))); total wall time $(seconds $(( $(now_ms) - demo_start ))) (with the build check)"
+  for n in $MALL_CLUSTER_NODES; do
+    if grep -qE ' (error|warn): ' "$MALL_CLUSTER_DIR/nodes/$n/log/malld.log"; then
+      note "malld@$n reported problems:"
+      grep -E ' (error|warn): ' "$MALL_CLUSTER_DIR/nodes/$n/log/malld.log" | sed 's/^/      /'
+    fi
+  done
   say "bringing the cluster down"
   [ "$ok" = 1 ]
 }
@@ -361,6 +473,7 @@ container_demo() {
 # ---- build --------------------------------------------------------------------------------------
 targets=(malld mallctl mallrun mall_train_sgd)
 [ "$slurm_mode" = 1 ] && targets+=(mall_spank)
+[ "$demo_nodes" = 1 ] || targets+=(mall_train_mpi)
 [ "$containers_mode" = 1 ] && targets+=(mall_train_digits mall)
 have_binaries() {
   local b
