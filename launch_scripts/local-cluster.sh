@@ -635,7 +635,7 @@ start_malld() {
 nodes_idle() { # every node of the cluster is idle in sinfo
   local states
   states=$(ctl sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
-  [ "$(wc -l <<<"$states")" -eq "${#node_names[@]}" ] && ! grep -qv ' idle$' <<<"$states"
+  [ "$(wc -l <<<"$states")" -eq "${#node_names[@]}" ] && ! grep -qvE ' (idle|mix|alloc|comp)$' <<<"$states"
 }
 ctl() { if multi; then in_ns head "$@"; else "$@"; fi; }   # a Slurm client where slurmctld is reached
 ctl_prefix() { # the same as a command prefix, for timeout(1): prints one word a line

@@ -415,6 +415,44 @@ TEST_F(Cli, RegisterWithJoinAddsTasksToOneJob) {
     EXPECT_TRUE(wait_until([&] { return !find_job(*status_json(socket()), "slurm-77"); }, 10s));
 }
 
+// A task that joins a job already grown to the whole pool (a Slurm step's task after the batch
+// shell's registration) arrives pinned by Slurm's task/affinity to its step's core; no allocation
+// change follows, so malld widens its threads at the join: every thread then allows the job's cpus.
+// Both backends (the kernel keeps a requested mask across a cgroup move, so cgroups need it too).
+void expect_joined_task_gets_the_jobs_cpus(const std::string &backend) {
+    MalldOptions options;
+    options.backend = backend;
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    Child first(mallrun_argv(malld.socket(), "1:2", "slurm-88", test_client_argv({"--step-us", "1000"})));
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "slurm-88", "0-1", 1); }, 20s))
+        << status_text(malld);
+    Child pinned({"/usr/bin/taskset", "-c", "0", "/bin/sleep", "120"});
+    ASSERT_TRUE(wait_until([&] {
+        auto lists = thread_cpus_allowed(pinned.pid());
+        return !lists.empty() && lists.begin()->second == "0";
+    }, 10s)) << "taskset did not pin the task to cpu 0";
+    auto ctl = mall::CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    json join{{"job", "slurm-88"}, {"uid", 0}, {"pids", {pinned.pid()}}, {"min", 1}, {"max", 2}, {"join", true}};
+    auto r = ctl->request(mall::proto::Type::Register, join, 20s);
+    ASSERT_TRUE(r.ok) << r.error;
+    auto lists = thread_cpus_allowed(pinned.pid());
+    ASSERT_FALSE(lists.empty());
+    for (const auto &[tid, list] : lists) EXPECT_EQ(list, "0-1") << "thread " << tid << "; " << status_text(malld);
+    EXPECT_TRUE(job_settled_on(malld.socket(), "slurm-88", "0-1")) << status_text(malld);
+}
+
+TEST(CliJoin, AJoinedTaskPinnedToOneCoreGetsTheJobsCpusWithCgroups) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    expect_joined_task_gets_the_jobs_cpus("");
+}
+
+TEST(CliJoin, AJoinedTaskPinnedToOneCoreGetsTheJobsCpusWithAffinity) {
+    expect_joined_task_gets_the_jobs_cpus("affinity");
+}
+
 // A Reclaim naming only an owner needs malld --slurm to look the cpus up; without it malld refuses
 // with the reason and changes nothing.
 TEST_F(Cli, ReclaimByOwnerWithoutCpusNeedsSlurmChecks) {

@@ -28,6 +28,21 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+// Sets every thread of each pid and of its descendants to `cpus`. A thread that is gone is fine;
+// the first other failure goes to *first_error (when given and still empty).
+void set_tree_affinity(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus,
+                       std::string *first_error) {
+    for (pid_t pid : pids) {
+        std::vector<pid_t> tree{pid};
+        for (pid_t d : descendants_of(pid)) tree.push_back(d);
+        for (pid_t p : tree)
+            for (pid_t tid : threads_of(p))
+                if (!set_thread_affinity(tid, cpus) && errno != ESRCH && first_error && first_error->empty())
+                    *first_error = "sched_setaffinity(" + std::to_string(tid) + ", " + cpus.to_string() +
+                                   ") failed: " + errno_text(errno) + "; malld needs root or the same uid as job " + job;
+    }
+}
+
 std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
     size_t i = 0;
@@ -273,6 +288,11 @@ public:
             }
         const std::string dir = own_dir(job);
         if (!to_move.empty() && is_directory(dir) && !move_pids(dir, to_move, error)) return false;
+        // Its threads keep the masks they had (Slurm's task/affinity pins a task to its step's
+        // cores before the plugin registers it, and the kernel keeps requested masks across a
+        // move): widen them to the job's cpus, which no apply() may come to do.
+        if (state.enforced && !state.enforced->empty() && state.mode != CgroupMode::Container)
+            set_tree_affinity(job, pids, *state.enforced, first_error.empty() ? &first_error : nullptr);
         if (!first_error.empty()) return fail(error, first_error);
         return true;  // pids for malld's folder are moved when the folder is made
     }
@@ -872,8 +892,16 @@ public:
         return true;  // no cgroups: every mode means "the threads' masks"
     }
     void set_mode(const std::string &, CgroupMode) override {}
-    bool add_pids(const std::string &, const std::vector<pid_t> &, std::string *) override {
-        return true;
+    // A task joining a job that already holds cpus gets them now: the allocation may not change,
+    // so no apply() would come for it.
+    bool add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) override {
+        auto it = applied_.find(job);
+        if (it == applied_.end()) return true;
+        std::string first_error;
+        set_tree_affinity(job, pids, it->second, &first_error);
+        if (first_error.empty()) return true;
+        if (error) *error = first_error;
+        return false;
     }
     void adopt(const std::string &, const std::vector<pid_t> &, const std::vector<JobCgroup> &,
                const CpuSet &) override {}
@@ -890,18 +918,8 @@ public:
             return false;
         }
         std::string first_error;
-        for (pid_t pid : pids) {
-            std::vector<pid_t> tree{pid};
-            for (pid_t d : descendants_of(pid)) tree.push_back(d);
-            for (pid_t p : tree) {
-                for (pid_t tid : threads_of(p)) {
-                    if (!set_thread_affinity(tid, cpus) && errno != ESRCH && first_error.empty())
-                        first_error = "sched_setaffinity(" + std::to_string(tid) + ", " +
-                                      cpus.to_string() + ") failed: " + errno_text(errno) +
-                                      "; malld needs root or the same uid as job " + job;
-                }
-            }
-        }
+        set_tree_affinity(job, pids, cpus, &first_error);
+        applied_[job] = cpus;
         if (!first_error.empty()) {
             if (error) *error = first_error;
             return false;
@@ -923,13 +941,16 @@ public:
         return std::nullopt;
     }
 
-    void remove(const std::string &) override {}
+    void remove(const std::string &job) override { applied_.erase(job); }
     void stop() override {}
     std::string cgroup_path(const std::string &) const override { return ""; }
     std::vector<std::string> jobs_with_cgroups() const override { return {}; }
     std::string describe() const override {
         return "affinity (sched_setaffinity on every thread, no cgroups)";
     }
+
+private:
+    std::map<std::string, CpuSet> applied_;  // the cpus last applied to each job
 };
 
 }  // namespace
