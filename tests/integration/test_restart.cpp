@@ -68,7 +68,9 @@ TEST(Restart, KilledMalldReadoptsJobsWithoutChangingThem) {
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
 
-    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv({"--threads", "2"})));
+    ChildOptions with_stderr;
+    with_stderr.capture_stderr = true;  // libmall's lines about the lost and the regained connection
+    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv({"--threads", "2"})), with_stderr);
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
         << status_text(malld);
     Child b(mallrun_argv(malld.socket(), "1:2", "b", test_client_argv({"--threads", "3"})));
@@ -149,6 +151,15 @@ TEST(Restart, KilledMalldReadoptsJobsWithoutChangingThem) {
     ASSERT_TRUE(reattached);
     EXPECT_EQ(describe(observe(*reattached)), describe(before));
     EXPECT_TRUE(a.exited() == false && b.exited() == false);
+    // The process was told, once each, on its stderr: runs on not malleable, then malleable again.
+    auto told = [&](const std::string &words) {
+        int n = 0;
+        for (const auto &l : a.all_lines())
+            if (l.rfind("mall: " + words, 0) == 0 && l.find("(job a, malld at " + malld.socket()) != std::string::npos) ++n;
+        return n;
+    };
+    EXPECT_TRUE(wait_until([&] { return told("reconnected to malld: malleable again") == 1; }, 10s));
+    EXPECT_EQ(told("lost the connection to malld: this process keeps its cpus and runs on, not malleable"), 1);
 
     // A later change still reaches the re-attached processes, and they ack it through the new
     // connection: b ends, a grows to the whole pool; then an admin pins a back to one cpu.

@@ -503,8 +503,24 @@ milliseconds next_backoff(int rc, milliseconds backoff) {
     return kRefusedBackoff;
 }
 
+// One line on stderr when the connection to malld is lost and when it is back: between the two the
+// process keeps the cpus it has and runs on, not malleable (mall_step() says "no change"). Written
+// by the monitor only, with one write(2), never on the step path; MALL_QUIET=1 silences it.
+void tell_user(mall_handle *m, const char *what) {
+    static const bool quiet = [] {
+        const char *q = std::getenv("MALL_QUIET");
+        return q != nullptr && q[0] == '1';
+    }();
+    if (quiet) return;
+    std::string line = "mall: " + std::string(what) + " (job " + std::string(m->job_name.load()) +
+                       ", malld at " + m->socket_path + ", pid " + std::to_string(::getpid()) + ")\n";
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+}
+
 void monitor_loop(mall_handle *m) {
     milliseconds backoff = m->first_retry;
+    bool lost = false;  // the connection was lost and not yet back (tell_user said so)
     auto next_progress = Clock::now() + kProgressInterval;
     std::string buffer;
     for (;;) {
@@ -515,6 +531,8 @@ void monitor_loop(mall_handle *m) {
                 // The monitor's own thread may wait the default even when mall_open() may not.
                 int rc = attach_once(m, std::max(m->attach_timeout, kDefaultAttachTimeout), &why);
                 if (rc == MALL_SUCCESS) {
+                    if (lost) tell_user(m, "reconnected to malld: malleable again");
+                    lost = false;
                     // A new connection (maybe a restarted malld): tell it the usage cap again.
                     if (int cap = m->usage_cap.load(); cap > 0)
                         send_nonblocking(m, mall::proto::Type::Usage, {{"cpus_used", cap}});
@@ -536,6 +554,10 @@ void monitor_loop(mall_handle *m) {
             if (ready > 0 && fds[0].revents) {
                 if (!read_packets(m, &buffer)) {
                     detach(m);
+                    if (!lost)
+                        tell_user(m, "lost the connection to malld: this process keeps its cpus and runs on, "
+                                     "not malleable, until malld is back");
+                    lost = true;
                     backoff = kFirstBackoff;
                     continue;
                 }
