@@ -271,6 +271,13 @@ if [ -n "$malld1" ] && live "$malld1" && kill -KILL "$malld1" && wait_for 10 bas
   else
     fail "(3) after malld@node1 was killed: job $j1 $(job_state "$j1"), node1 task $(threads_lists "$pid1"), node2 $(job_view node2 "$job1") (generation before $gen2, steps before $steps2)"
   fi
+  # The running task on node1 says so on its stderr (libmall); node2's task has nothing to say.
+  if wait_for 10 grep -Eq '^ *0: mall: lost the connection to malld: this process keeps its cpus and runs on, not malleable' "$work/nodes.out" &&
+     ! grep -Eq '^ *1: mall: lost' "$work/nodes.out"; then
+    pass "(3) node1's task warned, node2's did not: $(grep -m1 -E '^ *0: mall: lost' "$work/nodes.out")"
+  else
+    fail "(3) no (or a wrong) 'lost the connection' warning in the tasks' output: $(grep -E 'mall: ' "$work/nodes.out" | tr '\n' '|')"
+  fi
   # A new step of the job on node1 while its malld is gone: it runs, non-malleable, with the warning.
   timeout 60 srun --jobid="$j1" --overlap -N 1 -n 1 -w node1 --malleable=1:2 -c 1 \
     sh -c 'hostname; grep Cpus_allowed_list /proc/self/status' >"$work/step.out" 2>"$work/step.err"
@@ -294,7 +301,8 @@ if [ -n "$malld1" ] && live "$malld1" && kill -KILL "$malld1" && wait_for 10 bas
   else
     fail "(3) the restart: malld@node1 '$malld1' -> '$malld1_new', others unchanged: $unchanged; up said: $(tr '\n' '|' <"$work/up2.log")"
   fi
-  readopted() { job_settled_on node1 "$job1" 0-1 && job_pids node1 "$job1" | grep -qx "$pid1" && [ "$(job_field node1 "$job1" attached)" = 1 ]; }
+  readopted() { job_settled_on node1 "$job1" 0-1 && job_pids node1 "$job1" | grep -qx "$pid1" && [ "$(job_field node1 "$job1" attached)" = 1 ] &&
+                grep -Eq '^ *0: mall: reconnected to malld: malleable again' "$work/nodes.out"; }
   if wait_for $wait_default_s readopted && grep -q "re-adopted job $job1 " "$MALL_CLUSTER_DIR/nodes/node1/log/malld.log" &&
      [ "$(threads_lists "$pid1")" = "$threads1" ]; then
     pass "(3) the new malld@node1 re-adopted job $j1 without touching its cpus and its task re-attached: $(job_view node1 "$job1"); $(grep -m1 "re-adopted job $job1 " "$MALL_CLUSTER_DIR/nodes/node1/log/malld.log" | sed 's/^.*info: //')"
