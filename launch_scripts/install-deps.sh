@@ -18,6 +18,8 @@ packages=(
   # Slurm integration (slurm_plugin/, launch_scripts/local-cluster.sh, tests/system/): the daemons,
   # the clients, spank.h/libslurm, munge for auth/munge.
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
+  # local-cluster.sh up --nodes N: the nodes' network namespaces, bridge and veth pairs (ip).
+  iproute2
   # MPI under Slurm: Open MPI brings PMIx, which `srun --mpi=pmix` (MpiDefault=pmix) needs.
   openmpi-bin libopenmpi-dev
   # The Python module's tests and examples/train_torch.py: Debian's PyTorch (OpenMP build), numpy,
