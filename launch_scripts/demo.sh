@@ -53,7 +53,7 @@ Modes:
                C  sbatch -w node1 --malleable=1:2 -c1 (srun mall_train_sgd): node1 shares its
                   cores, A's ranks both run one thread; when A ends, C grows to both
              Events are printed per node ("malld@node1 |"); the summary gives cores over time on
-             each node and both ranks' checksums (equal: the ranks stepped together). About 40 s.
+             each node and both ranks' checksums (equal: the ranks stepped together). About 20 s.
   --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and two training
              containers started with `mallrun --container -- podman run ...`:
                eigen  the Eigen trainer (mall_train_digits), alone at first: it gets the pool
@@ -324,24 +324,30 @@ slurm_demo() {
 # Called by slurm_demo once the cluster, the per-node watchers and the helpers (submit, wait_line,
 # wait_job_end, job_field, cores_of, reclaim_note) are there; job B goes to the last node, C to node1.
 slurm_nodes_story() {
-  local first=node1 last=node$demo_nodes mpi sgd a_steps=4000 c_steps=900
+  # A trains until the demo drops its stop file (every rank stops at the same step), once C runs:
+  # the story does not depend on how fast this machine trains.
+  local first=node1 last=node$demo_nodes mpi sgd c_steps=900 stop_a=$tmp/stop-A grown
   mpi=$(printf '%q' "$bin/mall_train_mpi") sgd=$(printf '%q' "$bin/mall_train_sgd")
   say "job A: sbatch -N$demo_nodes --ntasks-per-node=1 --malleable=1:2 -c1 --wrap 'srun --mpi=pmix mall_train_mpi'"
   note "one rank per node (TCP between the nodes); alone, each node's malld lends its idle core to its rank"
   submit A -N"$demo_nodes" --ntasks-per-node=1 --malleable=1:2 -c1 \
-    --wrap "srun --mpi=pmix $mpi --steps $a_steps --seed $seed --print-every 1000 --log-changes; echo srun-rc=\$?"
+    --wrap "srun --mpi=pmix $mpi --steps 100000000 --stop-file $(printf '%q' "$stop_a") --max-seconds 120 --seed $seed --print-every 1000 --log-changes; echo srun-rc=\$?"
   wait_line "$tmp/A.out" '^rank 0 step 1000 '
 
   say "job B: sbatch -w $last -c1 --wrap '...sleep 3', a plain job on $last: $last's malld takes the"
   note "lent core back before B's task starts; A's rank on $last shrinks, and in balanced mode the rank"
   note "on $first caps itself at one thread, so $first's malld lists that core free; when B ends, both grow"
+  grown=$(grep -cE '^rank 0 change .* threads 1 -> 2 ' "$tmp/A.out" || true)
   submit B -w "$last" -c1 --wrap "$cores_line; sleep 3; echo done"
   wait_job_end B
-  wait_line "$tmp/A.out" '^rank 0 change .* threads 1 -> 2 ' 2
+  wait_line "$tmp/A.out" '^rank 0 change .* threads 1 -> 2 ' $(( grown + 1 ))
 
   say "job C: sbatch -w $first --malleable=1:2 -c1 --wrap 'srun mall_train_sgd': $first shares its cores,"
   note "both of A's ranks run one thread again; when A ends, C grows to both cores of $first"
   submit C -w "$first" --malleable=1:2 -c1 --wrap "$cores_line; srun $sgd --steps $c_steps --seed $seed --print-every 100 --log-changes"
+  wait_line "$tmp/C.out" '^step 200 '
+  say "A is told to stop (its stop file): every rank stops at the same step; C then grows to both cores"
+  touch "$stop_a"
   wait_job_end A
   wait_job_end C
   wait_line "${node_events[$first]}" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
