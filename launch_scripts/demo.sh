@@ -51,7 +51,7 @@ Modes:
                   caps itself at the same thread count, so node1's malld gets that core back as
                   free; when B ends, both ranks grow back together
                C  sbatch -w node1 --malleable=1:2 -c1 (srun mall_train_sgd): node1 shares its
-                  cores, A's ranks both run one thread; when A ends, C grows to both
+                  cores, A's ranks both run one thread; then A is stopped and C grows to both
              Events are printed per node ("malld@node1 |"); the summary gives cores over time on
              each node and both ranks' checksums (equal: the ranks stepped together). About 20 s.
   --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and two training
