@@ -262,6 +262,15 @@ slurm_demo() {
   cores_of() { # cores_of ID EVENTS: the cpus malld published to job ID over time, "a -> b -> c"
     grep '"event":"publish"' "$2" | grep "\"job\":\"slurm-$1\"" | sed -n 's/.*"cpus":"\([^"]*\)".*/\1/p' | paste -sd' ' | sed 's/ / -> /g'
   }
+  end_story() { # end_story EVENTS: A and C ended, C's cores released (EVENTS: C's node's), followers stopped
+    wait_job_end A
+    wait_job_end C
+    wait_line "$1" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
+    sleep 0.3   # the last lines reach the screen
+    local pid
+    for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
+    follow_pids=()
+  }
   if [ "$demo_nodes" != 1 ]; then slurm_nodes_story; return; fi
 
   say "job A: sbatch --malleable=1:2 -c1 --wrap 'srun mall_train_sgd --steps $a_steps' (Slurm guarantees it 1 core;"
@@ -278,13 +287,7 @@ slurm_demo() {
   say "job C: sbatch --malleable=1:2 -c1 --wrap 'srun mall_train_sgd --steps $c_steps': A gives the lent core"
   note "back again and each trainer keeps the core Slurm gave it; when one ends, the other grows to both"
   submit C --malleable=1:2 -c1 --wrap "$cores_line; srun $train --steps $c_steps --seed $seed --print-every 100 --log-changes"
-  wait_job_end A
-  wait_job_end C
-  wait_line "$tmp/events.jsonl" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
-  sleep 0.3   # the last lines reach the screen
-  local pid
-  for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
-  follow_pids=()
+  end_story "$tmp/events.jsonl"
 
   # ---- summary ----------------------------------------------------------------------------------
   echo
@@ -348,13 +351,7 @@ slurm_nodes_story() {
   wait_line "$tmp/C.out" '^step 200 '
   say "A is told to stop (its stop file): every rank stops at the same step; C then grows to both cores"
   touch "$stop_a"
-  wait_job_end A
-  wait_job_end C
-  wait_line "${node_events[$first]}" "\"event\":\"release\".*\"owner\":\"slurm-${job_id[C]}\"" || true
-  sleep 0.3   # the last lines reach the screen
-  local pid
-  for pid in "${follow_pids[@]}"; do stop_pid "$pid"; done
-  follow_pids=()
+  end_story "${node_events[$first]}"
 
   echo
   say "summary"

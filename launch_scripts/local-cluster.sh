@@ -536,17 +536,19 @@ prepare_slurm_cgroups() {
 # holders and every process inside frees the namespaces, and the bridge, links, addresses and node
 # bind mounts go with them.
 holder_pid() { daemon_pid "$(if [ "$1" = head ]; then echo ns-head; else echo "ns@$1"; fi)"; }
-# in_ns head|NODE CMD...: runs CMD in the head namespace (network only: host files, host name) or in
-# node NODE's network, UTS and mount namespaces (its host name, $dir/node = its own folder).
-in_ns() {
-  local where=$1 pid; shift
-  pid=$(holder_pid "$where") || die "the namespace of $where is gone (its holder died); run: $prog down && $prog up --nodes $n_nodes"
-  if [ "$where" = head ]; then
-    nsenter --target "$pid" --net -- "$@"
+# ns_enter head|NODE: sets ns_cmd to the words that run a command in the head namespace (network
+# only: host files, host name) or in node NODE's network, UTS and mount namespaces (its host name,
+# $dir/node = its own folder). in_ns head|NODE CMD...: runs CMD there.
+ns_enter() {
+  local pid
+  pid=$(holder_pid "$1") || die "the namespace of $1 is gone (its holder died); run: $prog down && $prog up --nodes $n_nodes"
+  if [ "$1" = head ]; then
+    ns_cmd=(nsenter --target "$pid" --net --)
   else
-    nsenter --target "$pid" --net --uts --mount --wdns="$dir" -- "$@"
+    ns_cmd=(nsenter --target "$pid" --net --uts --mount --wdns="$dir" --)
   fi
 }
+in_ns() { ns_enter "$1"; shift; "${ns_cmd[@]}" "$@"; }
 start_namespaces() { # the holders and the network: bridge br0 in head, a veth pair per node
   local k n have=0 pid batch
   for n in head "${node_names[@]}"; do holder_pid "$n" >/dev/null && have=$(( have + 1 )); done
@@ -626,7 +628,7 @@ start_malld() {
   inner_sock=$sock; state=$dir/malld
   if multi; then
     inner_sock=$inner_node/malld.sock; state=$inner_node/malld
-    prefix=(nsenter --target "$(holder_pid "$n")" --net --uts --mount --wdns="$dir" --)
+    ns_enter "$n"; prefix=("${ns_cmd[@]}")
   fi
   start_daemon "$name" "${prefix[@]}" "$build/bin/malld" --socket "$inner_sock" --state-dir "$state" \
     --cgroup-parent "$(malld_cgroup_of "$n")" --log-level info "${slurm_check[@]}"
@@ -638,9 +640,6 @@ nodes_idle() { # every node of the cluster is idle in sinfo
   [ "$(wc -l <<<"$states")" -eq "${#node_names[@]}" ] && ! grep -qvE ' (idle|mix|alloc|comp)$' <<<"$states"
 }
 ctl() { if multi; then in_ns head "$@"; else "$@"; fi; }   # a Slurm client where slurmctld is reached
-ctl_prefix() { # the same as a command prefix, for timeout(1): prints one word a line
-  if multi; then printf '%s\n' nsenter --target "$(holder_pid head)" --net --; fi
-}
 
 cmd_up() {
   local t0_ms auth name missing=() need n
@@ -746,7 +745,8 @@ cmd_up() {
   export SLURM_CONF=$conf
   if ! daemon_pid slurmctld >/dev/null; then
     if multi; then
-      start_daemon slurmctld nsenter --target "$(holder_pid head)" --net -- slurmctld -D -f "$conf"
+      ns_enter head
+      start_daemon slurmctld "${ns_cmd[@]}" slurmctld -D -f "$conf"
     else
       if port_taken "$ctld_port"; then
         die "port $ctld_port is in use (another Slurm cluster? stop it with '$prog down' and its MALL_CLUSTER_DIR, or set MALL_CLUSTER_PORT)"
@@ -763,7 +763,8 @@ cmd_up() {
     if [ "$cgroup_plugins" = cgroup ]; then touch "$dir/run/slurm-cgroups-ours"; fi
     if multi; then
       n=$(node_of "$name")
-      start_daemon "$name" nsenter --target "$(holder_pid "$n")" --net --uts --mount --wdns="$dir" -- slurmd -D -N "$n" -f "$conf"
+      ns_enter "$n"
+      start_daemon "$name" "${ns_cmd[@]}" slurmd -D -N "$n" -f "$conf"
     else
       if port_taken "$slurmd_port"; then
         die "port $slurmd_port (slurmd) is in use (another slurmd? stop it, or set MALL_CLUSTER_PORT)"
@@ -831,8 +832,8 @@ cmd_down() {
     # Jobs first, so their tasks end through Slurm (KillWait=2) and no stray step is left.
     if daemon_pid slurmctld >/dev/null && command -v squeue >/dev/null && { ! multi || holder_pid head >/dev/null; }; then
       export SLURM_CONF=$conf
-      local jobs ctl_in=()
-      mapfile -t ctl_in < <(ctl_prefix)
+      local jobs ctl_in=()   # for timeout(1), which needs a command, not a function
+      if multi; then ns_enter head; ctl_in=("${ns_cmd[@]}"); fi
       jobs=$(timeout 15 "${ctl_in[@]}" squeue -h -o %A 2>/dev/null | tr '\n' ' ')
       if [ -n "${jobs// }" ]; then
         say "cancelling jobs $jobs"

@@ -1,6 +1,7 @@
-# private_cluster.sh — sourced by the system tests: sets up a private single-node cluster's
-# environment (own folder, cgroup parent and free port pair, so a test runs beside a developer's
-# cluster without touching it) and the helpers that check what the cluster leaves behind.
+# private_cluster.sh — sourced by the system tests: sets up a private cluster's environment (own
+# folder, cgroup parent and free port pair, so a test runs beside a developer's cluster without
+# touching it; one node, or `up --nodes N`), the helpers that check what the cluster leaves behind,
+# and the helpers the tests share (jobs, thread masks).
 # Usage: systest_begin DEFAULT_TIMEOUT_S "$@" first (watchdog, arguments, root check, PASS/FAIL),
 # then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
 # The caller owns the cleanup trap and calls local-cluster.sh up/down. A script that also runs in the
@@ -150,4 +151,46 @@ run_processes() { # live processes started by this run's cluster (they carry MAL
     grep -qzxF "MALL_CLUSTER_DAEMON=$MALL_CLUSTER_DIR" "$p/environ" 2>/dev/null || continue
     live "${p#/proc/}" && echo "${p#/proc/}($(cat "$p/comm" 2>/dev/null))"
   done
+}
+
+# ---- helpers the Slurm system tests share (submit writes $work/NAME.out and NAME.sbatch.err) --------
+expand_cpus() { # expand_cpus "0-1,3": one cpu number per line
+  local part a b
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then a=${part%-*}; b=${part#*-}; seq "$a" "$b"; else echo "$part"; fi
+  done
+}
+threads_cpus() { # threads_cpus PID...: the union of Cpus_allowed_list over every thread, one cpu a line
+  local pid f list
+  for pid in "$@"; do
+    for f in /proc/"$pid"/task/*/status; do
+      list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)
+      [ -n "$list" ] && expand_cpus "$list"
+    done
+  done | sort -un
+}
+job_running() { [ "$(job_state "$1")" = RUNNING ]; }
+submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
+  local name=$1; shift
+  local id
+  id=$(sbatch --parsable --job-name="$name" --output="$work/$name.out" "$@" 2>"$work/$name.sbatch.err") || return 1
+  [ -n "$id" ] || return 1
+  echo "${id%%;*}"
+}
+never_share() { # never_share PIDS_A PIDS_B N: N samples; fails at the first one where the threads of the
+  # two pid lists allow a common cpu (or a list is empty); prints what it saw
+  local a=$1 b=$2 n=$3 i ca cb common
+  for (( i = 1; i <= n; i++ )); do
+    # shellcheck disable=SC2086  # word lists of pids
+    ca=$(threads_cpus $a | tr '\n' ',')
+    # shellcheck disable=SC2086
+    cb=$(threads_cpus $b | tr '\n' ',')
+    common=$(comm -12 <(tr ',' '\n' <<<"$ca" | sed '/^$/d' | sort) <(tr ',' '\n' <<<"$cb" | sed '/^$/d' | sort) | tr '\n' ',')
+    if [ -z "$ca" ] || [ -z "$cb" ] || [ -n "$common" ]; then
+      echo "sample $i: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
+      return 1
+    fi
+    sleep 0.05   # sampling interval, not a wait
+  done
+  echo "$n samples: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
 }

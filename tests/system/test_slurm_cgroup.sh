@@ -55,13 +55,6 @@ job_settled_on() { # job_settled_on JOB CPUS: published and enforced on exactly 
   [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"' <<<"$s")" = "$2 $2 settled" ]
 }
 job_gone_and_released() { ! job_listed "$1" && [ -z "$(reserved_for "$1")" ]; }
-job_running() { [ "$(job_state "$1")" = RUNNING ]; }
-submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
-  local name=$1; shift
-  local id
-  id=$(sbatch --parsable --job-name="$name" --output="$work/$name.out" "$@" 2>"$work/$name.sbatch.err") || return 1
-  echo "${id%%;*}"
-}
 # Where a process lives in the cpuset hierarchy Slurm uses: v1 the cpuset line of /proc/PID/cgroup,
 # v2 its only line; the path is relative to $mount.
 proc_cgroup() { cgroup_of_lines <"/proc/$1/cgroup" 2>/dev/null; }

@@ -54,28 +54,6 @@ job_settled_on_one() { # job_settled_on_one JOB: holds exactly one cpu, settled
   [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.ncpus) \(.state) \(.cpus == .cpuset)"' <<<"$s")" = "1 settled true" ]
 }
 job_gone_and_released() { ! job_listed "$1" && [ -z "$(reserved_for "$1")" ]; }
-expand_cpus() { # expand_cpus "0-1,3": one cpu number per line
-  local part a b
-  for part in ${1//,/ }; do
-    if [[ $part == *-* ]]; then a=${part%-*}; b=${part#*-}; seq "$a" "$b"; else echo "$part"; fi
-  done
-}
-threads_cpus() { # threads_cpus PID...: the union of Cpus_allowed_list over every thread, one cpu a line
-  local pid f list
-  for pid in "$@"; do
-    for f in /proc/"$pid"/task/*/status; do
-      list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)
-      [ -n "$list" ] && expand_cpus "$list"
-    done
-  done | sort -un
-}
-job_running() { [ "$(job_state "$1")" = RUNNING ]; }
-submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
-  local name=$1; shift
-  local id
-  id=$(sbatch --parsable --job-name="$name" --output="$work/$name.out" "$@" 2>"$work/$name.sbatch.err") || return 1
-  echo "${id%%;*}"
-}
 events_of() { # events_of FILTER: matching events from the running watch, one JSON line each
   jq -c "select($1)" "$work/watch.jsonl" 2>/dev/null
 }
@@ -83,23 +61,6 @@ has_event() { [ -n "$(events_of "$1")" ]; }
 first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
 # "a < b" for decimal seconds since the epoch
 earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
-never_share() { # never_share PIDS_A PIDS_B N: N samples; fails at the first one where the threads of the
-  # two pid lists allow a common cpu (or a list is empty); prints what it saw
-  local a=$1 b=$2 n=$3 i ca cb common
-  for (( i = 1; i <= n; i++ )); do
-    # shellcheck disable=SC2086  # word lists of pids
-    ca=$(threads_cpus $a | tr '\n' ',')
-    # shellcheck disable=SC2086
-    cb=$(threads_cpus $b | tr '\n' ',')
-    common=$(comm -12 <(tr ',' '\n' <<<"$ca" | sed '/^$/d' | sort) <(tr ',' '\n' <<<"$cb" | sed '/^$/d' | sort) | tr '\n' ',')
-    if [ -z "$ca" ] || [ -z "$cb" ] || [ -n "$common" ]; then
-      echo "sample $i: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
-      return 1
-    fi
-    sleep 0.05   # sampling interval, not a wait
-  done
-  echo "$n samples: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
-}
 dump_job() { # dump_job NAME ID: what helps to understand a failure
   note "--- job $2 ($1): state $(job_state "$2"); output:"; sed 's/^/        /' "$work/$1.out" 2>/dev/null | tail -n 15
   note "--- malld status: $(status_json | jq -c '{reserved, jobs: [.jobs[] | {job, cpus, cpuset, state, pids}]}' 2>/dev/null)"

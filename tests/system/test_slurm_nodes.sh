@@ -81,42 +81,7 @@ task_pid() { # task_pid NODE JOB PROGRAM: the pid among JOB's pids at NODE's mal
   for p in $(job_pids "$1" "$2"); do argv0_is "$p" "$3" && { echo "$p"; return 0; }; done
   return 1
 }
-expand_cpus() { # expand_cpus "0-1,3": one cpu number per line
-  local part
-  for part in ${1//,/ }; do
-    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
-  done
-}
-threads_cpus() { # threads_cpus PID...: the union of Cpus_allowed_list over every thread, one cpu a line
-  local pid f list
-  for pid in "$@"; do
-    for f in /proc/"$pid"/task/*/status; do
-      list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$f" 2>/dev/null)
-      [ -n "$list" ] && expand_cpus "$list"
-    done
-  done | sort -un
-}
-never_share() { # never_share PID_A PID_B N: N samples; fails at the first where both allow a common cpu
-  local a=$1 b=$2 n=$3 i ca cb common
-  for (( i = 1; i <= n; i++ )); do
-    ca=$(threads_cpus "$a" | tr '\n' ','); cb=$(threads_cpus "$b" | tr '\n' ',')
-    common=$(comm -12 <(tr ',' '\n' <<<"$ca" | sed '/^$/d' | sort) <(tr ',' '\n' <<<"$cb" | sed '/^$/d' | sort) | tr '\n' ',')
-    if [ -z "$ca" ] || [ -z "$cb" ] || [ -n "$common" ]; then
-      echo "sample $i: malleable task's threads allow {${ca%,}}, plain task's {${cb%,}}"; return 1
-    fi
-    sleep 0.05   # sampling interval, not a wait
-  done
-  echo "$n samples: malleable task's threads allow {${ca%,}}, plain task's {${cb%,}}"
-}
 other_cpu() { case $1 in 0) echo 1 ;; 1) echo 0 ;; *) echo '?' ;; esac; }
-job_running() { [ "$(job_state "$1")" = RUNNING ]; }
-submit() { # submit NAME SBATCH_ARGS...: prints the job id; the output goes to $work/NAME.out
-  local name=$1; shift
-  local id
-  id=$(sbatch --parsable --job-name="$name" --output="$work/$name.out" "$@" 2>"$work/$name.sbatch.err") || return 1
-  [ -n "$id" ] || return 1
-  echo "${id%%;*}"
-}
 events_of() { jq -c "select($1)" "$work/watch2.jsonl" 2>/dev/null; }   # node2's malld events
 has_event() { [ -n "$(events_of "$1")" ]; }
 first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
