@@ -252,7 +252,7 @@ class StepMappingTest(CleanEnvironment):
             self.assertFalse(client.step())
             self.assertEqual(seen, [])
             self.assertTrue(client.step())
-            self.assertEqual(seen, [mall.Allocation(3, 2, (0, 1), "0-1")])
+            self.assertEqual(seen, [mall.Allocation(3, 2, (0, 1), "0-1", threads=2)])
             self.assertEqual(client.allocation, seen[0])
             self.assertFalse(client.step())
             with self.assertRaises(mall.MallError) as caught:

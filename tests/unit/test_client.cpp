@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -600,6 +601,27 @@ TEST_F(ClientTest, WrapperContainsThrowingCallbacks) {
     EXPECT_EQ(missing.rc, MALL_ERR_NODAEMON);
     EXPECT_FALSE(missing.error.empty());
     EXPECT_EQ(missing.client.step(), MALL_NOUPDT);
+}
+
+// The page carries the thread count (mallctl set --threads) inside the seqlock; a page written
+// without one (0, as by a malld before API 0.3) or with one out of range reads as one per cpu.
+TEST(SharedPage, ThreadCountRoundTripsAndDefaultsToOnePerCpu) {
+    auto page = std::make_unique<mall::SharedPage>();
+    mall::page_init(page.get());
+    uint64_t mask[MALL_MAX_CPUS / 64] = {};
+    mask[0] = 0xf;
+    mall_alloc_t snap{};
+    mall::page_write(page.get(), 1, mask, 4, "0-3", 2);
+    ASSERT_TRUE(mall::page_read(page.get(), &snap));
+    EXPECT_EQ(snap.ncpus, 4);
+    EXPECT_EQ(snap.nthreads, 2);
+    EXPECT_EQ(mall_alloc_threads(&snap), 2);
+    mall::page_write(page.get(), 2, mask, 4, "0-3");  // no count: one per cpu
+    ASSERT_TRUE(mall::page_read(page.get(), &snap));
+    EXPECT_EQ(snap.nthreads, 4);
+    mall::page_write(page.get(), 3, mask, 4, "0-3", 9);  // more than the cpus: one per cpu
+    ASSERT_TRUE(mall::page_read(page.get(), &snap));
+    EXPECT_EQ(snap.nthreads, 4);
 }
 
 TEST(SharedPage, ConcurrentSnapshotsAreNeverTorn) {

@@ -31,9 +31,9 @@ public:
         }
         return true;
     }
-    void publish(const std::string &job, uint64_t generation, const CpuSet &set) override {
-        calls.push_back("publish " + job + " " + std::to_string(generation) + " " +
-                        set.to_string());
+    void publish(const std::string &job, uint64_t generation, const CpuSet &set, int threads) override {
+        calls.push_back("publish " + job + " " + std::to_string(generation) + " " + set.to_string() +
+                        (threads > 0 ? " threads " + std::to_string(threads) : ""));
     }
     void job_removed(const std::string &job) override { calls.push_back("removed " + job); }
     std::optional<double> event_time() override { return wall_time; }  // the core has no wall clock
@@ -856,7 +856,7 @@ TEST_F(NodeManagerTest, SteadyShortOfItsTargetIsStillChanging) {
 TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
     struct Effects : mall::Effects {
         bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
-        void publish(const std::string &, uint64_t, const CpuSet &) override {}
+        void publish(const std::string &, uint64_t, const CpuSet &, int) override {}
         void job_removed(const std::string &) override {}
         void event(const nlohmann::json &ev) override { events.push_back(ev); }
         std::optional<double> event_time() override { return time; }
@@ -880,4 +880,77 @@ TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
     ASSERT_TRUE(manager.deregister_job("a", t0 + 1s).ok);
     ASSERT_FALSE(effects.events.empty());
     for (const auto &ev : effects.events) EXPECT_FALSE(ev.contains("time")) << ev.dump();
+}
+
+// mallctl set --threads: the job keeps its cpus, a new generation carries the count and is acked
+// like any change (no enforcement); a shrink below the count lowers it; auto goes back to one
+// thread per cpu; bad values, counts above the cpus held and unknown jobs change nothing.
+TEST_F(NodeManagerTest, ThreadCountIsPublishedWithTheSameCpusAndAcked) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().attach("a", 1));
+    nm().ack("a", 1, 1, at(5us));
+    effects_.take();
+
+    ok(nm().set_threads("a", 2, at(10us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-3 threads 2"}));  // no enforce: same cpus
+    EXPECT_EQ(job("a").cpuset.to_string(), "0-3");
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "changing");  // until the ack
+    EXPECT_EQ(nm().status()["jobs"][0]["threads"], 2);
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 2);
+    auto pub = effects_.events_named("publish");
+    ASSERT_FALSE(pub.empty());
+    EXPECT_EQ(pub.back()["threads"], 2);
+    EXPECT_EQ(effects_.events_named("threads").back()["threads"], 2);
+    nm().ack("a", 1, 2, at(20us));
+    check();
+    EXPECT_TRUE(effects_.take().empty());
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "settled");
+    EXPECT_EQ(job("a").transitions, 1u);  // a thread change is not a cpu transition
+
+    ok(nm().set_threads("a", 2, at(25us)));  // the same count: nothing to publish
+    EXPECT_TRUE(effects_.take().empty());
+
+    // A second job halves a's cpus: the count (2) still fits and is published with the step.
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(30us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 3 0-1"}));  // 2 threads on 2 cpus: one per cpu
+    nm().ack("a", 1, 3, at(40us));
+    check();
+    effects_.take();
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 2);
+
+    ok(nm().set_threads("a", 1, at(50us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 4 0-1 threads 1"}));
+    nm().ack("a", 1, 4, at(60us));
+    // b leaves: a grows back to 0-3 and keeps running 1 thread.
+    ok(nm().deregister_job("b", at(70us)));
+    auto calls = effects_.take();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(calls.back(), "publish a 5 0-3 threads 1");
+    nm().ack("a", 1, 5, at(80us));
+
+    ok(nm().set_threads("a", 0, at(90us)));  // auto
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 6 0-3"}));
+    EXPECT_EQ(nm().status()["jobs"][0]["threads"], 0);
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 4);
+}
+
+TEST_F(NodeManagerTest, BadThreadCountsChangeNothing) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(0us)));  // no attachments: 0-1 and 2-3 at once
+    effects_.take();
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", 3, at(10us)); }, "holds 2 cpus (0-1)");
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", -1, at(10us)); }, "threads must be 1 to");
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", 5000, at(10us)); }, "threads must be 1 to");
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_threads("nobody", 1, at(10us)); });
+}
+
+// Rate samples measure cpus: a job running fewer threads than cpus gives none.
+TEST_F(NodeManagerTest, NoRateSamplesWhileRunningFewerThreadsThanCpus) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().set_threads("a", 1, at(1us)));
+    for (int i = 1; i <= 20; ++i) nm().progress("a", 1000u * i, 10u * i, at(std::chrono::seconds(i)));
+    EXPECT_TRUE(job("a").rate_samples.empty());
+    ok(nm().set_threads("a", 0, at(std::chrono::seconds(21))));
+    for (int i = 22; i <= 40; ++i) nm().progress("a", 1000u * i, 10u * i, at(std::chrono::seconds(i)));
+    EXPECT_FALSE(job("a").rate_samples.empty());
 }

@@ -62,6 +62,8 @@ protected:
         a.job.transitions = 7;
         a.job.ack_timeouts = 1;
         a.job.usage_cap = 3;
+        a.job.threads = 1;
+        a.job.published_threads = 1;
         a.job.last_ack_latency_us = 41.5;
         a.job.work_units = 1000;
         a.job.steps = 10;
@@ -117,6 +119,8 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
     ASSERT_TRUE(a.job.pinned.has_value());
     EXPECT_EQ(a.job.pinned->to_string(), "0-1");
     EXPECT_EQ(a.job.usage_cap, 3);
+    EXPECT_EQ(a.job.threads, 1);
+    EXPECT_EQ(a.job.published_threads, 1);
     EXPECT_EQ(a.job.transitions, 7u);
     EXPECT_EQ(a.job.ack_timeouts, 1u);
     EXPECT_DOUBLE_EQ(a.job.last_ack_latency_us, 41.5);
@@ -240,6 +244,8 @@ TEST_F(StateFileTest, FingerprintChangesWithEverySavedFieldButProgress) {
     EXPECT_EQ(mall::state_fingerprint(sample()), base);
     const std::vector<std::pair<const char *, std::function<void(mall::SavedState &)>>> saved = {
         {"usage_cap", [](mall::SavedState &s) { s.jobs[0].job.usage_cap = 1; }},
+        {"threads", [](mall::SavedState &s) { s.jobs[0].job.threads = 0; }},
+        {"published_threads", [](mall::SavedState &s) { s.jobs[0].job.published_threads = 0; }},
         {"weight", [](mall::SavedState &s) { s.jobs[0].job.spec.weight = 3; }},
         {"pinned", [](mall::SavedState &s) { s.jobs[0].job.pinned.reset(); }},
         {"generation", [](mall::SavedState &s) { s.jobs[0].job.generation = 8; }},
@@ -281,6 +287,24 @@ TEST_F(StateFileTest, AnOlderFileWithoutCgroupsStillLoads) {
     auto state = mall::state_from_json(j, &error);
     ASSERT_TRUE(state.has_value()) << error;
     EXPECT_TRUE(state->jobs[0].cgroups.empty());
+}
+
+// mallds before API 0.3 saved no thread counts: their files load with one thread per cpu; a bad
+// count names the field.
+TEST_F(StateFileTest, AnOlderFileWithoutThreadCountsStillLoadsAndBadCountsAreRefused) {
+    nlohmann::json j = mall::state_to_json(sample());
+    for (auto &job : j["jobs"]) {
+        job.erase("threads");
+        job.erase("published_threads");
+    }
+    std::string error;
+    auto state = mall::state_from_json(j, &error);
+    ASSERT_TRUE(state.has_value()) << error;
+    EXPECT_EQ(state->jobs[0].job.threads, 0);
+    EXPECT_EQ(state->jobs[0].job.published_threads, 0);
+    j["jobs"][0]["threads"] = -2;
+    EXPECT_FALSE(mall::state_from_json(j, &error).has_value());
+    EXPECT_NE(error.find("threads"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ extern "C" {
 /* API version: major * 10000 + minor * 100 + patch. Compare with mall_get_api_version(), which
  * returns the version of the library actually loaded. */
 #define MALL_API_VERSION_MAJOR 0
-#define MALL_API_VERSION_MINOR 2
+#define MALL_API_VERSION_MINOR 3
 #define MALL_API_VERSION_PATCH 0
 #define MALL_API_VERSION \
     (MALL_API_VERSION_MAJOR * 10000 + MALL_API_VERSION_MINOR * 100 + MALL_API_VERSION_PATCH)
@@ -93,9 +93,20 @@ typedef struct mall_error {
 typedef struct mall_alloc {
     uint64_t generation;                    /* increases with every change published for the job */
     int ncpus;                              /* number of cpus in the allocation (>= 1 when attached) */
+    /* Since API 0.3.0: the threads to run on these cpus, 1..ncpus: ncpus unless an admin chose
+     * fewer (mallctl set JOB --threads N). Libraries before 0.3.0 leave it 0 (it was padding, so
+     * the struct's size and offsets are unchanged): read it with mall_alloc_threads(). */
+    int nthreads;
     uint64_t mask[MALL_MAX_CPUS / 64];      /* bit i of mask[i / 64] set when cpu i is allocated */
     char cpus[MALL_CPULIST_MAX];            /* the same set as Linux list text, e.g. "0-3,8" */
 } mall_alloc_t;
+
+/* The number of threads a process should run for an allocation: nthreads when it is 1..ncpus,
+ * else ncpus (an allocation from a library before 0.3.0). Header-only: works with any libmall.so.0. */
+static inline int mall_alloc_threads(const mall_alloc_t *alloc) {
+    if (alloc == 0) return 0;
+    return (alloc->nthreads > 0 && alloc->nthreads <= alloc->ncpus) ? alloc->nthreads : alloc->ncpus;
+}
 
 /* Called by mall_step() on the stepping thread when a new allocation arrives, before re-pinning
  * and before the ack. Must not call mall_step() or mall_close() on the same handle. */

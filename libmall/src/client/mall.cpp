@@ -259,7 +259,7 @@ void reconcile_after_attach(mall_handle *m) {
     bool same;
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
-        same = snapshot.ncpus == m->applied.ncpus &&
+        same = snapshot.ncpus == m->applied.ncpus && snapshot.nthreads == m->applied.nthreads &&
                std::memcmp(snapshot.mask, m->applied.mask, sizeof snapshot.mask) == 0;
     }
     if (same) {

@@ -22,7 +22,7 @@ struct SharedPage {
     alignas(64) std::atomic<uint64_t> generation;  // the only word the fast path reads
     alignas(64) std::atomic<uint64_t> seq;         // odd while malld writes the payload
     int32_t ncpus;
-    uint32_t reserved;
+    int32_t nthreads;  // 0: one thread per cpu; else 1..ncpus (mallctl set --threads). Was reserved (0).
     uint64_t mask[MALL_MAX_CPUS / 64];
     char cpus[MALL_CPULIST_MAX];
 };
@@ -38,6 +38,7 @@ inline void page_init(SharedPage *page) {
     page->generation.store(0, std::memory_order_relaxed);
     page->seq.store(0, std::memory_order_relaxed);
     page->ncpus = 0;
+    page->nthreads = 0;
     for (auto &w : page->mask) w = 0;
     page->cpus[0] = '\0';
 }
@@ -47,7 +48,8 @@ inline void page_init(SharedPage *page) {
 bool page_read(const SharedPage *page, mall_alloc_t *out);
 
 // Writer side: publishes a new allocation with the given generation (must increase).
+// nthreads: 0 = one per cpu, else the count to run (clamped to 1..ncpus by the reader).
 void page_write(SharedPage *page, uint64_t generation, const uint64_t mask[MALL_MAX_CPUS / 64],
-                int ncpus, const char *cpus_text);
+                int ncpus, const char *cpus_text, int nthreads = 0);
 
 }  // namespace mall

@@ -71,25 +71,34 @@ const Command kCommands[] = {
      "Examples:\n"
      "  mallctl status\n"
      "  mallctl status --json | jq '.jobs[].cpus'\n"},
-    {"set", "set JOB [--cpus LIST|auto] [--weight W]",
-     "pin a job to given cores or hand it back to the policy; set its weight",
+    {"set", "set JOB [--cpus LIST|auto] [--weight W] [--threads N|auto]",
+     "pin a job to given cores or hand it back to the policy; set its weight or thread count",
      "Pins JOB to the cores in LIST (an administrator's override): malld moves the job there with\n"
      "the usual two-phase protocol (shrink, wait for the ack, grow) and the policy leaves it there.\n"
      "`--cpus auto` removes the pin and lets the policy decide again. LIST must lie inside the\n"
      "pool and must not take cores that other pinned jobs hold. --weight sets the job's share for\n"
-     "the weighted policy (malld re-plans at once). Give --cpus, --weight or both; when the pin is\n"
-     "refused nothing changes.\n"
+     "the weighted policy (malld re-plans at once). --threads N makes the job run N threads on the\n"
+     "cores it holds (N from 1 to its cores; they stay its own and idle, e.g. to measure how it\n"
+     "scales or to leave room for a helper process): its processes get the count with the next\n"
+     "allocation (mall_alloc_threads() in the C API; the Eigen, OpenMP and libtorch adapters follow\n"
+     "it) at their next step and acknowledge it like any change. `--threads auto` goes back to one\n"
+     "thread per core. The count stays when the job grows; a shrink below it lowers it. mallctl\n"
+     "status shows it (THREADS, and `threads` / `active_threads` in --json), and malld's state file\n"
+     "keeps it across restarts. Give one option or more; when one is refused nothing changes.\n"
      "\n"
      "Options:\n"
      "  --cpus LIST|auto   the cores, in Linux list format (\"0-3,8\"), or auto\n"
      "  --weight W         the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
+     "  --threads N|auto   threads to run on its cores, 1 to the cores it holds; auto: one per core\n"
      "\n"
      "Needs root or an admin uid of malld (--admin-uid).\n"
      "\n"
      "Examples:\n"
      "  sudo mallctl set train-42 --cpus 0-3\n"
      "  sudo mallctl set train-42 --cpus auto\n"
-     "  sudo mallctl set train-42 --weight 3\n"},
+     "  sudo mallctl set train-42 --weight 3\n"
+     "  sudo mallctl set train-42 --threads 1\n"
+     "  sudo mallctl set train-42 --threads auto\n"},
     {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted, throughput)",
      "Switches the policy malld uses to share the pool between jobs, and re-plans at once:\n"
      "  equal    idle cores are lent out evenly, each job within its MIN..MAX\n"
@@ -412,7 +421,7 @@ void print_status_table(const json &s, std::ostream &out) {
         out << "no jobs registered\n";
         return;
     }
-    const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS",
+    const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS", "THREADS",
                                              "GEN", "ACKED", "STATE", "PIDS"};
     std::vector<std::vector<std::string>> rows;
     for (const auto &j : jobs) {
@@ -423,7 +432,11 @@ void print_status_table(const json &s, std::ostream &out) {
         // A usage cap (mall_set_usage) shows as "uses N": the job is planned with that max.
         if (j.contains("usage_cap") && j["usage_cap"].is_number_integer() && j["usage_cap"].get<int>() > 0)
             state += ",uses " + field_string(j, "usage_cap");
-        rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"),
+        // An admin's thread count (mallctl set --threads) shows as "threads N".
+        if (j.contains("threads") && j["threads"].is_number_integer() && j["threads"].get<int>() > 0)
+            state += ",threads " + field_string(j, "threads");
+        // THREADS: what the processes were told to run (a malld before API 0.3: one per cpu, "-").
+        rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"), f("active_threads"),
                         f("generation"), f("acked_generation"), state,
                         j.contains("pids") ? join_pids(j["pids"]) : "-"});
     }
@@ -505,7 +518,7 @@ int cmd_status(const Globals &g, const std::vector<std::string> &args) {
 int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     po::options_description opts;
     opts.add_options()("job", po::value<std::string>(), "")("cpus", po::value<std::string>(), "")(
-        "weight", po::value<std::string>(), "");
+        "weight", po::value<std::string>(), "")("threads", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("job", 1);
     po::variables_map vm;
@@ -515,8 +528,8 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("set", e.what());
     }
     if (!vm.count("job")) return usage_error("set", "name the job to set, e.g. mallctl set train-42 --cpus 0-3");
-    if (!vm.count("cpus") && !vm.count("weight"))
-        return usage_error("set", "give --cpus LIST|auto, --weight W or both, e.g. --cpus 0-3 or --weight 2");
+    if (!vm.count("cpus") && !vm.count("weight") && !vm.count("threads"))
+        return usage_error("set", "give --cpus LIST|auto, --weight W or --threads N|auto (one or more), e.g. --cpus 0-3");
     const std::string job = vm["job"].as<std::string>();
     if (auto why = mall::proto::invalid_job_name(job)) return usage_error("set", "bad job name '" + job + "': " + *why);
     json request{{"job", job}};
@@ -539,6 +552,21 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
                                           ", e.g. --weight 2 (got '" + text + "')");
         request["weight"] = weight;
     }
+    if (vm.count("threads")) {
+        const std::string text = vm["threads"].as<std::string>();
+        if (text == "auto") {
+            request["threads"] = "auto";
+        } else {
+            char *end = nullptr;
+            errno = 0;
+            const long n = std::strtol(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > mall::CpuSet::kMaxCpus)
+                return usage_error("set", "--threads must be 1 to " + std::to_string(mall::CpuSet::kMaxCpus) +
+                                              " (at most the cores the job holds) or auto, e.g. --threads 1 (got '" +
+                                              text + "')");
+            request["threads"] = static_cast<int>(n);
+        }
+    }
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
@@ -547,7 +575,14 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     std::cout << "job " << job << ":";
     if (body->contains("cpus")) std::cout << " cpus " << text_or_dash(field_string(*body, "cpus"));
     if (body->contains("weight")) std::cout << " weight " << field_string(*body, "weight");
+    if (body->contains("threads")) std::cout << " threads " << field_string(*body, "threads");
     std::cout << "\n";
+    if (request.contains("threads") && !body->contains("threads")) {
+        // A malld before API 0.3 ignores the field next to --cpus or --weight.
+        std::cerr << "mallctl set: malld at " << g.socket
+                  << " did not apply --threads (it predates thread counts, API 0.3); upgrade malld\n";
+        return kExitRefused;
+    }
     return kExitOk;
 }
 

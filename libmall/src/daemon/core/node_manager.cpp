@@ -165,6 +165,36 @@ Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint
     return Outcome::success();
 }
 
+Outcome NodeManager::check_threads(const std::string &job, int threads) const {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    if (threads < 0 || threads > CpuSet::kMaxCpus)
+        return invalid("threads must be 1 to " + std::to_string(CpuSet::kMaxCpus) + " or auto (one per cpu), got " +
+                       std::to_string(threads));
+    const Job &self = it->second;
+    const CpuSet holds = self.pinned ? *self.pinned : self.published;
+    const int limit = holds.empty() ? self.spec.max : holds.count();
+    if (threads > limit)
+        return invalid("job \"" + job + "\" " +
+                       (holds.empty() ? "takes at most " + std::to_string(limit) + " cpus"
+                                      : "holds " + std::to_string(limit) + " cpus (" + holds.to_string() + ")") +
+                       ": threads must be 1 to " + std::to_string(limit) + ", or auto (one per cpu)");
+    return Outcome::success();
+}
+
+Outcome NodeManager::set_threads(const std::string &job, int threads, TimePoint now) {
+    if (Outcome check = check_threads(job, threads); !check.ok) return check;
+    Job &self = jobs_.at(job);
+    if (self.threads == threads) return Outcome::success();
+    self.threads = threads;
+    nlohmann::json ev = make_event("threads");
+    ev["job"] = job;
+    ev["threads"] = threads > 0 ? nlohmann::json(threads) : nlohmann::json("auto");
+    effects_.event(ev);
+    advance(now);  // publishes the count now unless a change is under way (then after its ack)
+    return Outcome::success();
+}
+
 int Job::planned_max() const {
     if (usage_cap <= 0) return spec.max;
     return std::clamp(usage_cap, spec.min, spec.max);
@@ -398,7 +428,9 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
     j.steps = steps;
     // A rate sample spans two reports while the job held the same steady cpus; totals restart
     // at zero when a process re-attaches (a report below the mark then starts a new mark).
-    const bool steady = j.steady();
+    // A job running fewer threads than cpus (mallctl set --threads) measures the threads, not the
+    // cpus: no sample then.
+    const bool steady = j.steady() && j.published_threads == 0;
     const int cpus = j.published.count();
     if (steady && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
         work_units >= j.rate_mark_units && now - *j.rate_mark_time >= kMinRateWindow) {
@@ -504,6 +536,8 @@ nlohmann::json NodeManager::status() const {
             {"acked_generation", job->acked_generation()},
             {"pinned", job->pinned.has_value()},
             {"usage_cap", job->usage_cap},
+            {"threads", job->threads},
+            {"active_threads", job->active_threads()},
             {"planned_max", job->planned_max()},
             {"attached", job->attachments.size()},
             {"state", job->settled(goal) ? "settled" : "changing"},

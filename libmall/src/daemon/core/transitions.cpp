@@ -166,7 +166,14 @@ void NodeManager::advance(TimePoint now) {
                 continue;
             }
             auto target = targets_.find(job->spec.id);
-            if (target == targets_.end() || target->second == job->published) continue;
+            if (target == targets_.end() || target->second == job->published) {
+                // The cpus stay; a new thread count (mallctl set --threads) is published alone.
+                if (!job->published.empty() && job->wanted_threads(job->published) != job->published_threads) {
+                    publish_step(*job, job->published, now);
+                    moved = true;
+                }
+                continue;
+            }
             // No step (an empty one would leave the job's threads nowhere to run): wait until a
             // cpu of its goal is free (registrations, pins, reclaims and policy switches check
             // with feasible() that their goals can be reached).
@@ -176,27 +183,35 @@ void NodeManager::advance(TimePoint now) {
 
             const CpuSet widened = job->cpuset | next;
             if (widened != job->cpuset) enforce(*job, widened, true, now);
-            ++job->generation;
             ++job->transitions;
-            job->published = next;
             job->last_change = now;
-            effects_.publish(job->spec.id, job->generation, next);
-            nlohmann::json ev = make_event("publish");
-            ev["job"] = job->spec.id;
-            ev["generation"] = job->generation;
-            ev["cpus"] = next.to_string();
-            ev["ncpus"] = next.count();
-            effects_.event(ev);
-            if (job->attachments.empty()) {
-                finish_transition(*job, now, false);  // nobody to wait for
-            } else {
-                job->awaiting_ack = true;
-                job->publish_time = effects_.clock_now(now);
-                job->ack_deadline = now + ack_timeout_;
-            }
+            publish_step(*job, next, now);
             moved = true;
         }
         if (!moved) return;
+    }
+}
+
+// Publishes `next` (with the job's thread count for it) as the job's next generation and waits for
+// the ack when a process is attached.
+void NodeManager::publish_step(Job &job, const CpuSet &next, TimePoint now) {
+    ++job.generation;
+    job.published = next;
+    job.published_threads = job.wanted_threads(next);
+    effects_.publish(job.spec.id, job.generation, next, job.published_threads);
+    nlohmann::json ev = make_event("publish");
+    ev["job"] = job.spec.id;
+    ev["generation"] = job.generation;
+    ev["cpus"] = next.to_string();
+    ev["ncpus"] = next.count();
+    if (job.published_threads > 0) ev["threads"] = job.published_threads;  // fewer threads than cpus
+    effects_.event(ev);
+    if (job.attachments.empty()) {
+        finish_transition(job, now, false);  // nobody to wait for
+    } else {
+        job.awaiting_ack = true;
+        job.publish_time = effects_.clock_now(now);
+        job.ack_deadline = now + ack_timeout_;
     }
 }
 
