@@ -300,11 +300,12 @@ void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
             throw proto::ProtocolError("field \"threads\" must be 1 to " + std::to_string(CpuSet::kMaxCpus) +
                                        " or \"auto\"");
         }
-        // Checked against what the job holds before anything changes (with a new pin, against it).
-        if (!has_cpus) {
-            Outcome outcome = manager_.check_threads(job, threads);
-            if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
-        } else if (threads > 0 && pinned && threads > pinned->count()) {
+        // Checked before anything changes: against what the job holds, or with a pin in the same
+        // request against the pin; with --cpus auto against the job's max (the policy decides its
+        // cpus, and a count at or above them means one thread per cpu).
+        Outcome outcome = manager_.check_threads(job, threads, has_cpus);
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        if (threads > 0 && pinned && threads > pinned->count()) {
             return connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
                                             "threads " + std::to_string(threads) + " exceed the " +
                                                 std::to_string(pinned->count()) + " cpus given (" +
@@ -322,9 +323,8 @@ void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
         if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
     }
     if (has_threads) {
-        // Checked above; after an accepted pin of "auto" the job may hold fewer cpus than asked
-        // for: set_threads refuses then, and the pin stays (say so).
-        Outcome outcome = manager_.set_threads(job, threads, Clock::now());
+        // Checked above, so it is accepted: a refusal changes nothing.
+        Outcome outcome = manager_.set_threads(job, threads, Clock::now(), has_cpus);
         if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
     }
     nlohmann::json result{{"job", job}};

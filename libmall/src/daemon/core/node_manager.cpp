@@ -165,7 +165,7 @@ Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint
     return Outcome::success();
 }
 
-Outcome NodeManager::check_threads(const std::string &job, int threads) const {
+Outcome NodeManager::check_threads(const std::string &job, int threads, bool holdings_checked) const {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return no_job(job);
     if (threads < 0 || threads > CpuSet::kMaxCpus)
@@ -173,7 +173,7 @@ Outcome NodeManager::check_threads(const std::string &job, int threads) const {
                        std::to_string(threads));
     const Job &self = it->second;
     const CpuSet holds = self.pinned ? *self.pinned : self.published;
-    const int limit = holds.empty() ? self.spec.max : holds.count();
+    const int limit = holds.empty() || holdings_checked ? self.spec.max : holds.count();
     if (threads > limit)
         return invalid("job \"" + job + "\" " +
                        (holds.empty() ? "takes at most " + std::to_string(limit) + " cpus"
@@ -182,8 +182,8 @@ Outcome NodeManager::check_threads(const std::string &job, int threads) const {
     return Outcome::success();
 }
 
-Outcome NodeManager::set_threads(const std::string &job, int threads, TimePoint now) {
-    if (Outcome check = check_threads(job, threads); !check.ok) return check;
+Outcome NodeManager::set_threads(const std::string &job, int threads, TimePoint now, bool holdings_checked) {
+    if (Outcome check = check_threads(job, threads, holdings_checked); !check.ok) return check;
     Job &self = jobs_.at(job);
     if (self.threads == threads) return Outcome::success();
     self.threads = threads;

@@ -173,8 +173,10 @@ public:
     // The job keeps its cpus but runs `threads` threads (0 = one per cpu): 1..the cpus it holds
     // (or is pinned to). Publishes the same cpus with the new count (a new generation, acked
     // like any change); a later shrink below the count publishes fewer.
-    Outcome check_threads(const std::string &job, int threads) const;
-    Outcome set_threads(const std::string &job, int threads, TimePoint now);
+    // With holdings_checked the caller already checked the count against the cpus the job is
+    // being given (a pin in the same request): only the range is checked here.
+    Outcome check_threads(const std::string &job, int threads, bool holdings_checked = false) const;
+    Outcome set_threads(const std::string &job, int threads, TimePoint now, bool holdings_checked = false);
     // Takes cpus out of the lending pool (a Slurm job prolog: Slurm gave them to a job). With an
     // owner ("slurm-<jobid>") they stay reserved for that owner: when a job of that name registers
     // with them as guaranteed cpus, they come back into the pool as its own.
