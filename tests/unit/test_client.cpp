@@ -330,6 +330,97 @@ TEST_F(ClientTest, FdIsReadableWhileAChangeIsPending) {
     EXPECT_FALSE(readable(fd, 0));
 }
 
+// Notification by signal: with a handler installed the process gets the signal (value: the
+// generation) for each change it has not applied yet; the handshake still happens at mall_step().
+std::atomic<int> g_notified{0};
+std::atomic<int> g_notified_value{-1};
+void on_notify(int, siginfo_t *info, void *) {
+    g_notified_value.store(info->si_value.sival_int);
+    g_notified.fetch_add(1);
+}
+
+TEST_F(ClientTest, NotifySignalArrivesForEachUnappliedChange) {
+    struct sigaction sa {}, old {};
+    sa.sa_sigaction = on_notify;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+    start_daemon(1, "0");
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_.c_str();
+    options.notify_signal = SIGUSR2;
+    mall_t *m = nullptr;
+    mall_error_t err{};
+    ASSERT_EQ(mall_open_ex(&options, &m, &err), MALL_SUCCESS) << err.text;
+    handles_.push_back(m);
+    EXPECT_TRUE(wait_until([] { return g_notified.load() >= 1; }, 5s)) << "no signal for the first allocation";
+    EXPECT_EQ(g_notified_value.load(), 1);
+    ASSERT_EQ(mall_step(m), MALL_SUCCESS);
+    const int before = g_notified.load();
+    const uint64_t g = daemon_->publish("0", /*notify=*/true);
+    EXPECT_TRUE(wait_until([&] { return g_notified.load() > before; }, 5s)) << "no signal after a Notify";
+    EXPECT_EQ(g_notified_value.load(), static_cast<int>(g));
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
+    sigaction(SIGUSR2, &old, nullptr);
+}
+
+// A signal whose disposition is the default would end the process: libmall sends nothing, and
+// the change still applies at mall_step(). (Were it sent, this test process would die.)
+TEST_F(ClientTest, NotifySignalIsNeverSentWhileItsActionIsTheDefault) {
+    const int sig = SIGRTMIN + 5;
+    signal(sig, SIG_DFL);
+    start_daemon(1, "0");
+    setenv("MALL_NOTIFY_SIGNAL", ("SIGRTMIN+" + std::to_string(5)).c_str(), 1);
+    mall_t *m = open_handle(MALL_SUCCESS);
+    unsetenv("MALL_NOTIFY_SIGNAL");
+    const uint64_t g = daemon_->publish("0", /*notify=*/true);
+    EXPECT_TRUE(readable(mall_fd(m), 5000));
+    std::this_thread::sleep_for(200ms);  // a sampling interval: time for a (wrong) signal to land
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
+}
+
+TEST_F(ClientTest, BadNotifySignalsAreRefusedWithWords) {
+    start_daemon(1, "0");
+    for (const char *bad : {"SIGTERM", "9", "SIGRTMIN+99", "USR3", "abc"}) {
+        setenv("MALL_NOTIFY_SIGNAL", bad, 1);
+        mall_t *m = nullptr;
+        mall_error_t err{};
+        EXPECT_EQ(mall_open(socket_.c_str(), &m, &err), MALL_ERR_INVAL) << bad;
+        EXPECT_EQ(m, nullptr) << bad;
+        EXPECT_NE(std::string(err.text).find("MALL_NOTIFY_SIGNAL"), std::string::npos) << err.text;
+    }
+    unsetenv("MALL_NOTIFY_SIGNAL");
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_.c_str();
+    mall_t *m = nullptr;
+    mall_error_t err{};
+    options.notify_signal = SIGKILL;
+    EXPECT_EQ(mall_open_ex(&options, &m, &err), MALL_ERR_INVAL) << err.text;
+    options.notify_signal = 0;
+    options.flags = 0x80;
+    EXPECT_EQ(mall_open_ex(&options, &m, &err), MALL_ERR_INVAL) << err.text;
+    options.flags = 0;
+    options.size = 4;
+    EXPECT_EQ(mall_open_ex(&options, &m, &err), MALL_ERR_INVAL) << err.text;
+    EXPECT_EQ(mall_open_ex(nullptr, &m, &err), MALL_ERR_INVAL);
+    EXPECT_EQ(m, nullptr);
+    // A larger struct (a newer header) with zero bytes past what this library knows is fine.
+    struct {
+        mall_open_options_t known;
+        char newer[16];
+    } larger{};
+    larger.known = MALL_OPEN_OPTIONS_INIT;
+    larger.known.size = sizeof larger;
+    larger.known.socket_path = socket_.c_str();
+    EXPECT_EQ(mall_open_ex(&larger.known, &m, &err), MALL_SUCCESS) << err.text;
+    if (m) handles_.push_back(m);
+    m = nullptr;
+    larger.newer[3] = 1;
+    EXPECT_EQ(mall_open_ex(&larger.known, &m, &err), MALL_ERR_INVAL) << err.text;
+}
+
 TEST_F(ClientTest, ProgressTotalsReachTheDaemon) {
     start_daemon(1, "0");
     mall_t *m = open_handle(MALL_SUCCESS);

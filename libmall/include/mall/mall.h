@@ -141,6 +141,31 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * parent's handle (its background thread does not exist there); it opens its own. */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
 
+/* Since API 0.3.0: mall_open() with options. Set the struct up with MALL_OPEN_OPTIONS_INIT, then
+ * change what you need; a library that predates a field you set refuses it (MALL_ERR_INVAL).
+ *
+ * notify_signal: the process is also sent this signal (sigqueue, value = the generation's low 31
+ * bits) when malld publishes a change it has not applied yet, for programs blocked in long
+ * operations or in event loops without mall_fd(). The handshake itself still happens at the next
+ * mall_step(): the handler should only set a flag (a volatile sig_atomic_t or a lock-free atomic)
+ * and the program calls mall_step() when it sees it; no mall call is async-signal-safe. Pick
+ * SIGUSR1 or SIGUSR2 (a burst of changes then wakes the process once: standard signals do not
+ * queue) or a real-time signal SIGRTMIN..SIGRTMAX (one queued signal per change, counted against
+ * RLIMIT_SIGPENDING) that nothing else in the process uses. Install the handler (sigaction,
+ * without SA_RESTART if a blocked read() should return EINTR) before changes may come: while the
+ * signal's disposition is the default, whose action would end the process, libmall sends nothing
+ * and says so once on stderr. The signal goes to the process: any thread that does not block it
+ * may run the handler (libmall's own thread blocks every signal). 0: $MALL_NOTIFY_SIGNAL (SIGUSR1,
+ * SIGUSR2, SIGRTMIN+N, SIGRTMAX-N or a number) or none; -1: none. */
+typedef struct mall_open_options {
+    size_t size;             /* sizeof(mall_open_options_t): MALL_OPEN_OPTIONS_INIT sets it */
+    const char *socket_path; /* as mall_open()'s argument (NULL: $MALL_SOCKET, then the default) */
+    unsigned flags;          /* none are defined yet: 0 */
+    int notify_signal;       /* see above: 0, -1, SIGUSR1, SIGUSR2 or SIGRTMIN..SIGRTMAX */
+} mall_open_options_t;
+#define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0 }
+MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err);
+
 /* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,
  * no allocation. When a new generation was published: runs the resize callbacks, re-pins the
  * registered threads, acknowledges the generation to the node manager.

@@ -128,6 +128,11 @@ struct mall_handle {
     // the monitor signals and the change path drains under it.
     std::mutex notify_mu;
     bool user_fd_signaled = false;  // under notify_mu: false = surely not readable (saves a read())
+    // Notification by signal (mall_open_ex's notify_signal, $MALL_NOTIFY_SIGNAL): 0 = none. Under
+    // notify_mu: the last generation signalled, and whether the "no handler" warning was given.
+    int notify_signal = 0;
+    uint64_t notified_generation = 0;
+    bool notify_warned = false;
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -187,13 +192,43 @@ cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
     return set;
 }
 
-// Signals mall_fd() when the page holds a generation the process has not applied.
+void tell_user(mall_handle *m, const char *what);
+
+// Queues the notification signal to this process, once per generation, unless its disposition is
+// the default (it would terminate the process: nothing is sent, and the user is told once) or
+// ignore. Called under notify_mu. The value is the generation's low 31 bits.
+void send_notify_signal(mall_handle *m, uint64_t generation) {
+    if (m->notify_signal <= 0 || generation == m->notified_generation) return;
+    m->notified_generation = generation;
+    struct sigaction current;
+    if (::sigaction(m->notify_signal, nullptr, &current) != 0) return;
+    if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
+        if (!m->notify_warned) {
+            m->notify_warned = true;
+            char what[160];
+            std::snprintf(what, sizeof what,
+                          "not sending the notification signal %d: the process has no handler for it "
+                          "(its default action would end the process)", m->notify_signal);
+            tell_user(m, what);
+        }
+        return;
+    }
+    if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return;
+    union sigval value;
+    value.sival_int = static_cast<int>(generation & 0x7fffffff);
+    (void)::sigqueue(::getpid(), m->notify_signal, value);  // EAGAIN (queue full): the next one comes
+}
+
+// Signals mall_fd() (and the notification signal, when asked for) when the page holds a
+// generation the process has not applied.
 void signal_if_pending(mall_handle *m) {
     std::lock_guard<std::mutex> lock(m->notify_mu);
     // Written even when signaled already: the caller may have read the eventfd itself.
-    if (page_generation(m->page) != m->seen_generation.load(std::memory_order_acquire)) {
+    const uint64_t generation = page_generation(m->page);
+    if (generation != m->seen_generation.load(std::memory_order_acquire)) {
         eventfd_signal(m->user_event_fd);
         m->user_fd_signaled = true;
+        send_notify_signal(m, generation);
     }
 }
 
@@ -710,6 +745,33 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     return MALL_SUCCESS;
 }
 
+// A notification signal's name or number: SIGUSR1, SIGUSR2, SIGRTMIN, SIGRTMIN+N, SIGRTMAX-N,
+// SIGRTMAX (the "SIG" prefix may be left out) or its number; only those signals are allowed (the
+// others have meanings of their own). 0 with *why when not.
+int parse_notify_signal(const std::string &text, std::string *why) {
+    std::string s = text;
+    if (s.rfind("SIG", 0) == 0) s = s.substr(3);
+    auto number = [](const std::string &digits, long *out) {
+        if (digits.empty() || digits.size() > 4) return false;
+        for (char c : digits)
+            if (c < '0' || c > '9') return false;
+        *out = std::strtol(digits.c_str(), nullptr, 10);
+        return true;
+    };
+    long sig = -1, n = 0;
+    if (s == "USR1") sig = SIGUSR1;
+    else if (s == "USR2") sig = SIGUSR2;
+    else if (s == "RTMIN") sig = SIGRTMIN;
+    else if (s == "RTMAX") sig = SIGRTMAX;
+    else if (s.rfind("RTMIN+", 0) == 0 && number(s.substr(6), &n)) sig = SIGRTMIN + n;
+    else if (s.rfind("RTMAX-", 0) == 0 && number(s.substr(6), &n)) sig = SIGRTMAX - n;
+    else if (!number(s, &sig)) sig = -1;
+    if (sig == SIGUSR1 || sig == SIGUSR2 || (sig >= SIGRTMIN && sig <= SIGRTMAX)) return static_cast<int>(sig);
+    *why = "'" + text + "' is not SIGUSR1, SIGUSR2 or a real-time signal SIGRTMIN..SIGRTMAX (SIGRTMIN+N, SIGRTMAX-N, " +
+           std::to_string(SIGRTMIN) + ".." + std::to_string(SIGRTMAX) + " here)";
+    return 0;
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------
@@ -738,14 +800,63 @@ MALL_EXPORT const char *mall_strerror(int rc) {
 }
 
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err) {
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_path;
+    return mall_open_ex(&options, out, err);
+}
+
+MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err) {
     clear_error(err);
     if (!out) {
         set_error(err, "mall_open: out must point at a mall_t * to fill");
         return MALL_ERR_INVAL;
     }
     *out = nullptr;
+    // The options of API 0.3.0 (a caller built against a later header may pass a larger struct
+    // whose extra bytes must then be zero: options this library does not know are refused).
+    constexpr size_t kKnownSize = offsetof(mall_open_options_t, notify_signal) + sizeof(int);
+    if (!options || options->size < kKnownSize) {
+        set_error(err, "mall_open_ex: options must be set up with MALL_OPEN_OPTIONS_INIT (size %zu or more)", kKnownSize);
+        return MALL_ERR_INVAL;
+    }
+    for (size_t i = kKnownSize; i < options->size; ++i) {
+        if (reinterpret_cast<const unsigned char *>(options)[i] != 0) {
+            set_error(err, "mall_open_ex: options of a newer libmall are set (byte %zu); this library is API %d.%d.%d",
+                      i, MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR, MALL_API_VERSION_PATCH);
+            return MALL_ERR_INVAL;
+        }
+    }
+    if (options->flags != 0) {
+        set_error(err, "mall_open_ex: unknown flags 0x%x (none are defined in API %d.%d)", options->flags,
+                  MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR);
+        return MALL_ERR_INVAL;
+    }
+    const char *socket_path = options->socket_path;
     mall_handle *m = nullptr;
     try {
+        // The notification signal: the option, else $MALL_NOTIFY_SIGNAL, else none.
+        int notify_signal = 0;
+        if (options->notify_signal > 0) {
+            std::string why;
+            notify_signal = parse_notify_signal(std::to_string(options->notify_signal), &why);
+            if (notify_signal == 0) {
+                set_error(err, "mall_open_ex: notify_signal %s", why.c_str());
+                return MALL_ERR_INVAL;
+            }
+        } else if (options->notify_signal == 0) {
+            const char *env = std::getenv("MALL_NOTIFY_SIGNAL");
+            if (env && *env) {
+                std::string why;
+                notify_signal = parse_notify_signal(env, &why);
+                if (notify_signal == 0) {
+                    set_error(err, "MALL_NOTIFY_SIGNAL: %s; unset it or name one of those", why.c_str());
+                    return MALL_ERR_INVAL;
+                }
+            }
+        } else if (options->notify_signal != -1) {
+            set_error(err, "mall_open_ex: notify_signal must be -1 (none), 0 ($MALL_NOTIFY_SIGNAL) or a signal number");
+            return MALL_ERR_INVAL;
+        }
         // The attach request, from the environment the launcher set.
         nlohmann::json attach_body = nlohmann::json::object();
         const char *job = std::getenv("MALL_JOB_ID");
@@ -787,6 +898,7 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
             return MALL_ERR_NOMEM;
         }
         m->attach_timeout = milliseconds(attach_timeout_ms);
+        m->notify_signal = notify_signal;
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);
 
