@@ -33,8 +33,8 @@
  * Output. The library writes to stderr only when the process should know something it cannot
  * see otherwise: one line when the connection to malld is lost (the process keeps its cpus and
  * runs on, not malleable) and one when it is back, and one when a notification signal cannot be
- * sent (see mall_open_ex()); $MALL_QUIET=1 silences them. Each is a single write(2) from the
- * library's own thread.
+ * sent (see mall_open_ex()); $MALL_QUIET=1 silences them. Each is a single write(2), never from
+ * mall_step().
  *
  * This header compiles as C99 and as C++. It is the only header a training process needs.
  */
