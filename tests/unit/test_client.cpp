@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -32,6 +33,7 @@
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
 #include "common/shared_page.hpp"
+#include "common/signal_control.hpp"
 #include "common/unix_socket.hpp"
 #include "mall/mall.h"
 #include "mall/mall.hpp"
@@ -419,6 +421,123 @@ TEST_F(ClientTest, BadNotifySignalsAreRefusedWithWords) {
     m = nullptr;
     larger.newer[3] = 1;
     EXPECT_EQ(mall_open_ex(&larger.known, &m, &err), MALL_ERR_INVAL) << err.text;
+}
+
+// Control by signal, in process (mallctl signal does the same from outside): a queued request
+// applies at the next mall_step() through the callbacks and the pinning of every thread, within the
+// cpus the process had at open; anything else is ignored; an attached handle refuses; mall_close()
+// leaves the signal ignored, never at its default (which would end the process).
+std::string my_threads_lists() {
+    std::string out;
+    for (const auto &entry : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream status(entry.path() / "status");
+        std::string line;
+        while (std::getline(status, line))
+            if (line.rfind("Cpus_allowed_list:", 0) == 0) out += line.substr(line.find_first_not_of(" \t", 18)) + " ";
+    }
+    return out;
+}
+
+bool every_thread_on(const std::string &list) {
+    std::string all = my_threads_lists();
+    size_t n = 0;
+    for (size_t pos = 0; (pos = all.find(' ', pos)) != std::string::npos; ++pos) ++n;
+    std::string expected;
+    for (size_t i = 0; i < n; ++i) expected += list + " ";
+    return n > 0 && all == expected;
+}
+
+void queue_control(uint32_t value) {
+    union sigval v;
+    v.sival_int = static_cast<int>(value);
+    ASSERT_EQ(sigqueue(getpid(), SIGRTMAX - 7, v), 0) << std::strerror(errno);
+}
+
+TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
+    cpu_set_t start_set;
+    ASSERT_EQ(sched_getaffinity(0, sizeof start_set, &start_set), 0);
+    if (CPU_COUNT(&start_set) < 2 || !CPU_ISSET(0, &start_set) || !CPU_ISSET(1, &start_set))
+        GTEST_SKIP() << "needs cpus 0 and 1 in this process's affinity";
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_.c_str();  // no daemon: never attached
+    options.control_signal = SIGRTMAX - 7;
+    mall_t *m = nullptr;
+    mall_error_t err{};
+    ASSERT_EQ(mall_open_ex(&options, &m, &err), MALL_ERR_NODAEMON) << err.text;
+    ASSERT_NE(m, nullptr);
+    handles_.push_back(m);  // closed at teardown if an assertion ends the test early
+    std::vector<std::pair<int, std::string>> seen;  // (threads, cpus)
+    auto record = [](const mall_alloc_t *a, void *arg) {
+        static_cast<std::vector<std::pair<int, std::string>> *>(arg)->push_back({mall_alloc_threads(a), a->cpus});
+    };
+    ASSERT_EQ(mall_on_resize(m, record, &seen), MALL_SUCCESS);
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+
+    // A second handle cannot take the signal; nor can a signal that has a handler of its own.
+    mall_t *second = nullptr;
+    EXPECT_EQ(mall_open_ex(&options, &second, &err), MALL_ERR_INVAL);
+    EXPECT_NE(std::string(err.text).find("already enabled"), std::string::npos) << err.text;
+
+    namespace sc = mall::signal_control;
+    queue_control(*sc::encode_threads(1, nullptr));
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen.back(), (std::pair<int, std::string>{1, "0-1"}));
+    mall_alloc_t alloc{};
+    ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
+    EXPECT_EQ(alloc.ncpus, 2);
+    EXPECT_EQ(mall_alloc_threads(&alloc), 1);
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+
+    queue_control(*sc::encode_range(0, 0, 1, nullptr));  // cpu 0, one thread per cpu
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    EXPECT_EQ(seen.back(), (std::pair<int, std::string>{1, "0"}));
+    EXPECT_TRUE(every_thread_on("0")) << my_threads_lists();
+    queue_control(*sc::encode_range(0, 0, 2, nullptr));  // back to 0-1, two threads
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    EXPECT_EQ(seen.back(), (std::pair<int, std::string>{2, "0-1"}));
+    EXPECT_TRUE(every_thread_on("0-1")) << my_threads_lists();
+
+    // Outside the opening cpus, not ours, or without a value: nothing changes.
+    const size_t changes = seen.size();
+    queue_control(*sc::encode_range(0, 600, 1, nullptr));
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    queue_control(0x12345678u);
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    ASSERT_EQ(kill(getpid(), SIGRTMAX - 7), 0);  // SI_USER: no value, ignored, the process lives
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    EXPECT_EQ(seen.size(), changes);
+
+    handles_.pop_back();
+    mall_close(m);
+    struct sigaction after {};
+    ASSERT_EQ(sigaction(SIGRTMAX - 7, nullptr, &after), 0);
+    EXPECT_EQ(after.sa_handler, SIG_IGN) << "after close the signal must be ignored, not deadly";
+    queue_control(*sc::encode_threads(1, nullptr));  // ignored: the test process lives on
+    signal(SIGRTMAX - 7, SIG_DFL);
+
+    // A signal with a handler of its own is refused.
+    signal(SIGRTMAX - 7, [](int) {});
+    EXPECT_EQ(mall_open_ex(&options, &second, &err), MALL_ERR_INVAL);
+    EXPECT_NE(std::string(err.text).find("already has a handler"), std::string::npos) << err.text;
+    signal(SIGRTMAX - 7, SIG_DFL);
+}
+
+TEST_F(ClientTest, ControlBySignalIsRefusedWhileAttachedToMalld) {
+    start_daemon(1, "0");
+    setenv("MALL_SIGNAL_CONTROL", "1", 1);
+    mall_t *m = open_handle(MALL_SUCCESS);
+    unsetenv("MALL_SIGNAL_CONTROL");
+    ASSERT_EQ(mall_step(m), MALL_SUCCESS);  // malld's allocation: cpu 0
+    queue_control(*mall::signal_control::encode_threads(1, nullptr));
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    mall_alloc_t alloc{};
+    ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
+    EXPECT_STREQ(alloc.cpus, "0");
+    // malld's next change still applies.
+    const uint64_t g = daemon_->publish("0", /*notify=*/false);
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
 }
 
 TEST_F(ClientTest, ProgressTotalsReachTheDaemon) {

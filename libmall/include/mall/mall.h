@@ -168,8 +168,17 @@ typedef struct mall_open_options {
     const char *socket_path; /* as mall_open()'s argument (NULL: $MALL_SOCKET, then the default) */
     unsigned flags;          /* none are defined yet: 0 */
     int notify_signal;       /* see above: 0, -1, SIGUSR1, SIGUSR2 or SIGRTMIN..SIGRTMAX */
+    /* Control by signal (`mallctl signal PID --threads N`, `--cpus a-b`), for a process that is
+     * not attached to malld (a workstation, a container without the socket, a process started
+     * before malld): 0: $MALL_SIGNAL_CONTROL decides (1: the default signal SIGRTMAX-7; a
+     * real-time signal's name or number; 0 or unset: off); -1: off; else the real-time signal to
+     * use. libmall installs its own handler for it (refused when the signal already has one),
+     * one handle per process; a request applies at the next mall_step() through the resize
+     * callbacks and the pinning of every thread, within the cpus the process had at mall_open().
+     * A handle attached to malld refuses requests: malld's allocation wins. */
+    int control_signal;
 } mall_open_options_t;
-#define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0 }
+#define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0, 0 }
 MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err);
 
 /* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,

@@ -5,6 +5,7 @@
 // extern "C" function, nothing exits, aborts, raises a signal or blocks a step for long.
 #include "mall/mall.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -35,6 +36,8 @@
 #include "common/protocol.hpp"
 #include "common/quiet_thread.hpp"
 #include "common/shared_page.hpp"
+#include "common/signal_control.hpp"
+#include "common/cpuset.hpp"
 #include "common/unix_socket.hpp"
 
 namespace {
@@ -133,6 +136,9 @@ struct mall_handle {
     int notify_signal = 0;
     uint64_t notified_generation = 0;
     bool notify_warned = false;
+    // Control by signal: the cpus the process had at mall_open() (requests stay within them).
+    bool signal_control = false;
+    uint64_t control_bound[MALL_MAX_CPUS / 64] = {};
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -628,10 +634,51 @@ bool start_monitor(mall_handle *m) {
     return started;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Control by signal. One handle per process owns the control signal; its handler only records the
+// request (the last one wins) and makes the next mall_step() take the change path, by storing
+// kForceApply into the same word the fast path already compares: no second load there.
+
+struct SignalControlBlock {
+    std::atomic<mall_handle *> owner{nullptr};
+    std::atomic<uint64_t> request{0};  // (sender pid << 32) | value; 0 = none
+    std::atomic<int> in_handler{0};
+    std::atomic<uint64_t> received{0}, applied{0}, refused{0};
+    int signal = 0;
+    struct sigaction previous {};
+};
+SignalControlBlock g_control;  // never destroyed: a late signal finds it
+
+void control_handler(int, siginfo_t *info, void *) {
+    const int saved_errno = errno;
+    g_control.in_handler.fetch_add(1);
+    if (info != nullptr && info->si_code == SI_QUEUE) {
+        const auto value = static_cast<uint32_t>(info->si_value.sival_int);
+        mall_handle *h = g_control.owner.load();
+        if (h != nullptr && mall::signal_control::decode(value)) {
+            g_control.request.store((static_cast<uint64_t>(static_cast<uint32_t>(info->si_pid)) << 32) | value);
+            g_control.received.fetch_add(1);
+            h->seen_generation.store(kForceApply);
+        }
+    }
+    g_control.in_handler.fetch_sub(1);
+    errno = saved_errno;
+}
+
 void destroy(mall_handle *m) {
     if (m->monitor.joinable()) {
         eventfd_signal(m->stop_event_fd);
         m->monitor.join();
+    }
+    if (m->signal_control && g_control.owner.load() == m) {
+        // No handler may still use this handle: unhook it, wait for a running one (bounded), and
+        // leave the signal ignored rather than at its default, which would end the process.
+        g_control.owner.store(nullptr);
+        for (int i = 0; i < 100000 && g_control.in_handler.load() != 0; ++i) sched_yield();
+        struct sigaction restore = g_control.previous;
+        if (!(restore.sa_flags & SA_SIGINFO) && restore.sa_handler == SIG_DFL) restore.sa_handler = SIG_IGN;
+        ::sigaction(g_control.signal, &restore, nullptr);
+        g_control.request.store(0);
     }
     if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
     if (m->sock >= 0) ::close(m->sock);
@@ -693,6 +740,80 @@ void finish_change(mall_handle *m, uint64_t generation) {
     }
 }
 
+// Every thread of the process on `set` (what malld's affinity backend does for a job).
+void pin_every_thread(const cpu_set_t &set) {
+    DIR *dir = ::opendir("/proc/self/task");
+    if (dir == nullptr) return;
+    while (dirent *e = ::readdir(dir)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        (void)::sched_setaffinity(static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10)), sizeof set, &set);
+    }
+    ::closedir(dir);
+}
+
+void run_callbacks(mall_handle *m, const mall_alloc_t &alloc);
+
+// Applies a control request (called under step_mu): true when it changed the allocation.
+bool apply_control_request(mall_handle *m, uint64_t request) {
+    namespace sc = mall::signal_control;
+    const auto decoded = sc::decode(static_cast<uint32_t>(request & 0xffffffffu));
+    if (!decoded || m->attached.load(std::memory_order_acquire)) {
+        // Attached to malld: its allocation wins (a process that once attached keeps malld's last).
+        g_control.refused.fetch_add(1);
+        return false;
+    }
+    mall_alloc_t current;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        current = m->applied;
+    }
+    const mall::CpuSet bound = mall::CpuSet::from_mask(m->control_bound);
+    mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask) : bound;
+    if (decoded->op == sc::Op::Range) cpus = mall::CpuSet::range(decoded->first_cpu, decoded->first_cpu + decoded->cpu_count - 1);
+    if (cpus.empty() || !bound.contains(cpus) || decoded->threads > cpus.count()) {
+        g_control.refused.fetch_add(1);
+        return false;
+    }
+    mall_alloc_t &next = m->scratch;
+    next = mall_alloc_t{};
+    next.generation = current.generation;  // malld's generation (0 without malld): unchanged
+    next.ncpus = cpus.count();
+    next.nthreads = decoded->threads > 0 ? decoded->threads : next.ncpus;
+    cpus.to_mask(next.mask);
+    std::snprintf(next.cpus, sizeof next.cpus, "%s", cpus.to_string().c_str());
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        m->applied = next;
+    }
+    run_callbacks(m, next);
+    repin_bound_threads(m, next);
+    pin_every_thread(cpu_set_of(next.mask));
+    g_control.applied.fetch_add(1);
+    return true;
+}
+
+void run_callbacks(mall_handle *m, const mall_alloc_t &alloc) {
+    ResizeCallback callbacks[kMaxCallbacks];
+    int ncallbacks;
+    {
+        std::lock_guard<std::mutex> lock(m->callbacks_mu);
+        ncallbacks = m->ncallbacks;
+        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
+    }
+    for (int i = 0; i < ncallbacks; ++i) {
+        try {
+            callbacks[i].fn(&alloc, callbacks[i].arg);
+        } catch (...) {
+            // A C++ callback that throws must not unwind into the caller's C frames.
+        }
+    }
+}
+
+// After finish_change(): a request that arrived meanwhile makes the next mall_step() look again.
+void recheck_control_request(mall_handle *m) {
+    if (g_control.owner.load() == m && g_control.request.load() != 0) m->seen_generation.store(kForceApply);
+}
+
 __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     std::lock_guard<std::mutex> step_lock(m->step_mu);
     mall_alloc_t &snapshot = m->scratch;
@@ -701,8 +822,30 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         std::lock_guard<std::mutex> lock(m->conn_mu);
         consistent = mall::page_read(m->page, &snapshot);
     }
+    const bool control_pending = m->signal_control && g_control.owner.load() == m && g_control.request.load() != 0;
+    // Never attached, the page is a zero page (no magic): generation 0 for a control request.
+    if (!consistent && control_pending && !m->attached.load(std::memory_order_acquire)) {
+        snapshot = mall_alloc_t{};
+        consistent = true;
+    }
     if (!consistent) return MALL_NOUPDT;  // torn or invalid: try again at the next step
     uint64_t generation = snapshot.generation;
+    if (control_pending) {
+        // A control request, unless malld published something new (that wins: the request is dropped).
+        const uint64_t request = g_control.request.exchange(0);
+        uint64_t applied_generation;
+        {
+            std::lock_guard<std::mutex> lock(m->state_mu);
+            applied_generation = m->applied.generation;
+        }
+        if (generation == applied_generation) {
+            const bool changed = apply_control_request(m, request);
+            finish_change(m, generation);
+            recheck_control_request(m);
+            return changed ? MALL_SUCCESS : MALL_NOUPDT;
+        }
+        g_control.refused.fetch_add(1);
+    }
     if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
 
     if (snapshot.ncpus <= 0) {
@@ -719,22 +862,7 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         std::lock_guard<std::mutex> lock(m->state_mu);
         m->applied = snapshot;
     }
-
-    ResizeCallback callbacks[kMaxCallbacks];
-    int ncallbacks;
-    {
-        std::lock_guard<std::mutex> lock(m->callbacks_mu);
-        ncallbacks = m->ncallbacks;
-        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
-    }
-    for (int i = 0; i < ncallbacks; ++i) {
-        try {
-            callbacks[i].fn(&snapshot, callbacks[i].arg);
-        } catch (...) {
-            // A C++ callback that throws must not unwind into the caller's C frames.
-        }
-    }
-
+    run_callbacks(m, snapshot);
     repin_bound_threads(m, snapshot);
     try {
         send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
@@ -742,6 +870,7 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         // Out of memory: malld's ack timeout covers the missing ack.
     }
     finish_change(m, generation);
+    recheck_control_request(m);
     return MALL_SUCCESS;
 }
 
@@ -814,7 +943,7 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
     *out = nullptr;
     // The options of API 0.3.0 (a caller built against a later header may pass a larger struct
     // whose extra bytes must then be zero: options this library does not know are refused).
-    constexpr size_t kKnownSize = offsetof(mall_open_options_t, notify_signal) + sizeof(int);
+    constexpr size_t kKnownSize = sizeof(mall_open_options_t);  // with its tail padding
     if (!options || options->size < kKnownSize) {
         set_error(err, "mall_open_ex: options must be set up with MALL_OPEN_OPTIONS_INIT (size %zu or more)", kKnownSize);
         return MALL_ERR_INVAL;
@@ -856,6 +985,38 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
         } else if (options->notify_signal != -1) {
             set_error(err, "mall_open_ex: notify_signal must be -1 (none), 0 ($MALL_NOTIFY_SIGNAL) or a signal number");
             return MALL_ERR_INVAL;
+        }
+        // Control by signal: the option, else $MALL_SIGNAL_CONTROL (1 = the default signal), else off.
+        int control_signal = 0;
+        {
+            std::string text;
+            if (options->control_signal > 0) {
+                text = std::to_string(options->control_signal);
+            } else if (options->control_signal == 0) {
+                const char *env = std::getenv("MALL_SIGNAL_CONTROL");
+                text = env ? env : "";
+                if (text == "0") text.clear();
+                if (text == "1") text = "SIGRTMAX-7";
+            } else if (options->control_signal != -1) {
+                set_error(err, "mall_open_ex: control_signal must be -1 (off), 0 ($MALL_SIGNAL_CONTROL) or a real-time signal");
+                return MALL_ERR_INVAL;
+            }
+            if (!text.empty()) {
+                std::string why;
+                control_signal = parse_notify_signal(text, &why);
+                if (control_signal == SIGUSR1 || control_signal == SIGUSR2) {
+                    control_signal = 0;
+                    why = "'" + text + "' is not a real-time signal (a standard signal would drop queued values)";
+                }
+                if (control_signal == 0) {
+                    set_error(err, "MALL_SIGNAL_CONTROL (or control_signal): %s; use 1 for SIGRTMAX-7", why.c_str());
+                    return MALL_ERR_INVAL;
+                }
+                if (control_signal == notify_signal) {
+                    set_error(err, "the control signal %d is also the notification signal: choose two", control_signal);
+                    return MALL_ERR_INVAL;
+                }
+            }
         }
         // The attach request, from the environment the launcher set.
         nlohmann::json attach_body = nlohmann::json::object();
@@ -899,6 +1060,41 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
         }
         m->attach_timeout = milliseconds(attach_timeout_ms);
         m->notify_signal = notify_signal;
+        if (control_signal > 0) {
+            // One handle per process; a signal that already has a handler is someone else's.
+            mall_handle *expected = nullptr;
+            if (!g_control.owner.compare_exchange_strong(expected, m)) {
+                set_error(err, "control by signal is already enabled by another mall handle of this process");
+                delete m;
+                return MALL_ERR_INVAL;
+            }
+            struct sigaction current {};
+            ::sigaction(control_signal, nullptr, &current);
+            const bool ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == control_handler;
+            if (!ours && ((current.sa_flags & SA_SIGINFO) || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN))) {
+                g_control.owner.store(nullptr);
+                set_error(err, "signal %d already has a handler in this process; choose another real-time signal "
+                               "(MALL_SIGNAL_CONTROL=SIGRTMAX-N)", control_signal);
+                delete m;
+                return MALL_ERR_INVAL;
+            }
+            cpu_set_t bound;
+            CPU_ZERO(&bound);
+            (void)::sched_getaffinity(0, sizeof bound, &bound);
+            std::vector<int> list;
+            for (int c = 0; c < CPU_SETSIZE && c < MALL_MAX_CPUS; ++c)
+                if (CPU_ISSET(c, &bound)) list.push_back(c);
+            mall::CpuSet::from_list(list).to_mask(m->control_bound);
+            g_control.request.store(0);
+            if (!ours) g_control.previous = current;
+            g_control.signal = control_signal;
+            struct sigaction sa {};
+            sa.sa_sigaction = control_handler;
+            sa.sa_flags = SA_SIGINFO | SA_RESTART;
+            sigemptyset(&sa.sa_mask);
+            ::sigaction(control_signal, &sa, nullptr);
+            m->signal_control = true;
+        }
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);
 
@@ -907,7 +1103,7 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
         if (zero == MAP_FAILED) {
             int e = errno;
             set_error(err, "mall_open: cannot map a page: %s", std::strerror(e));
-            delete m;
+            destroy(m);  // also unhooks the control signal
             return e == ENOMEM ? MALL_ERR_NOMEM : MALL_ERR_SYSTEM;
         }
         m->page = static_cast<const mall::SharedPage *>(zero);
