@@ -139,6 +139,11 @@ struct mall_handle {
     // Control by signal: the cpus the process had at mall_open() (requests stay within them).
     bool signal_control = false;
     uint64_t control_bound[MALL_MAX_CPUS / 64] = {};
+    // Under state_mu: the cpus of malld's last applied generation (a signal request never widens
+    // past them) and that page's flags (kPageFlagSignalControl: malld lets the job take requests).
+    bool has_malld_cpus = false;
+    uint64_t malld_cpus[MALL_MAX_CPUS / 64] = {};
+    uint32_t page_flags = 0;
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -199,6 +204,7 @@ cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
 }
 
 void tell_user(mall_handle *m, const char *what);
+void refresh_record(mall_handle *m);  // control by signal: the status record (mode, cpus)
 
 // Queues the notification signal to this process, once per generation, unless its disposition is
 // the default (it would terminate the process: nothing is sent, and the user is told once) or
@@ -488,17 +494,21 @@ int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout
         if (!m->attach_body.contains("job")) m->self_job = job;
         reconcile_after_attach(m);
         signal_if_pending(m);
+        refresh_record(m);
         return MALL_SUCCESS;
     }
 }
 
 void detach(mall_handle *m) {
-    std::lock_guard<std::mutex> lock(m->conn_mu);
-    m->attached.store(false, std::memory_order_release);
-    if (m->sock >= 0) ::close(m->sock);
-    m->sock = -1;
-    // The page stays mapped: its frozen generation keeps mall_step() on the fast path until a
-    // new attachment replaces it.
+    {
+        std::lock_guard<std::mutex> lock(m->conn_mu);
+        m->attached.store(false, std::memory_order_release);
+        if (m->sock >= 0) ::close(m->sock);
+        m->sock = -1;
+        // The page stays mapped: its frozen generation keeps mall_step() on the fast path until a
+        // new attachment replaces it.
+    }
+    refresh_record(m);
 }
 
 void send_progress_if_changed(mall_handle *m) {
@@ -643,9 +653,19 @@ struct SignalControlBlock {
     std::atomic<mall_handle *> owner{nullptr};
     std::atomic<uint64_t> request{0};  // (sender pid << 32) | value; 0 = none
     std::atomic<int> in_handler{0};
-    std::atomic<uint64_t> received{0}, applied{0}, refused{0};
+    std::atomic<uint64_t> received{0};
     int signal = 0;
     struct sigaction previous {};
+    // The status record `mallctl signal` reads (signal_control.hpp), under record_mu: the decided
+    // requests and the last one's outcome. Written on the change path and at (de)attach only.
+    std::mutex record_mu;
+    int record_fd = -1;
+    uint64_t record_seq = 0, handled = 0;
+    uint32_t last_value = 0;
+    pid_t last_from = 0;
+    const char *last_result = "none";
+    char last_why[512] = "";
+    char record[mall::signal_control::kRecordSize];
 };
 SignalControlBlock g_control;  // never destroyed: a late signal finds it
 
@@ -659,6 +679,9 @@ void control_handler(int, siginfo_t *info, void *) {
             g_control.request.store((static_cast<uint64_t>(static_cast<uint32_t>(info->si_pid)) << 32) | value);
             g_control.received.fetch_add(1);
             h->seen_generation.store(kForceApply);
+            // Wake mall_fd() users too (write(2) is async-signal-safe; the change path drains it).
+            const uint64_t one = 1;
+            if (h->user_event_fd >= 0) (void)!::write(h->user_event_fd, &one, sizeof one);
         }
     }
     g_control.in_handler.fetch_sub(1);
@@ -679,6 +702,9 @@ void destroy(mall_handle *m) {
         if (!(restore.sa_flags & SA_SIGINFO) && restore.sa_handler == SIG_DFL) restore.sa_handler = SIG_IGN;
         ::sigaction(g_control.signal, &restore, nullptr);
         g_control.request.store(0);
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        if (g_control.record_fd >= 0) ::close(g_control.record_fd);  // mallctl: "not enabled"
+        g_control.record_fd = -1;
     }
     if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
     if (m->sock >= 0) ::close(m->sock);
@@ -731,7 +757,8 @@ void finish_change(mall_handle *m, uint64_t generation) {
     std::lock_guard<std::mutex> lock(m->notify_mu);
     m->seen_generation.store(generation, std::memory_order_release);
     bool pending = page_generation(m->page) != generation;
-    if (m->user_fd_signaled && !pending) {
+    // A control signal's handler may have made the eventfd readable behind user_fd_signaled.
+    if ((m->user_fd_signaled || m->signal_control) && !pending) {
         eventfd_drain(m->user_event_fd);
         m->user_fd_signaled = false;
     } else if (!m->user_fd_signaled && pending) {
@@ -753,25 +780,116 @@ void pin_every_thread(const cpu_set_t &set) {
 
 void run_callbacks(mall_handle *m, const mall_alloc_t &alloc);
 
-// Applies a control request (called under step_mu): true when it changed the allocation.
-bool apply_control_request(mall_handle *m, uint64_t request) {
+// Rewrites the status record (under record_mu; the caller holds no lock of the handle's but
+// possibly step_mu). One pwrite of the whole record: a reader compares seq with end.
+void write_record_locked(mall_handle *m) {
     namespace sc = mall::signal_control;
-    const auto decoded = sc::decode(static_cast<uint32_t>(request & 0xffffffffu));
-    if (!decoded || m->attached.load(std::memory_order_acquire)) {
-        // Attached to malld: its allocation wins (a process that once attached keeps malld's last).
-        g_control.refused.fetch_add(1);
-        return false;
-    }
+    if (g_control.record_fd < 0) return;
     mall_alloc_t current;
+    mall::CpuSet bound;
+    uint32_t flags;
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
         current = m->applied;
+        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
+        flags = m->page_flags;
     }
-    const mall::CpuSet bound = mall::CpuSet::from_mask(m->control_bound);
+    const bool attached = m->attached.load(std::memory_order_acquire);
+    const bool allowed = (flags & mall::kPageFlagSignalControl) != 0;
+    if (attached && !allowed) bound = mall::CpuSet();
+    const mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask)
+                                                : mall::CpuSet::from_mask(m->control_bound);
+    const int threads = current.ncpus > 0 ? mall_alloc_threads(&current) : cpus.count();
+    const uint64_t seq = ++g_control.record_seq;
+    std::memset(g_control.record, 0, sizeof g_control.record);
+    std::snprintf(g_control.record, sizeof g_control.record,
+                  "%s %d\nseq %llu\npid %ld\nsignal %d\napi %d.%d.%d\nmode %s\njob %s\nallowed %d\nbound %s\n"
+                  "cpus %s\nthreads %d\nreceived %llu\nhandled %llu\nlast %x\nfrom %ld\nresult %s\nwhy %s\nend %llu\n",
+                  sc::kRecordName, sc::kRecordFormat, static_cast<unsigned long long>(seq),
+                  static_cast<long>(::getpid()), g_control.signal, MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR,
+                  MALL_API_VERSION_PATCH, attached ? "attached" : "detached",
+                  attached ? m->job_name.load(std::memory_order_acquire) : "", allowed ? 1 : 0,
+                  bound.to_string().c_str(), cpus.to_string().c_str(), threads,
+                  static_cast<unsigned long long>(g_control.received.load()),
+                  static_cast<unsigned long long>(g_control.handled), g_control.last_value,
+                  static_cast<long>(g_control.last_from), g_control.last_result, g_control.last_why,
+                  static_cast<unsigned long long>(seq));
+    (void)!::pwrite(g_control.record_fd, g_control.record, sizeof g_control.record, 0);
+}
+
+void refresh_record(mall_handle *m) {
+    if (!m->signal_control) return;
+    try {
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        write_record_locked(m);
+    } catch (...) {
+    }
+}
+
+// Records how a request ended and why (printf-style words), then rewrites the record.
+void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...) {
+    try {
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        ++g_control.handled;
+        g_control.last_value = static_cast<uint32_t>(request & 0xffffffffu);
+        g_control.last_from = static_cast<pid_t>(request >> 32);
+        g_control.last_result = result;
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(g_control.last_why, sizeof g_control.last_why, fmt, ap);
+        va_end(ap);
+        for (char *c = g_control.last_why; *c; ++c)
+            if (*c == '\n') *c = ' ';
+        write_record_locked(m);
+    } catch (...) {
+    }
+}
+
+// Applies a control request (called under step_mu): true when it changed the allocation.
+// Never attached: within the cpus the process had at mall_open(). Attached: only when malld lets
+// the job take signals (mallctl set JOB --signal-control on), within malld's published cpus
+// (narrowing); malld's next generation replaces it. Once attached, malld's last cpus bound it.
+bool apply_control_request(mall_handle *m, uint64_t request) {
+    namespace sc = mall::signal_control;
+    const auto decoded = sc::decode(static_cast<uint32_t>(request & 0xffffffffu));
+    if (!decoded) {
+        decide_request(m, request, "refused", "the value %#x is not a mall request", static_cast<unsigned>(request));
+        return false;
+    }
+    mall_alloc_t current;
+    mall::CpuSet bound;
+    uint32_t flags;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        current = m->applied;
+        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
+        flags = m->page_flags;
+    }
+    const char *job = m->job_name.load(std::memory_order_acquire);
+    if (m->attached.load(std::memory_order_acquire) && !(flags & mall::kPageFlagSignalControl)) {
+        decide_request(m, request, "refused",
+                       "attached to malld as job %s, whose allocation wins: use `mallctl set %s --threads N` or "
+                       "`--cpus LIST`, or let the job take signals with `mallctl set %s --signal-control on`",
+                       job, job, job);
+        return false;
+    }
+    if (m->attached.load(std::memory_order_acquire) && !m->has_malld_cpus) {
+        decide_request(m, request, "refused", "attached to malld as job %s but no allocation was applied yet", job);
+        return false;
+    }
     mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask) : bound;
     if (decoded->op == sc::Op::Range) cpus = mall::CpuSet::range(decoded->first_cpu, decoded->first_cpu + decoded->cpu_count - 1);
-    if (cpus.empty() || !bound.contains(cpus) || decoded->threads > cpus.count()) {
-        g_control.refused.fetch_add(1);
+    if (!bound.contains(cpus)) {
+        decide_request(m, request, "refused", "cpus %s are not all within %s, the cpus this process may use (%s)",
+                       cpus.to_string().c_str(), bound.to_string().c_str(),
+                       m->has_malld_cpus ? "malld's allocation" : "its affinity at mall_open()");
+        return false;
+    }
+    if (decoded->threads > cpus.count()) {
+        decide_request(m, request, "refused", "%d threads exceed the %d cpus (%s) of this process", decoded->threads,
+                       cpus.count(), cpus.to_string().c_str());
         return false;
     }
     mall_alloc_t &next = m->scratch;
@@ -788,7 +906,7 @@ bool apply_control_request(mall_handle *m, uint64_t request) {
     run_callbacks(m, next);
     repin_bound_threads(m, next);
     pin_every_thread(cpu_set_of(next.mask));
-    g_control.applied.fetch_add(1);
+    decide_request(m, request, "applied", "%d threads on cpus %s", next.nthreads, next.cpus);
     return true;
 }
 
@@ -818,9 +936,10 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     std::lock_guard<std::mutex> step_lock(m->step_mu);
     mall_alloc_t &snapshot = m->scratch;
     bool consistent;
+    uint32_t page_flags = 0;
     {
         std::lock_guard<std::mutex> lock(m->conn_mu);
-        consistent = mall::page_read(m->page, &snapshot);
+        consistent = mall::page_read(m->page, &snapshot, &page_flags);
     }
     const bool control_pending = m->signal_control && g_control.owner.load() == m && g_control.request.load() != 0;
     // Never attached, the page is a zero page (no magic): generation 0 for a control request.
@@ -844,7 +963,9 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
             recheck_control_request(m);
             return changed ? MALL_SUCCESS : MALL_NOUPDT;
         }
-        g_control.refused.fetch_add(1);
+        decide_request(m, request, "superseded",
+                       "malld published generation %llu, which replaces any request made before it",
+                       static_cast<unsigned long long>(generation));
     }
     if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
 
@@ -861,6 +982,9 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
         m->applied = snapshot;
+        std::memcpy(m->malld_cpus, snapshot.mask, sizeof m->malld_cpus);
+        m->has_malld_cpus = true;
+        m->page_flags = page_flags;
     }
     run_callbacks(m, snapshot);
     repin_bound_threads(m, snapshot);
@@ -871,6 +995,7 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     }
     finish_change(m, generation);
     recheck_control_request(m);
+    refresh_record(m);
     return MALL_SUCCESS;
 }
 
@@ -1094,6 +1219,21 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
             sigemptyset(&sa.sa_mask);
             ::sigaction(control_signal, &sa, nullptr);
             m->signal_control = true;
+            std::lock_guard<std::mutex> lock(g_control.record_mu);
+            if (g_control.record_fd < 0) {
+                g_control.record_fd = static_cast<int>(::syscall(SYS_memfd_create, mall::signal_control::kRecordName, MFD_CLOEXEC));
+                if (g_control.record_fd >= 0 &&
+                    ::ftruncate(g_control.record_fd, static_cast<off_t>(mall::signal_control::kRecordSize)) != 0) {
+                    ::close(g_control.record_fd);
+                    g_control.record_fd = -1;
+                }
+            }
+            g_control.handled = 0;
+            g_control.last_value = 0;
+            g_control.last_from = 0;
+            g_control.last_result = "none";
+            g_control.last_why[0] = '\0';
+            write_record_locked(m);
         }
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);

@@ -8,10 +8,24 @@
 //   1 RANGE    bits 27-20: threads (0 = auto, 1..255); bits 19-10: first cpu (0..1023);
 //              bits 9-0: count - 1 (first + count <= 1024)
 // Other operations are reserved (refused).
+//
+// The status record: a process that opted in keeps a memfd named "mall-signal" (close-on-exec)
+// holding one text record of kRecordSize bytes, rewritten in place with one pwrite() after each
+// request it handled (never from the signal handler). `mallctl signal` finds it as the link
+// "/memfd:mall-signal (deleted)" under /proc/PID/fd, which the kernel lets only the process's
+// owner or root open (the people who may signal it). Lines "key value", first "mall-signal 1",
+// then seq N ... end N (equal when the read was not torn):
+//   pid, signal (the number to send), api, mode (detached|attached), job, allowed (0|1: malld let
+//   the job take signals), bound (the cpus requests must stay within), cpus and threads (what the
+//   process runs now), received, handled (requests taken / decided), last (the value of the last
+//   decided request, hex), from (its sender's pid), result (none|applied|refused|superseded), why.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "mall/mall.h"
@@ -76,6 +90,67 @@ inline std::optional<Request> decode(uint32_t value) {
         return r;
     }
     return std::nullopt;
+}
+
+constexpr size_t kRecordSize = 12288;  // two cpu lists of MALL_CPULIST_MAX and the rest
+constexpr const char *kRecordName = "mall-signal";
+constexpr int kRecordFormat = 1;
+
+struct Record {
+    long pid = 0;
+    int signal = 0;
+    std::string api, mode, job, bound, cpus, result, why;
+    bool allowed = false;
+    int threads = 0;
+    uint64_t received = 0, handled = 0;
+    uint32_t last = 0;
+    long from = 0;
+};
+
+// The record in `text`, or nullopt when it is not one (another format, torn, cut short).
+inline std::optional<Record> parse_record(const std::string &text) {
+    std::map<std::string, std::string> fields;
+    std::istringstream in(text.substr(0, text.find('\0')));
+    std::string line;
+    bool first = true;
+    while (std::getline(in, line)) {
+        const auto space = line.find(' ');
+        const std::string key = line.substr(0, space);
+        const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+        if (first && (key != kRecordName || value != std::to_string(kRecordFormat))) return std::nullopt;
+        first = false;
+        fields[key] = value;
+    }
+    if (first || !fields.count("seq") || fields["seq"] != fields["end"]) return std::nullopt;
+    auto number = [&](const char *key, int base = 10) -> std::optional<unsigned long long> {
+        auto it = fields.find(key);
+        if (it == fields.end() || it->second.empty()) return std::nullopt;
+        char *end = nullptr;
+        const unsigned long long v = std::strtoull(it->second.c_str(), &end, base);
+        if (*end != '\0') return std::nullopt;
+        return v;
+    };
+    Record r;
+    const auto pid = number("pid"), signal = number("signal"), threads = number("threads"),
+               received = number("received"), handled = number("handled"), last = number("last", 16),
+               from = number("from");
+    if (!pid || !signal || !threads || !received || !handled || !last || !from) return std::nullopt;
+    r.pid = static_cast<long>(*pid);
+    r.signal = static_cast<int>(*signal);
+    r.threads = static_cast<int>(*threads);
+    r.received = *received;
+    r.handled = *handled;
+    r.last = static_cast<uint32_t>(*last);
+    r.from = static_cast<long>(*from);
+    r.api = fields["api"];
+    r.mode = fields["mode"];
+    r.job = fields["job"];
+    r.allowed = fields["allowed"] == "1";
+    r.bound = fields["bound"];
+    r.cpus = fields["cpus"];
+    r.result = fields["result"];
+    r.why = fields["why"];
+    return r;
 }
 
 }  // namespace mall::signal_control

@@ -29,6 +29,7 @@
 #include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
+#include "tools/mallctl_signal.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -163,6 +164,7 @@ const Command kCommands[] = {
      "  mallctl watch\n"
      "  mallctl watch --json --count 20 > events.jsonl\n"
      "  mallctl watch --timeout-s 10\n"},
+    {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails},
 };
 
 const Command *find_command(const std::string &name) {
@@ -205,13 +207,13 @@ void print_main_help(std::ostream &out) {
            "\n"
            "CPU lists use the Linux list format: \"0-3,8\" (ascending or not, no spaces).\n"
            "status and watch are open to everyone; set, policy, reclaim and release need root or\n"
-           "an admin uid of malld.\n"
+           "an admin uid of malld. signal talks to a process, not to malld: its owner or root may.\n"
            "\n"
            "Exit status:\n"
            "  0  success\n"
            "  1  malld refused the request (its reason is printed)\n"
            "  2  usage error (bad command, option or cpu list)\n"
-           "  3  malld could not be reached\n"
+           "  3  malld could not be reached (signal: the process is gone or did not confirm)\n"
            "\n"
            "Examples:\n"
            "  mallctl status\n"
@@ -724,6 +726,9 @@ const std::map<std::string, Handler> &handlers() {
         {"reclaim", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, true); }},
         {"release", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, false); }},
         {"watch", cmd_watch},
+        {"signal", [](const Globals &, const std::vector<std::string> &a) {
+             return cmd_signal(a, [](const std::string &what) { return usage_error("signal", what); });
+         }},
     };
     return table;
 }
@@ -767,7 +772,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         if (!rest.empty()) return usage_error("", "unknown option '" + rest.front() + "'");
-        return usage_error("", "name a command: status, set, policy, reclaim, release or watch");
+        return usage_error("", "name a command: status, set, policy, reclaim, release, watch or signal");
     }
     const std::string command = vm["command"].as<std::string>();
 
@@ -777,7 +782,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         const Command *c = find_command(rest.front());
-        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are status, set, policy, reclaim, release, watch");
+        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are status, set, policy, reclaim, release, watch, signal");
         print_command_help(*c, std::cout);
         return kExitOk;
     }
@@ -786,7 +791,7 @@ int run(int argc, char **argv) {
     if (!c || handler == handlers().end()) {
         if (!command.empty() && command[0] == '-')
             return usage_error("", "unknown option '" + command + "'");
-        return usage_error("", "unknown command '" + command + "'; the commands are status, set, policy, reclaim, release, watch");
+        return usage_error("", "unknown command '" + command + "'; the commands are status, set, policy, reclaim, release, watch, signal");
     }
     if (help) {
         print_command_help(*c, std::cout);
