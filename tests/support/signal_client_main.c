@@ -94,7 +94,16 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_stop);
     signal(SIGINT, on_stop);
     const char *notify = getenv("MALL_NOTIFY_SIGNAL");
-    if (wait_notify && notify && !strcmp(notify, "SIGUSR1")) signal(SIGUSR1, on_notify);
+    sigset_t unblocked;
+    sigemptyset(&unblocked);
+    if (wait_notify && notify && !strcmp(notify, "SIGUSR1")) {
+        /* Blocked except inside sigsuspend(): a signal between the check and the wait is not lost. */
+        signal(SIGUSR1, on_notify);
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+    }
 
     mall_error_t err;
     int rc = mall_open(NULL, &g_mall, &err);
@@ -116,13 +125,11 @@ int main(int argc, char **argv) {
     struct timespec begin, now;
     clock_gettime(CLOCK_MONOTONIC, &begin);
     int reported = -1;
-    sigset_t none;
-    sigemptyset(&none);
     while (!g_stop) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((now.tv_sec - begin.tv_sec) + (now.tv_nsec - begin.tv_nsec) / 1e9 > duration_s) break;
         if (wait_notify) {
-            while (!g_notified && !g_stop) sigsuspend(&none);
+            while (!g_notified && !g_stop) sigsuspend(&unblocked);
             if (g_notified) printf("notified\n");
             g_notified = 0;
         }
