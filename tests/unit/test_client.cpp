@@ -2,6 +2,7 @@
 // attach, apply, callbacks, re-pinning, acks, mall_fd, progress, reconnection, error mapping,
 // bounded open, the C++ wrapper's exception barrier; plus the seqlock page, the socket helpers and
 // CtlClient underneath.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -447,6 +448,30 @@ bool every_thread_on(const std::string &list) {
     return n > 0 && all == expected;
 }
 
+// The process's own mall-signal record (what `mallctl signal` reads), nullopt when there is none.
+std::optional<mall::signal_control::Record> own_record() {
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return std::nullopt;
+    std::optional<mall::signal_control::Record> record;
+    while (dirent *e = readdir(dir)) {
+        char target[256];
+        const std::string path = std::string("/proc/self/fd/") + e->d_name;
+        const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (std::string(target) != "/memfd:mall-signal (deleted)") continue;
+        std::string text(mall::signal_control::kRecordSize, '\0');
+        const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        const ssize_t got = pread(fd, text.data(), text.size(), 0);
+        close(fd);
+        if (got > 0) record = mall::signal_control::parse_record(text);
+        break;
+    }
+    closedir(dir);
+    return record;
+}
+
 void queue_control(uint32_t value) {
     union sigval v;
     v.sival_int = static_cast<int>(value);
@@ -467,10 +492,10 @@ TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
     ASSERT_NE(m, nullptr);
     handles_.push_back(m);  // closed at teardown if an assertion ends the test early
     std::vector<std::pair<int, std::string>> seen;  // (threads, cpus)
-    auto record = [](const mall_alloc_t *a, void *arg) {
+    auto remember = [](const mall_alloc_t *a, void *arg) {
         static_cast<std::vector<std::pair<int, std::string>> *>(arg)->push_back({mall_alloc_threads(a), a->cpus});
     };
-    ASSERT_EQ(mall_on_resize(m, record, &seen), MALL_SUCCESS);
+    ASSERT_EQ(mall_on_resize(m, remember, &seen), MALL_SUCCESS);
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
 
     // A second handle cannot take the signal; nor can a signal that has a handler of its own.
@@ -479,10 +504,28 @@ TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
     EXPECT_NE(std::string(err.text).find("already enabled"), std::string::npos) << err.text;
 
     namespace sc = mall::signal_control;
+    auto record = own_record();
+    ASSERT_TRUE(record) << "no mall-signal record in /proc/self/fd";
+    EXPECT_EQ(record->pid, getpid());
+    EXPECT_EQ(record->signal, SIGRTMAX - 7);
+    EXPECT_EQ(record->mode, "detached");
+    EXPECT_EQ(record->bound, "0-1");
+    EXPECT_EQ(record->result, "none");
+    EXPECT_EQ(record->handled, 0u);
     queue_control(*sc::encode_threads(1, nullptr));
+    EXPECT_EQ(own_record()->handled, 0u) << "the handler only takes the request; the step decides it";
     EXPECT_EQ(mall_step(m), MALL_SUCCESS);
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_EQ(seen.back(), (std::pair<int, std::string>{1, "0-1"}));
+    record = own_record();
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->result, "applied");
+    EXPECT_EQ(record->received, 1u);
+    EXPECT_EQ(record->handled, 1u);
+    EXPECT_EQ(record->last, *sc::encode_threads(1, nullptr));
+    EXPECT_EQ(record->from, getpid());
+    EXPECT_EQ(record->threads, 1);
+    EXPECT_EQ(record->cpus, "0-1");
     mall_alloc_t alloc{};
     ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
     EXPECT_EQ(alloc.ncpus, 2);
@@ -502,6 +545,11 @@ TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
     const size_t changes = seen.size();
     queue_control(*sc::encode_range(0, 600, 1, nullptr));
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    record = own_record();
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->result, "refused");
+    EXPECT_NE(record->why.find("cpus 600 are not all within 0-1"), std::string::npos) << record->why;
+    EXPECT_EQ(record->cpus, "0-1") << "a refused request changes nothing";
     queue_control(0x12345678u);
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
     ASSERT_EQ(kill(getpid(), SIGRTMAX - 7), 0);  // SI_USER: no value, ignored, the process lives
@@ -513,6 +561,7 @@ TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
     struct sigaction after {};
     ASSERT_EQ(sigaction(SIGRTMAX - 7, nullptr, &after), 0);
     EXPECT_EQ(after.sa_handler, SIG_IGN) << "after close the signal must be ignored, not deadly";
+    EXPECT_FALSE(own_record()) << "mall_close() drops the record: mallctl then says control is off";
     queue_control(*sc::encode_threads(1, nullptr));  // ignored: the test process lives on
     signal(SIGRTMAX - 7, SIG_DFL);
 
@@ -529,15 +578,66 @@ TEST_F(ClientTest, ControlBySignalIsRefusedWhileAttachedToMalld) {
     mall_t *m = open_handle(MALL_SUCCESS);
     unsetenv("MALL_SIGNAL_CONTROL");
     ASSERT_EQ(mall_step(m), MALL_SUCCESS);  // malld's allocation: cpu 0
+    auto record = own_record();
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->mode, "attached");
+    EXPECT_EQ(record->job, "fake-job");
+    EXPECT_FALSE(record->allowed);
     queue_control(*mall::signal_control::encode_threads(1, nullptr));
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
     mall_alloc_t alloc{};
     ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
     EXPECT_STREQ(alloc.cpus, "0");
+    record = own_record();
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->result, "refused");
+    EXPECT_NE(record->why.find("attached to malld as job fake-job"), std::string::npos) << record->why;
     // malld's next change still applies.
     const uint64_t g = daemon_->publish("0", /*notify=*/false);
     EXPECT_EQ(mall_step(m), MALL_SUCCESS);
     EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
+}
+
+TEST_F(ClientTest, ControlBySignalNarrowsWithinMalldsCpusWhenTheJobAllowsIt) {
+    cpu_set_t start_set;
+    ASSERT_EQ(sched_getaffinity(0, sizeof start_set, &start_set), 0);
+    if (!CPU_ISSET(0, &start_set) || !CPU_ISSET(1, &start_set)) GTEST_SKIP() << "needs cpus 0 and 1";
+    start_daemon(1, "0-1");
+    setenv("MALL_SIGNAL_CONTROL", "1", 1);
+    mall_t *m = open_handle(MALL_SUCCESS);
+    unsetenv("MALL_SIGNAL_CONTROL");
+    ASSERT_EQ(mall_step(m), MALL_SUCCESS);
+    namespace sc = mall::signal_control;
+    // malld lets the job take signals (mallctl set JOB --signal-control on): a new generation.
+    uint64_t g = daemon_->publish("0-1", false, mall::kPageFlagSignalControl);
+    ASSERT_EQ(mall_step(m), MALL_SUCCESS);
+    ASSERT_TRUE(daemon_->wait_for_ack(g, 5s));
+    auto record = own_record();
+    ASSERT_TRUE(record);
+    EXPECT_TRUE(record->allowed);
+    EXPECT_EQ(record->bound, "0-1");
+    // Narrowing within malld's cpus applies, keeps malld's generation and sends no ack.
+    queue_control(*sc::encode_range(0, 1, 1, nullptr));
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    mall_alloc_t alloc{};
+    ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
+    EXPECT_STREQ(alloc.cpus, "1");
+    EXPECT_EQ(alloc.generation, g);
+    EXPECT_TRUE(every_thread_on("1")) << my_threads_lists();
+    // Widening past them does not.
+    queue_control(*sc::encode_range(0, 0, 3, nullptr));
+    EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+    EXPECT_NE(own_record()->why.find("not all within 0-1"), std::string::npos) << own_record()->why;
+    // A request pending when malld publishes is superseded: malld's allocation wins.
+    queue_control(*sc::encode_threads(1, nullptr));
+    g = daemon_->publish("0-1", false, mall::kPageFlagSignalControl);
+    EXPECT_EQ(mall_step(m), MALL_SUCCESS);
+    ASSERT_EQ(mall_get_allocation(m, &alloc), MALL_SUCCESS);
+    EXPECT_STREQ(alloc.cpus, "0-1");
+    EXPECT_EQ(mall_alloc_threads(&alloc), 2);
+    EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
+    EXPECT_EQ(own_record()->result, "superseded");
+    EXPECT_TRUE(every_thread_on("0-1")) << my_threads_lists();
 }
 
 TEST_F(ClientTest, ProgressTotalsReachTheDaemon) {

@@ -58,3 +58,37 @@ TEST(SignalControl, ForeignValuesAreRefused) {
     EXPECT_FALSE(sc::decode(0x80000000u | (1u << 28) | (1023u << 10) | 1u));
     EXPECT_FALSE(sc::decode(0x80000000u | (1u << 28) | (3u << 20) | (0u << 10) | 1u));
 }
+
+namespace {
+std::string record_text(const std::string &seq, const std::string &end) {
+    return "mall-signal 1\nseq " + seq + "\npid 42\nsignal 57\napi 0.3.0\nmode attached\njob train-1\nallowed 1\n"
+           "bound 0-3\ncpus 0-1\nthreads 1\nreceived 3\nhandled 2\nlast a0000001\nfrom 77\nresult refused\n"
+           "why 5 threads exceed the 2 cpus\nend " + end + "\n";
+}
+}  // namespace
+
+TEST(SignalControl, TheRecordParsesWhenWholeAndIsRefusedWhenTorn) {
+    auto r = sc::parse_record(record_text("9", "9") + std::string(100, '\0'));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->pid, 42);
+    EXPECT_EQ(r->signal, 57);
+    EXPECT_EQ(r->mode, "attached");
+    EXPECT_EQ(r->job, "train-1");
+    EXPECT_TRUE(r->allowed);
+    EXPECT_EQ(r->bound, "0-3");
+    EXPECT_EQ(r->cpus, "0-1");
+    EXPECT_EQ(r->threads, 1);
+    EXPECT_EQ(r->received, 3u);
+    EXPECT_EQ(r->handled, 2u);
+    EXPECT_EQ(r->last, 0xa0000001u);
+    EXPECT_EQ(r->from, 77);
+    EXPECT_EQ(r->result, "refused");
+    EXPECT_EQ(r->why, "5 threads exceed the 2 cpus");
+    EXPECT_FALSE(sc::parse_record(record_text("9", "8"))) << "a rewrite in the middle of the read";
+    EXPECT_FALSE(sc::parse_record(record_text("9", "9").substr(0, 60))) << "cut short";
+    EXPECT_FALSE(sc::parse_record("mall-signal 2\n" + record_text("9", "9").substr(14))) << "another format";
+    EXPECT_FALSE(sc::parse_record(""));
+    std::string bad = record_text("9", "9");
+    bad.replace(bad.find("threads 1"), 9, "threads x");
+    EXPECT_FALSE(sc::parse_record(bad)) << "a malformed number";
+}

@@ -144,6 +144,8 @@ struct mall_handle {
     bool has_malld_cpus = false;
     uint64_t malld_cpus[MALL_MAX_CPUS / 64] = {};
     uint32_t page_flags = 0;
+    // Under step_mu: a signal request pinned every thread; malld's next allocation re-pins them all.
+    bool control_overrode = false;
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -906,6 +908,7 @@ bool apply_control_request(mall_handle *m, uint64_t request) {
     run_callbacks(m, next);
     repin_bound_threads(m, next);
     pin_every_thread(cpu_set_of(next.mask));
+    m->control_overrode = true;
     decide_request(m, request, "applied", "%d threads on cpus %s", next.nthreads, next.cpus);
     return true;
 }
@@ -988,6 +991,11 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     }
     run_callbacks(m, snapshot);
     repin_bound_threads(m, snapshot);
+    if (m->control_overrode) {
+        // A signal request had pinned every thread: malld's allocation replaces it for them all.
+        pin_every_thread(cpu_set_of(snapshot.mask));
+        m->control_overrode = false;
+    }
     try {
         send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
     } catch (...) {
