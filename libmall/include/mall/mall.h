@@ -174,8 +174,12 @@ typedef struct mall_open_options {
      * real-time signal's name or number; 0 or unset: off); -1: off; else the real-time signal to
      * use. libmall installs its own handler for it (refused when the signal already has one),
      * one handle per process; a request applies at the next mall_step() through the resize
-     * callbacks and the pinning of every thread, within the cpus the process had at mall_open().
-     * A handle attached to malld refuses requests: malld's allocation wins. */
+     * callbacks and the pinning of every thread, within the cpus the process had at mall_open()
+     * (mall_step() returns MALL_SUCCESS; the generation stays malld's, 0 without malld). A handle
+     * attached to malld refuses requests, since malld's allocation wins, unless the administrator
+     * let the job take them (mallctl set JOB --signal-control on): then requests that narrow within
+     * malld's cpus apply until malld's next change. The outcome of each request is kept in a
+     * close-on-exec memfd named "mall-signal" that `mallctl signal` reads through /proc. */
     int control_signal;
 } mall_open_options_t;
 #define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0, 0 }
