@@ -362,11 +362,13 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
         const auto record = read_record(record_fd);
         if (record && record->handled > before->handled && record->last == *value &&
             (record->from == self || record->from == 0)) {
-            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - sent_at).count();
+            const double ms = std::chrono::duration<double, std::milli>(now - sent_at).count();
             if (record->result == "applied") {
+                char after[32];
+                std::snprintf(after, sizeof after, "%.2f", ms);
                 std::cout << "process " << *pid << " (" << status->name << "): " << record->threads << " thread"
                           << (record->threads == 1 ? "" : "s") << " on cpus " << record->cpus << " (applied after "
-                          << ms << " ms)\n";
+                          << after << " ms)\n";
                 return kExitOk;
             }
             return refuse(*pid, record->result + ": " + record->why);
@@ -385,12 +387,14 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
             std::cerr << "mallctl signal: process " << *pid << " (" << status->name << ") did not apply the request within "
                       << timeout_ms << " ms: it stays pending and applies at the process's next mall_step()";
             if (record && record->handled > before->handled)
-                std::cerr << " (a later request, from pid " << record->from << ", was decided meanwhile: "
-                          << "a newer request replaces a pending one)";
+                std::cerr << " (meanwhile it decided another request, from pid " << record->from
+                          << ": a newer request replaces one not applied yet)";
             std::cerr << "\n";
             return kExitUnreachable;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        // Fine polling first (a stepping process answers within its step period), then coarser.
+        std::this_thread::sleep_for(now - sent_at < std::chrono::milliseconds(200) ? std::chrono::microseconds(100)
+                                                                                  : std::chrono::microseconds(2000));
     }
 }
 
