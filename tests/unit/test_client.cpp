@@ -911,6 +911,15 @@ TEST_F(ClientTest, WrapperContainsThrowingCallbacks) {
     EXPECT_EQ(missing.rc, MALL_ERR_NODAEMON);
     EXPECT_FALSE(missing.error.empty());
     EXPECT_EQ(missing.client.step(), MALL_NOUPDT);
+
+    // With options: a bad one is refused with words and no client.
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_.c_str();
+    options.notify_signal = SIGTERM;
+    auto refused = mall::Client::open(options);
+    EXPECT_EQ(refused.rc, MALL_ERR_INVAL);
+    EXPECT_FALSE(refused.client);
+    EXPECT_NE(refused.error.find("notify_signal"), std::string::npos) << refused.error;
 }
 
 // The page carries the thread count (mallctl set --threads) inside the seqlock; a page written
