@@ -57,7 +57,9 @@ const Command kCommands[] = {
      "  MIN    MAX  the job's core limits\n"
      "  CPUS   the cores last published to the job, NCPUS how many\n"
      "  GEN    the generation of that allocation, ACKED the last one its processes acknowledged\n"
-     "  STATE  settled, or changing while a two-phase move waits for the job's ack\n"
+     "  STATE  settled, or changing while a two-phase move waits for the job's ack; then\n"
+     "         \",pinned\" (mallctl set --cpus), \",uses N\" (mall_set_usage), \",threads N\"\n"
+     "         (mallctl set --threads), \",signals\" (mallctl set --signal-control on)\n"
      "  PIDS   the job's registered processes\n"
      "With a cgroup backend, CGROUPS then lists each job's cgroups: \"in place\" for a cgroup its\n"
      "resource manager or runtime made (a Slurm step, a container, a systemd scope), which malld\n"
@@ -72,8 +74,8 @@ const Command kCommands[] = {
      "Examples:\n"
      "  mallctl status\n"
      "  mallctl status --json | jq '.jobs[].cpus'\n"},
-    {"set", "set JOB [--cpus LIST|auto] [--weight W] [--threads N|auto]",
-     "pin a job to given cores or hand it back to the policy; set its weight or thread count",
+    {"set", "set JOB [--cpus LIST|auto] [--weight W] [--threads N|auto] [--signal-control on|off]",
+     "pin a job to cores or hand it back to the policy; set its weight, threads or signal control",
      "Pins JOB to the cores in LIST (an administrator's override): malld moves the job there with\n"
      "the usual two-phase protocol (shrink, wait for the ack, grow) and the policy leaves it there.\n"
      "`--cpus auto` removes the pin and lets the policy decide again. LIST must lie inside the\n"
@@ -85,12 +87,27 @@ const Command kCommands[] = {
      "it) at their next step and acknowledge it like any change. `--threads auto` goes back to one\n"
      "thread per core. The count stays when the job grows; a shrink below it lowers it. mallctl\n"
      "status shows it (THREADS, and `threads` / `active_threads` in --json), and malld's state file\n"
-     "keeps it across restarts. Give one option or more; when one is refused nothing changes.\n"
+     "keeps it across restarts.\n"
+     "\n"
+     "--signal-control on lets the job's processes take `mallctl signal PID` requests. By default\n"
+     "(off) a process attached to malld refuses them: malld's allocation is the truth. With it on, a\n"
+     "process that opted in (MALL_SIGNAL_CONTROL=1 in its environment) accepts a request only when\n"
+     "it narrows what malld gave it: fewer threads, or a cpu range within the cores malld published.\n"
+     "malld's next change of the job (new cores, a thread count, this switch) wins and drops the\n"
+     "override. malld publishes the switch to the job's processes with the same cores and thread\n"
+     "count (a new generation, acknowledged like any change); `--signal-control off` stops further\n"
+     "requests and ends an override in force. mallctl status shows it (\",signals\" in STATE,\n"
+     "`signal_control` in --json), and malld's state file keeps it across restarts.\n"
+     "\n"
+     "Give one option or more; when one is refused nothing changes.\n"
      "\n"
      "Options:\n"
-     "  --cpus LIST|auto   the cores, in Linux list format (\"0-3,8\"), or auto\n"
-     "  --weight W         the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
-     "  --threads N|auto   threads to run on its cores, 1 to the cores it holds; auto: one per core\n"
+     "  --cpus LIST|auto          the cores, in Linux list format (\"0-3,8\"), or auto\n"
+     "  --weight W                the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
+     "  --threads N|auto          threads to run on its cores, 1 to the cores it holds; auto: one per\n"
+     "                            core\n"
+     "  --signal-control on|off   whether its processes accept `mallctl signal` requests that narrow\n"
+     "                            within malld's allocation (default off)\n"
      "\n"
      "Needs root or an admin uid of malld (--admin-uid).\n"
      "\n"
@@ -99,7 +116,8 @@ const Command kCommands[] = {
      "  sudo mallctl set train-42 --cpus auto\n"
      "  sudo mallctl set train-42 --weight 3\n"
      "  sudo mallctl set train-42 --threads 1\n"
-     "  sudo mallctl set train-42 --threads auto\n"},
+     "  sudo mallctl set train-42 --threads auto\n"
+     "  sudo mallctl set train-42 --signal-control on\n"},
     {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted, throughput)",
      "Switches the policy malld uses to share the pool between jobs, and re-plans at once:\n"
      "  equal    idle cores are lent out evenly, each job within its MIN..MAX\n"
@@ -437,6 +455,9 @@ void print_status_table(const json &s, std::ostream &out) {
         // An admin's thread count (mallctl set --threads) shows as "threads N".
         if (j.contains("threads") && j["threads"].is_number_integer() && j["threads"].get<int>() > 0)
             state += ",threads " + field_string(j, "threads");
+        // Signal control allowed (mallctl set --signal-control on) shows as "signals".
+        if (j.contains("signal_control") && j["signal_control"].is_boolean() && j["signal_control"].get<bool>())
+            state += ",signals";
         // THREADS: what the processes were told to run (a malld before API 0.3: one per cpu, "-").
         rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"), f("active_threads"),
                         f("generation"), f("acked_generation"), state,
@@ -520,7 +541,8 @@ int cmd_status(const Globals &g, const std::vector<std::string> &args) {
 int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     po::options_description opts;
     opts.add_options()("job", po::value<std::string>(), "")("cpus", po::value<std::string>(), "")(
-        "weight", po::value<std::string>(), "")("threads", po::value<std::string>(), "");
+        "weight", po::value<std::string>(), "")("threads", po::value<std::string>(), "")(
+        "signal-control", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("job", 1);
     po::variables_map vm;
@@ -530,8 +552,10 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("set", e.what());
     }
     if (!vm.count("job")) return usage_error("set", "name the job to set, e.g. mallctl set train-42 --cpus 0-3");
-    if (!vm.count("cpus") && !vm.count("weight") && !vm.count("threads"))
-        return usage_error("set", "give --cpus LIST|auto, --weight W or --threads N|auto (one or more), e.g. --cpus 0-3");
+    if (!vm.count("cpus") && !vm.count("weight") && !vm.count("threads") && !vm.count("signal-control"))
+        return usage_error("set",
+                           "give --cpus LIST|auto, --weight W, --threads N|auto or --signal-control on|off "
+                           "(one or more), e.g. --cpus 0-3");
     const std::string job = vm["job"].as<std::string>();
     if (auto why = mall::proto::invalid_job_name(job)) return usage_error("set", "bad job name '" + job + "': " + *why);
     json request{{"job", job}};
@@ -569,6 +593,12 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
             request["threads"] = static_cast<int>(n);
         }
     }
+    if (vm.count("signal-control")) {
+        const std::string text = vm["signal-control"].as<std::string>();
+        if (text != "on" && text != "off")
+            return usage_error("set", "--signal-control takes on or off, e.g. --signal-control on (got '" + text + "')");
+        request["signal_control"] = text == "on";
+    }
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
@@ -578,11 +608,19 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     if (body->contains("cpus")) std::cout << " cpus " << text_or_dash(field_string(*body, "cpus"));
     if (body->contains("weight")) std::cout << " weight " << field_string(*body, "weight");
     if (body->contains("threads")) std::cout << " threads " << field_string(*body, "threads");
+    if (body->contains("signal_control") && (*body)["signal_control"].is_boolean())
+        std::cout << " signal-control " << ((*body)["signal_control"].get<bool>() ? "on" : "off");
     std::cout << "\n";
     if (request.contains("threads") && !body->contains("threads")) {
         // A malld before API 0.3 ignores the field next to --cpus or --weight.
         std::cerr << "mallctl set: malld at " << g.socket
                   << " did not apply --threads (it predates thread counts, API 0.3); upgrade malld\n";
+        return kExitRefused;
+    }
+    if (request.contains("signal_control") && !body->contains("signal_control")) {
+        // A malld before signal control (issue 17) ignores the field next to another option.
+        std::cerr << "mallctl set: malld at " << g.socket
+                  << " ignored --signal-control (it predates signal control); upgrade malld\n";
         return kExitRefused;
     }
     return kExitOk;

@@ -195,6 +195,20 @@ Outcome NodeManager::set_threads(const std::string &job, int threads, TimePoint 
     return Outcome::success();
 }
 
+Outcome NodeManager::set_signal_control(const std::string &job, bool on, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    Job &self = it->second;
+    if (self.signal_control == on) return Outcome::success();
+    self.signal_control = on;
+    nlohmann::json ev = make_event("signal_control");
+    ev["job"] = job;
+    ev["signal_control"] = on;
+    effects_.event(ev);
+    advance(now);  // publishes the flag now unless a change is under way (then after its ack)
+    return Outcome::success();
+}
+
 int Job::planned_max() const {
     if (usage_cap <= 0) return spec.max;
     return std::clamp(usage_cap, spec.min, spec.max);
@@ -538,6 +552,7 @@ nlohmann::json NodeManager::status() const {
             {"usage_cap", job->usage_cap},
             {"threads", job->threads},
             {"active_threads", job->active_threads()},
+            {"signal_control", job->signal_control},
             {"planned_max", job->planned_max()},
             {"attached", job->attachments.size()},
             {"state", job->settled(goal) ? "settled" : "changing"},

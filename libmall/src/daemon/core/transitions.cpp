@@ -167,8 +167,11 @@ void NodeManager::advance(TimePoint now) {
             }
             auto target = targets_.find(job->spec.id);
             if (target == targets_.end() || target->second == job->published) {
-                // The cpus stay; a new thread count (mallctl set --threads) is published alone.
-                if (!job->published.empty() && job->wanted_threads(job->published) != job->published_threads) {
+                // The cpus stay; a new thread count (mallctl set --threads) or signal-control flag
+                // (mallctl set --signal-control) is published alone. A job with no cpus yet gets
+                // both with its first step.
+                if (!job->published.empty() && (job->wanted_threads(job->published) != job->published_threads ||
+                                                job->signal_control != job->published_signal_control)) {
                     publish_step(*job, job->published, now);
                     moved = true;
                 }
@@ -192,19 +195,21 @@ void NodeManager::advance(TimePoint now) {
     }
 }
 
-// Publishes `next` (with the job's thread count for it) as the job's next generation and waits for
-// the ack when a process is attached.
+// Publishes `next` (with the job's thread count for it and its signal-control flag) as the job's
+// next generation and waits for the ack when a process is attached.
 void NodeManager::publish_step(Job &job, const CpuSet &next, TimePoint now) {
     ++job.generation;
     job.published = next;
     job.published_threads = job.wanted_threads(next);
-    effects_.publish(job.spec.id, job.generation, next, job.published_threads);
+    job.published_signal_control = job.signal_control;
+    effects_.publish(job.spec.id, job.generation, next, job.published_threads, job.published_signal_control);
     nlohmann::json ev = make_event("publish");
     ev["job"] = job.spec.id;
     ev["generation"] = job.generation;
     ev["cpus"] = next.to_string();
     ev["ncpus"] = next.count();
     if (job.published_threads > 0) ev["threads"] = job.published_threads;  // fewer threads than cpus
+    if (job.published_signal_control) ev["signal_control"] = true;  // signal requests allowed
     effects_.event(ev);
     if (job.attachments.empty()) {
         finish_transition(job, now, false);  // nobody to wait for
