@@ -443,8 +443,9 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
     // A rate sample spans two reports while the job held the same steady cpus; totals restart
     // at zero when a process re-attaches (a report below the mark then starts a new mark).
     // A job running fewer threads than cpus (mallctl set --threads) measures the threads, not the
-    // cpus: no sample then.
-    const bool steady = j.steady() && j.published_threads == 0;
+    // cpus: no sample then; nor while its processes may run narrowed by `mallctl signal`
+    // (--signal-control on), which malld does not see.
+    const bool steady = j.steady() && j.published_threads == 0 && !j.published_signal_control;
     const int cpus = j.published.count();
     if (steady && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
         work_units >= j.rate_mark_units && now - *j.rate_mark_time >= kMinRateWindow) {
