@@ -248,7 +248,26 @@ TEST(ControlBySignal, UnderMalldTheAdminDecidesAndMalldWins) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("not all within 0-1"), std::string::npos) << r.err;
 
-    // malld's next publication wins: turning signals off republishes the job's cpus.
+    // malld's next publication wins (a thread count here), and it re-pins every thread; its
+    // thread count bounds requests too.
+    auto malld_change = [](int threads) {
+        return [threads](const std::string &l) {
+            return l.rfind("change threads=" + std::to_string(threads) + " ncpus=2 cpus=0-1 gen=", 0) == 0 &&
+                   l.find("gen=0") == std::string::npos;
+        };
+    };
+    set = run_command(mallctl_argv(malld.socket(), {"set", "sig", "--threads", "1"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    ASSERT_TRUE(client.wait_for_line(malld_change(1), 10s)) << joined_lines(client.all_lines());
+    EXPECT_TRUE(wait_until([&] { return threads_all_on(pids, "0-1"); }, 2s)) << describe_threads(pids);
+    r = mallctl_signal(pids[0], {"--threads", "2"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("2 threads exceed the 1 malld gave"), std::string::npos) << r.err;
+    set = run_command(mallctl_argv(malld.socket(), {"set", "sig", "--threads", "auto"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    ASSERT_TRUE(client.wait_for_line(malld_change(2), 10s)) << joined_lines(client.all_lines());
+
+    // Turning signals off republishes the job's cpus; requests are refused again.
     set = run_command(mallctl_argv(malld.socket(), {"set", "sig", "--signal-control", "off"}));
     ASSERT_EQ(set.exit_code, 0) << set.err;
     ASSERT_TRUE(client.wait_for_line([](const std::string &l) {

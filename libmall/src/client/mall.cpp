@@ -143,6 +143,7 @@ struct mall_handle {
     // past them) and that page's flags (kPageFlagSignalControl: malld lets the job take requests).
     bool has_malld_cpus = false;
     uint64_t malld_cpus[MALL_MAX_CPUS / 64] = {};
+    int malld_threads = 0;  // the thread count of that generation
     uint32_t page_flags = 0;
     // Under step_mu: a signal request pinned every thread; malld's next allocation re-pins them all.
     bool control_overrode = false;
@@ -863,11 +864,13 @@ bool apply_control_request(mall_handle *m, uint64_t request) {
     mall_alloc_t current;
     mall::CpuSet bound;
     uint32_t flags;
+    int malld_threads;
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
         current = m->applied;
         bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
         flags = m->page_flags;
+        malld_threads = m->has_malld_cpus ? m->malld_threads : 0;
     }
     const char *job = m->job_name.load(std::memory_order_acquire);
     if (m->attached.load(std::memory_order_acquire) && !(flags & mall::kPageFlagSignalControl)) {
@@ -894,11 +897,18 @@ bool apply_control_request(mall_handle *m, uint64_t request) {
                        cpus.count(), cpus.to_string().c_str());
         return false;
     }
+    // Under malld (or after it), malld's thread count is a bound too: a request only narrows.
+    if (malld_threads > 0 && decoded->threads > malld_threads) {
+        decide_request(m, request, "refused", "%d threads exceed the %d malld gave this process", decoded->threads,
+                       malld_threads);
+        return false;
+    }
     mall_alloc_t &next = m->scratch;
     next = mall_alloc_t{};
     next.generation = current.generation;  // malld's generation (0 without malld): unchanged
     next.ncpus = cpus.count();
     next.nthreads = decoded->threads > 0 ? decoded->threads : next.ncpus;
+    if (malld_threads > 0 && next.nthreads > malld_threads) next.nthreads = malld_threads;
     cpus.to_mask(next.mask);
     std::snprintf(next.cpus, sizeof next.cpus, "%s", cpus.to_string().c_str());
     {
@@ -987,6 +997,7 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         m->applied = snapshot;
         std::memcpy(m->malld_cpus, snapshot.mask, sizeof m->malld_cpus);
         m->has_malld_cpus = true;
+        m->malld_threads = mall_alloc_threads(&snapshot);
         m->page_flags = page_flags;
     }
     run_callbacks(m, snapshot);
