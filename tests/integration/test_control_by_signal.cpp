@@ -200,6 +200,18 @@ TEST(ControlBySignal, BadTargetsAndValuesAreRefusedWithWordsAndNothingDies) {
     EXPECT_TRUE(alive(sleeper.pid()));
 }
 
+TEST(ControlBySignal, AProcessWhoseHandlerIsGoneIsNotSignalled) {
+    REQUIRE_TWO_CPUS();
+    // The record is there but the program replaced libmall's handler: SigCgt no longer has 57.
+    Child client({bin_path("mall_signal_client"), "--drop-handler"}, ChildOptions{signal_env(), false, false});
+    ASSERT_TRUE(client.wait_for_line_starting("active=", 10s)) << joined_lines(client.all_lines());
+    const auto r = mallctl_signal(client.pid(), {"--threads", "1"});
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find("does not catch signal " + std::to_string(SIGRTMAX - 7)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("SigCgt"), std::string::npos) << r.err;
+    EXPECT_TRUE(alive(client.pid()));
+}
+
 TEST(ControlBySignal, AProcessThatNeverStepsLeavesTheRequestPending) {
     REQUIRE_TWO_CPUS();
     Child client({bin_path("mall_signal_client"), "--no-step"}, ChildOptions{signal_env(), false, false});

@@ -4,7 +4,8 @@
  * wait, and calls mall_step() every 10 ms from its main loop.
  * Output (line-buffered): "open rc=<rc> pid=<pid>", then for each applied change
  * "change threads=<t> ncpus=<n> cpus=<list> gen=<g>" and "active=<k>" once the workers follow.
- * --no-step never calls mall_step() (a request then stays pending); --wait-notify sleeps in
+ * --no-step never calls mall_step() (a request then stays pending); --drop-handler sets the control
+ * signal to SIG_IGN after mall_open() (the record stays, the handler is gone); --wait-notify sleeps in
  * sigsuspend() until the notification signal's handler ran, then steps ("notified" is printed).
  * Exits 0 on SIGTERM/SIGINT or after --duration-s (default 60). */
 #define _GNU_SOURCE
@@ -74,15 +75,17 @@ static void on_change(const mall_alloc_t *alloc, void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int workers = 4, step = 1, wait_notify = 0;
+    int workers = 4, step = 1, wait_notify = 0, drop_handler = 0;
     double duration_s = 60;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--duration-s") && i + 1 < argc) duration_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-step")) step = 0;
         else if (!strcmp(argv[i], "--wait-notify")) wait_notify = 1;
+        else if (!strcmp(argv[i], "--drop-handler")) drop_handler = 1;
         else {
-            fprintf(stderr, "usage: mall_signal_client [--workers K] [--duration-s S] [--no-step] [--wait-notify]\n");
+            fprintf(stderr, "usage: mall_signal_client [--workers K] [--duration-s S] [--no-step] [--wait-notify] "
+                            "[--drop-handler]\n");
             return 2;
         }
     }
@@ -113,6 +116,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     mall_on_resize(g_mall, on_change, NULL);
+    if (drop_handler) signal(SIGRTMAX - 7, SIG_IGN);
     /* Without an allocation yet, all workers run (one per cpu of the opening affinity). */
     cpu_set_t start;
     CPU_ZERO(&start);
