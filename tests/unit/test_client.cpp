@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -497,6 +498,15 @@ TEST_F(ClientTest, ControlBySignalAppliesAtTheNextStepWithinTheOpeningCpus) {
     };
     ASSERT_EQ(mall_on_resize(m, remember, &seen), MALL_SUCCESS);
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+
+    // A forked child is not the process that opted in: no record there, so mallctl refuses it.
+    ASSERT_TRUE(own_record());
+    const pid_t child = fork();
+    if (child == 0) _exit(own_record() ? 1 : 0);
+    int child_status = -1;
+    ASSERT_EQ(waitpid(child, &child_status, 0), child);
+    EXPECT_TRUE(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0) << "the child kept the record";
+    ASSERT_TRUE(own_record()) << "the parent keeps its record";
 
     // A second handle cannot take the signal; nor can a signal that has a handler of its own.
     mall_t *second = nullptr;

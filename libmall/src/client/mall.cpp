@@ -672,6 +672,16 @@ struct SignalControlBlock {
 };
 SignalControlBlock g_control;  // never destroyed: a late signal finds it
 
+// A forked child (a data-loader worker, say) is not the process that opted in: it drops the
+// handle and its copy of the record, so `mallctl signal` refuses it ("not enabled"); the handler
+// it inherits ignores requests. Runs in the child only (no lock: another thread may have held one).
+void control_after_fork_in_child() {
+    g_control.owner.store(nullptr);
+    g_control.request.store(0);
+    if (g_control.record_fd >= 0) ::close(g_control.record_fd);
+    g_control.record_fd = -1;
+}
+
 void control_handler(int, siginfo_t *info, void *) {
     const int saved_errno = errno;
     g_control.in_handler.fetch_add(1);
@@ -1238,6 +1248,8 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
             sigemptyset(&sa.sa_mask);
             ::sigaction(control_signal, &sa, nullptr);
             m->signal_control = true;
+            static std::once_flag fork_hook;
+            std::call_once(fork_hook, [] { (void)::pthread_atfork(nullptr, nullptr, control_after_fork_in_child); });
             std::lock_guard<std::mutex> lock(g_control.record_mu);
             if (g_control.record_fd < 0) {
                 g_control.record_fd = static_cast<int>(::syscall(SYS_memfd_create, mall::signal_control::kRecordName, MFD_CLOEXEC));
