@@ -1,5 +1,6 @@
 // mallctl.cpp — the administrator's command line for malld: status, set, policy, reclaim,
-// release, watch. Validates every argument (cpu lists included) locally before sending anything.
+// release, watch; and signal (tools/mallctl_signal.cpp), which talks to a process, not to malld.
+// Validates every argument (cpu lists included) locally before sending anything.
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <sys/time.h>
 #include <time.h>
