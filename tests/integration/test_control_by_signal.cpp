@@ -99,6 +99,18 @@ TEST(ControlBySignal, CProgramFollowsThreadsAndCpusWithoutMalld) {
     EXPECT_TRUE(alive(client.pid()));
 }
 
+TEST(ControlBySignal, AnOwnerControlsItsOwnProcessWithoutRoot) {
+    REQUIRE_TWO_CPUS();
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to run both processes as nobody (a user on a workstation)";
+    Child client({bin_path("mall_signal_client")}, ChildOptions{signal_env(), true, false});
+    ASSERT_TRUE(client.wait_for_line_starting("active=2", 10s)) << joined_lines(client.all_lines());
+    auto r = mallctl_signal(client.pid(), {"--cpus", "1"}, RunOptions{{}, true, 30s});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("1 thread on cpus 1 "), std::string::npos) << r.out;
+    const std::vector<pid_t> pids{client.pid()};
+    EXPECT_TRUE(wait_until([&] { return threads_all_on(pids, "1"); }, 2s)) << describe_threads(pids);
+}
+
 TEST(ControlBySignal, TrainDigitsGoesTwoOneTwoThreadsWithTheSameLoss) {
     REQUIRE_TWO_CPUS();
     if (access(kDigits, R_OK) != 0)
