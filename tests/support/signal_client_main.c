@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,23 +23,24 @@
 
 #define MAX_WORKERS 64
 
-static volatile sig_atomic_t g_stop = 0;
-static volatile sig_atomic_t g_notified = 0;
+/* Set by signal handlers, read by every thread: lock-free atomics (async-signal-safe). */
+static atomic_int g_stop = 0;
+static atomic_int g_notified = 0;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_active = 0;  /* workers 0..g_active-1 run, under g_mu */
 static int g_running = 0; /* workers that run now, under g_mu */
 static mall_t *g_mall = NULL;
 
-static void on_stop(int sig) { (void)sig; g_stop = 1; }
-static void on_notify(int sig) { (void)sig; g_notified = 1; }
+static void on_stop(int sig) { (void)sig; atomic_store(&g_stop, 1); }
+static void on_notify(int sig) { (void)sig; atomic_store(&g_notified, 1); }
 
 static void *worker(void *arg) {
     int index = (int)(long)arg;
     volatile unsigned long sink = 0;
     int running = 0;
     mall_bind_thread(g_mall);
-    while (!g_stop) {
+    while (!atomic_load(&g_stop)) {
         pthread_mutex_lock(&g_mu);
         int run = index < g_active;
         if (run != running) {
@@ -129,13 +131,12 @@ int main(int argc, char **argv) {
     struct timespec begin, now;
     clock_gettime(CLOCK_MONOTONIC, &begin);
     int reported = -1;
-    while (!g_stop) {
+    while (!atomic_load(&g_stop)) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((now.tv_sec - begin.tv_sec) + (now.tv_nsec - begin.tv_nsec) / 1e9 > duration_s) break;
         if (wait_notify) {
-            while (!g_notified && !g_stop) sigsuspend(&unblocked);
-            if (g_notified) printf("notified\n");
-            g_notified = 0;
+            while (!atomic_load(&g_notified) && !atomic_load(&g_stop)) sigsuspend(&unblocked);
+            if (atomic_exchange(&g_notified, 0)) printf("notified\n");
         }
         if (step) mall_step(g_mall);
         pthread_mutex_lock(&g_mu);
@@ -148,7 +149,7 @@ int main(int argc, char **argv) {
         struct timespec nap = {0, 10 * 1000 * 1000};
         nanosleep(&nap, NULL);
     }
-    g_stop = 1;
+    atomic_store(&g_stop, 1);
     pthread_mutex_lock(&g_mu);
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
