@@ -224,6 +224,22 @@ TEST(ControlBySignal, AProcessWhoseHandlerIsGoneIsNotSignalled) {
     EXPECT_TRUE(alive(client.pid()));
 }
 
+TEST(ControlBySignal, AChildForkedWithoutExecIsNotTheProcessThatOptedIn) {
+    REQUIRE_TWO_CPUS();
+    // A raw clone skips libmall's atfork handler: the child keeps the parent's record descriptor.
+    Child client({bin_path("mall_signal_client"), "--raw-fork"}, ChildOptions{signal_env(), false, false});
+    const auto line = client.wait_for_line_starting("forked=", 10s);
+    ASSERT_TRUE(line) << joined_lines(client.all_lines());
+    const pid_t child = static_cast<pid_t>(std::stol(line->substr(7)));
+    const auto r = mallctl_signal(child, {"--threads", "1"});
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find("holds the mall-signal record of process " + std::to_string(client.pid())), std::string::npos)
+        << r.err;
+    EXPECT_TRUE(alive(child));
+    // The parent itself is still controlled.
+    EXPECT_EQ(mallctl_signal(client.pid(), {"--threads", "1"}).exit_code, 0);
+}
+
 TEST(ControlBySignal, AProcessThatNeverStepsLeavesTheRequestPending) {
     REQUIRE_TWO_CPUS();
     Child client({bin_path("mall_signal_client"), "--no-step"}, ChildOptions{signal_env(), false, false});

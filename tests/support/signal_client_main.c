@@ -5,7 +5,9 @@
  * Output (line-buffered): "open rc=<rc> pid=<pid>", then for each applied change
  * "change threads=<t> ncpus=<n> cpus=<list> gen=<g>" and "active=<k>" once the workers follow.
  * --no-step never calls mall_step() (a request then stays pending); --drop-handler sets the control
- * signal to SIG_IGN after mall_open() (the record stays, the handler is gone); --wait-notify sleeps in
+ * signal to SIG_IGN after mall_open() (the record stays, the handler is gone); --raw-fork forks a
+ * child with the raw clone system call (no atfork handlers: it keeps the parent's record
+ * descriptor) that only waits, and prints "forked=<pid>"; --wait-notify sleeps in
  * sigsuspend() until the notification signal's handler ran, then steps ("notified" is printed).
  * Exits 0 on SIGTERM/SIGINT or after --duration-s (default 60). */
 #define _GNU_SOURCE
@@ -16,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +81,8 @@ static void on_change(const mall_alloc_t *alloc, void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int workers = 4, step = 1, wait_notify = 0, drop_handler = 0;
+    int workers = 4, step = 1, wait_notify = 0, drop_handler = 0, raw_fork = 0;
+    pid_t forked = 0;
     double duration_s = 60;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
@@ -85,9 +90,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-step")) step = 0;
         else if (!strcmp(argv[i], "--wait-notify")) wait_notify = 1;
         else if (!strcmp(argv[i], "--drop-handler")) drop_handler = 1;
+        else if (!strcmp(argv[i], "--raw-fork")) raw_fork = 1;
         else {
             fprintf(stderr, "usage: mall_signal_client [--workers K] [--duration-s S] [--no-step] [--wait-notify] "
-                            "[--drop-handler]\n");
+                            "[--drop-handler] [--raw-fork]\n");
             return 2;
         }
     }
@@ -119,6 +125,12 @@ int main(int argc, char **argv) {
     }
     mall_on_resize(g_mall, on_change, NULL);
     if (drop_handler) signal(SIGRTMAX - 7, SIG_IGN);
+    if (raw_fork) {
+        forked = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (forked == 0)
+            for (;;) pause(); /* only async-signal-safe calls in this child */
+        printf("forked=%ld\n", (long)forked);
+    }
     /* Without an allocation yet, all workers run (one per cpu of the opening affinity). */
     cpu_set_t start;
     CPU_ZERO(&start);
@@ -155,5 +167,9 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&g_mu);
     for (int i = 0; i < workers; ++i) pthread_join(threads[i], NULL);
     mall_close(g_mall);
+    if (forked > 0) {
+        kill(forked, SIGKILL);
+        waitpid(forked, NULL, 0);
+    }
     return 0;
 }

@@ -101,6 +101,7 @@ std::optional<long> parse_number(const std::string &text, long min, long max) {
 struct ProcStatus {
     std::string name;
     long uid = -1;
+    long own_pid = -1;  // its pid in its own pid namespace (NSpid's last field): the record's pid
     uint64_t caught = 0, ignored = 0;  // SigCgt, SigIgn: bit (signal - 1)
 };
 
@@ -117,6 +118,10 @@ std::optional<ProcStatus> read_proc_status(long pid) {
         value.erase(0, value.find_first_not_of(" \t"));
         if (key == "Name") st.name = value;
         if (key == "Uid") st.uid = std::strtol(value.c_str(), nullptr, 10);
+        if (key == "NSpid") {
+            const auto last = value.find_last_of(" \t");
+            st.own_pid = std::strtol(value.c_str() + (last == std::string::npos ? 0 : last + 1), nullptr, 10);
+        }
         if (key == "SigCgt") st.caught = std::strtoull(value.c_str(), nullptr, 16);
         if (key == "SigIgn") st.ignored = std::strtoull(value.c_str(), nullptr, 16);
     }
@@ -301,6 +306,13 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
     Closer record_closer{record_fd};
     const auto before = read_record(record_fd);
     if (!before) return refuse(*pid, "(" + status->name + ") has a mall-signal record this mallctl cannot read; nothing was sent");
+    // A child forked without exec inherits the descriptor but not the opt-in (libmall drops it in
+    // the child; this also covers a libmall that could not).
+    if (status->own_pid > 0 && before->pid != status->own_pid) {
+        return refuse(*pid, "(" + status->name + ") holds the mall-signal record of process " +
+                                std::to_string(before->pid) + " (inherited across fork), not its own: it has not "
+                                "enabled mall signal control; nothing was sent");
+    }
     // Still the same process? (A pidfd becomes readable when it exits.)
     if (pidfd >= 0) {
         pollfd p{pidfd, POLLIN, 0};
