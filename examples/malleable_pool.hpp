@@ -1,14 +1,19 @@
 // malleable_pool.hpp — how the Eigen-pool examples (train_digits, train_linear) join malld and
 // cross a step boundary. attach_if_launched(): when the process was launched under malld
-// (MALL_JOB_ID or MALL_SOCKET set), open libmall, attach the resizable pool (resized and pinned
-// inside mall_step() before the ack) and pin the main thread; returns the handle, or nullptr after
-// ONE warning naming the program and the thread count it keeps (never exits); not launched under
-// malld: nullptr, silently. StepBoundary: mall_step() at each step, counting and logging changes.
+// (MALL_JOB_ID or MALL_SOCKET set) or opted in to control by signal (MALL_SIGNAL_CONTROL), open
+// libmall, attach the resizable pool (resized and pinned inside mall_step() before the ack) and
+// pin the main thread; returns the handle, or nullptr after ONE warning naming the program and the
+// thread count it keeps (never exits). With signal control and no malld the handle is kept: it
+// takes `mallctl signal` requests (and attaches if malld comes). Neither: nullptr, silently.
+// StepBoundary: mall_step() at each step, counting and logging changes.
 #pragma once
 
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+
+#include <unistd.h>
 
 #include "mall/mall.h"
 #include "mall/tf/mall_pool_glue.hpp"
@@ -20,15 +25,26 @@ inline bool launched_under_malld() {
     return std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr;
 }
 
+inline bool signal_control_requested() {
+    const char *value = std::getenv("MALL_SIGNAL_CONTROL");
+    return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
+
 // The allocation's cpu list for a log line ("-" before the first allocation).
 inline const char *allocation_text(const mall_alloc_t &alloc) { return alloc.cpus[0] != '\0' ? alloc.cpus : "-"; }
 
 inline mall_t *attach_if_launched(const char *program, mall::tf::ResizableThreadPool &pool) {
-    if (!launched_under_malld()) return nullptr;
+    const bool by_signal = signal_control_requested();
+    if (!launched_under_malld() && !by_signal) return nullptr;
     mall_t *m = nullptr;
     mall_error_t err{};
-    if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
+    const int rc = mall_open(nullptr, &m, &err);
+    if (rc == MALL_ERR_NODAEMON && m != nullptr && by_signal) {
+        std::fprintf(stderr, "%s: no malld (%s); running on %d threads, resizable with `mallctl signal %ld`\n",
+                     program, err.text, pool.NumThreads(), static_cast<long>(getpid()));
+    } else if (rc != MALL_SUCCESS) {
         std::fprintf(stderr, "%s: not malleable (%s); running on %d threads\n", program, err.text, pool.NumThreads());
+        if (m != nullptr) mall_close(m);
         return nullptr;
     }
     if (mall::tf::attach_pool(m, pool) != MALL_SUCCESS || mall_bind_thread(m) != MALL_SUCCESS) {
@@ -54,8 +70,9 @@ public:
         if (m_ == nullptr || mall_step(m_) != MALL_SUCCESS) return;  // no change
         mall_alloc_t alloc;
         mall_get_allocation(m_, &alloc);
-        if (generation_ != 0) ++resizes_;
-        generation_ = alloc.generation;
+        // malld's first allocation sizes the pool; every later change, and every change by signal
+        // (generation 0: no malld), is a resize.
+        if (changes_++ > 0 || alloc.generation == 0) ++resizes_;
         const int threads_before = threads_;
         threads_ = pool_.NumThreads();
         if (log_)
@@ -69,7 +86,7 @@ private:
     const Eigen::ThreadPoolInterface &pool_;
     bool log_;
     int threads_;
-    uint64_t generation_ = 0;
+    int changes_ = 0;
     int resizes_ = 0;
 };
 

@@ -355,7 +355,7 @@ int main(int argc, char **argv) {
         if (client)
             client.on_resize([&request](const mall_alloc_t &alloc) {
                 request.pending = true;
-                request.ncpus = alloc.ncpus;
+                request.ncpus = mall_alloc_threads(&alloc);
                 request.generation = alloc.generation;
                 request.cpus = alloc.cpus;
             });

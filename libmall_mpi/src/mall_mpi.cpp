@@ -151,6 +151,10 @@ void recompute_share(mall_mpi_handle *mm) {
     }
     mm->slice.generation = mm->node_alloc.generation;
     describe_mask(&mm->slice);
+    // An admin's thread count for the node job (mallctl set --threads) is split like its cpus: the
+    // rank keeps its slice but counts (and, balanced, the job runs) only its part of the threads.
+    const int node_threads = mall_alloc_threads(&mm->node_alloc);
+    if (node_threads > 0 && node_threads < n) mm->share = std::min(mm->share, std::max(1, node_threads / sharers));
 }
 
 // Collective over every node communicator: finds the ranks that share this rank's node job.

@@ -51,13 +51,15 @@ _UINT64_LIMIT = 1 << 64
 @dataclass(frozen=True)
 class Allocation:
     """A CPU allocation: `generation` grows with every change malld publishes for the job;
-    `cpus` are the cpu numbers (sorted), `ncpus` their count, `text` the Linux list form ("0-3,8").
-    Generation 0 with no cpus means "no allocation applied yet"."""
+    `cpus` are the cpu numbers (sorted), `ncpus` their count, `text` the Linux list form ("0-3,8"),
+    `threads` the threads to run on them (ncpus unless an admin chose fewer with
+    `mallctl set JOB --threads N`). Generation 0 with no cpus means "no allocation applied yet"."""
 
     generation: int
     ncpus: int
     cpus: tuple[int, ...]
     text: str
+    threads: int = 0
 
     @classmethod
     def from_struct(cls, raw: MallAllocStruct) -> "Allocation":
@@ -72,6 +74,8 @@ class Allocation:
             ncpus=int(raw.ncpus),
             cpus=tuple(cpus),
             text=raw.cpus.decode("ascii", "replace"),
+            # mall_alloc_threads(): nthreads when 1..ncpus, else ncpus (a libmall before 0.3.0).
+            threads=int(raw.nthreads) if 0 < raw.nthreads <= raw.ncpus else int(raw.ncpus),
         )
 
 

@@ -33,6 +33,7 @@ class MallAllocStruct(ctypes.Structure):
     _fields_ = [
         ("generation", ctypes.c_uint64),
         ("ncpus", ctypes.c_int),
+        ("nthreads", ctypes.c_int),  # since API 0.3.0, in what was padding: the layout is unchanged
         ("mask", ctypes.c_uint64 * (MALL_MAX_CPUS // 64)),
         ("cpus", ctypes.c_char * MALL_CPULIST_MAX),
     ]

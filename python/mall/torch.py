@@ -3,13 +3,14 @@
 A training loop makes one Malleable(client) and calls its step() at every step boundary. When
 nothing changed, step() is one ctypes call (mall_step) and returns None. When malld published a new
 allocation, inside mall_step() and before malld gets the ack:
-  1. torch.set_num_threads(ncpus) — Debian's torch runs its intra-op work on OpenMP (libgomp), so
+  1. torch.set_num_threads(allocation.threads) (ncpus unless an admin chose fewer with
+     `mallctl set --threads`) — Debian's torch runs its intra-op work on OpenMP (libgomp), so
      this sets the OpenMP team size of the next parallel region;
   2. every thread of the process (each tid of /proc/self/task) is pinned to the allocation, so the
      process leaves cores it is losing before malld is told it has (two-phase), and new OpenMP
      workers inherit the right mask from the thread that starts them. (mall_bind_thread would need
      a call from each worker thread, which Python cannot make on libgomp's threads.)
-  3. torch.get_num_threads() is checked against ncpus;
+  3. torch.get_num_threads() is checked against that count;
 then step() returns the new thread count.
 """
 
@@ -43,12 +44,12 @@ class Malleable:
 
     def _resize(self, allocation: Allocation) -> None:
         # Runs inside mall_step(), on the training thread, before the ack.
-        torch.set_num_threads(allocation.ncpus)
+        torch.set_num_threads(allocation.threads)
         if self._repin:
             pin_process_threads(allocation.cpus)
         threads = torch.get_num_threads()
-        if threads != allocation.ncpus:
+        if threads != allocation.threads:
             raise RuntimeError(f"torch.get_num_threads() is {threads} after "
-                               f"torch.set_num_threads({allocation.ncpus})")
+                               f"torch.set_num_threads({allocation.threads})")
         self.threads = threads
         self.allocation = allocation

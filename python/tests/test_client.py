@@ -252,7 +252,7 @@ class StepMappingTest(CleanEnvironment):
             self.assertFalse(client.step())
             self.assertEqual(seen, [])
             self.assertTrue(client.step())
-            self.assertEqual(seen, [mall.Allocation(3, 2, (0, 1), "0-1")])
+            self.assertEqual(seen, [mall.Allocation(3, 2, (0, 1), "0-1", threads=2)])
             self.assertEqual(client.allocation, seen[0])
             self.assertFalse(client.step())
             with self.assertRaises(mall.MallError) as caught:
@@ -289,6 +289,48 @@ class StepMappingTest(CleanEnvironment):
             client.on_resize(interrupted)
             with self.assertRaises(KeyboardInterrupt):
                 client.step()
+
+
+SIGNAL_CHILD = r"""
+import sys, time, mall
+client = mall.Client(required=False)   # no malld: kept, and it takes mallctl signal requests
+client.on_resize(lambda a: print(f"change threads={a.threads} cpus={a.text}", flush=True))
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    client.step()
+    time.sleep(0.005)
+"""
+
+
+class SignalControlTest(CleanEnvironment):
+    """A Python training loop with MALL_SIGNAL_CONTROL=1 is resized by `mallctl signal`, no malld."""
+
+    def test_mallctl_signal_reaches_the_python_callbacks(self):
+        mallctl = os.environ.get("MALL_MALLCTL")
+        if not mallctl:
+            self.skipTest("MALL_MALLCTL is not set (ctest sets it to the build's mallctl)")
+        if not {0, 1} <= os.sched_getaffinity(0):
+            self.skipTest("needs cpus 0 and 1")
+        env = dict(os.environ, MALL_SIGNAL_CONTROL="1", MALL_SOCKET=ABSENT_SOCKET, MALL_QUIET="1")
+        child = subprocess.Popen([sys.executable, "-c", SIGNAL_CHILD], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), "ready")
+            done = subprocess.run([mallctl, "signal", str(child.pid), "--threads", "1"], capture_output=True,
+                                  text=True, timeout=30)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("1 thread on cpus", done.stdout)
+            self.assertEqual(child.stdout.readline().strip(), "change threads=1 cpus=0-1")
+            done = subprocess.run([mallctl, "signal", str(child.pid), "--cpus", "0"], capture_output=True,
+                                  text=True, timeout=30)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertEqual(child.stdout.readline().strip(), "change threads=1 cpus=0")
+            self.assertEqual(os.sched_getaffinity(child.pid), {0})
+        finally:
+            child.kill()
+            child.wait()
+            child.stdout.close()
 
 
 class AllocationTest(unittest.TestCase):

@@ -293,6 +293,35 @@ void shrink_and_grow_back(int ranks) {
 
 TEST(MpiCollectiveStep, TwoRanksChangeAtTheSameStep) { shrink_and_grow_back(2); }
 
+// mallctl set --threads on one rank's node job: that rank keeps its cpus but counts 1 thread, so
+// in balanced mode every rank runs 1 at the same step and the other rank's malld lends its surplus
+// (usage cap 1); --threads auto brings the job back to 2 everywhere.
+TEST(MpiCollectiveStep, AThreadCountOnOneRankBalancesTheJob) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    MpiRun run(2, 2);
+    std::string error;
+    ASSERT_TRUE(run.start(&error)) << error;
+    auto set = run_command(mallctl_argv(run.node(0).socket(), {"set", "rank0", "--threads", "1"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    ASSERT_TRUE(wait_until([&] { return run.current_threads_all(1); }, 60s))
+        << "not every rank dropped to 1 thread\n" << joined(run.mpirun().all_lines());
+    std::string why;
+    EXPECT_TRUE(run.same_steps_soon(&why)) << why << "\n" << joined(run.mpirun().all_lines());
+    EXPECT_EQ(run.cpus(0), "0-1") << "the thread count must not take rank 0's cpus";
+    EXPECT_TRUE(wait_until([&] { return run.usage_cap(1) == 1 && run.settled_on_one(1); }, 30s))
+        << status_text(run.node(1));
+
+    set = run_command(mallctl_argv(run.node(0).socket(), {"set", "rank0", "--threads", "auto"}));
+    ASSERT_EQ(set.exit_code, 0) << set.err;
+    ASSERT_TRUE(wait_until([&] { return run.current_threads_all(2); }, 60s))
+        << "the ranks did not all return to 2 threads\n" << joined(run.mpirun().all_lines());
+    for (int r = 0; r < 2; ++r)
+        EXPECT_TRUE(wait_until([&] { return job_settled_on(run.node(r).socket(), run.job(r), "0-1", 1); }, 30s))
+            << status_text(run.node(r));
+    EXPECT_TRUE(run.same_steps_soon(&why)) << why << "\n" << joined(run.mpirun().all_lines());
+    expect_clean_finish(run, 2);
+}
+
 TEST(MpiCollectiveStep, FourRanksChangeAtTheSameStep) { shrink_and_grow_back(4); }
 
 // Balanced mode: rank 0 shrinks; rank 1 caps itself to 1 cpu, its malld lists the other cpu as free

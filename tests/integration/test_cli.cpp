@@ -58,6 +58,12 @@ TEST_F(Cli, BadMallctlArgumentsFailWithUsageErrorAndChangeNothing) {
     expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "3-1"}), {"3-1"});
     expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "0,,1"}), {"0,,1"});
     expect_usage_error(mallctl_argv(socket(), {"set", "--cpus", "0"}), {"job"});
+    for (const std::string bad : {"maybe", "ON", "1", "true", ""})
+        expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--signal-control", bad}),
+                           {"--signal-control takes on or off", "'" + bad + "'"});
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--cpus", "0", "--signal-control", "maybe"}),
+                       {"--signal-control takes on or off"});  // nothing is sent, not even the pin
+    expect_usage_error(mallctl_argv(socket(), {"set", "cli", "--signal-control"}), {"signal-control"});
     expect_usage_error(mallctl_argv(socket(), {"bogus"}), {"bogus"});
     expect_usage_error(mallctl_argv(socket(), {}), {"command"});
     expect_usage_error(mallctl_argv(socket(), {"status", "--frobnicate"}), {"frobnicate"});
@@ -76,6 +82,8 @@ TEST_F(Cli, MallctlRefusalsByMalldExitOne) {
              {"set", "cli", "--cpus", "7"},  // not in the pool
              {"set", "cli", "--cpus", "7", "--weight", "2"},  // refused pin: the weight stays 1
              {"set", "nosuchjob", "--weight", "2"},
+             {"set", "nosuchjob", "--signal-control", "on"},
+             {"set", "cli", "--cpus", "7", "--signal-control", "on"},  // refused pin: signal control stays off
              {"policy", "bogus"},
              {"release", "1"},  // never reclaimed
          }) {
@@ -84,6 +92,43 @@ TEST_F(Cli, MallctlRefusalsByMalldExitOne) {
         EXPECT_FALSE(trim(r.err).empty()) << joined(args) << ": malld's words must reach stderr";
     }
     EXPECT_EQ(stable_status(socket()), before);
+}
+
+// The Set request's signal_control field: a bool or a refusal with words that changes nothing;
+// alone it is a whole request, and the reply echoes it.
+TEST_F(Cli, SetSignalControlFieldIsABoolAndEchoed) {
+    const json before = stable_status(socket());
+    std::string error;
+    auto ctl = mall::CtlClient::connect(socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    for (const json &bad : {json("on"), json(1), json(nullptr), json::object()}) {
+        auto r = ctl->request(mall::proto::Type::Set, json{{"job", "cli"}, {"weight", 2}, {"signal_control", bad}}, 10s);
+        EXPECT_FALSE(r.ok) << bad.dump();
+        EXPECT_NE(r.error.find("\"signal_control\" must be true or false"), std::string::npos) << r.error;
+    }
+    EXPECT_EQ(stable_status(socket()), before) << "a refused Set changed malld's state (the weight?)";
+    auto on = ctl->request(mall::proto::Type::Set, json{{"job", "cli"}, {"signal_control", true}}, 10s);
+    ASSERT_TRUE(on.ok) << on.error;
+    EXPECT_EQ(on.body.value("signal_control", false), true) << on.body.dump();
+    EXPECT_EQ((*find_job(*status_json(socket()), "cli"))["signal_control"], true);
+    auto off = ctl->request(mall::proto::Type::Set, json{{"job", "cli"}, {"signal_control", false}}, 10s);
+    ASSERT_TRUE(off.ok) << off.error;
+    EXPECT_EQ(off.body.value("signal_control", true), false) << off.body.dump();
+    EXPECT_EQ((*find_job(*status_json(socket()), "cli"))["signal_control"], false);
+}
+
+// `mallctl set --help` and `mallctl help set` explain --signal-control like a man page.
+TEST(CliHelp, SetDocumentsSignalControl) {
+    for (const std::vector<std::string> &args :
+         std::vector<std::vector<std::string>>{{"set", "--help"}, {"help", "set"}}) {
+        std::vector<std::string> argv{bin_path("mallctl")};
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto r = run_command(argv);
+        EXPECT_EQ(r.exit_code, 0) << joined(argv) << "\n" << r.err;
+        for (const char *m : {"--signal-control on|off", "MALL_SIGNAL_CONTROL=1", "mallctl signal PID", "narrows",
+                              "(off)", "malld's next change", ",signals", "--signal-control on\n"})
+            EXPECT_NE(r.out.find(m), std::string::npos) << joined(argv) << " does not mention " << m << ":\n" << r.out;
+    }
 }
 
 TEST_F(Cli, BadMallrunArgumentsFailWithUsageErrorAndRunNothing) {

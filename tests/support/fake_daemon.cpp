@@ -21,12 +21,12 @@ namespace mall::test {
 
 namespace {
 
-void write_allocation(SharedPage *page, uint64_t generation, const std::string &cpus) {
+void write_allocation(SharedPage *page, uint64_t generation, const std::string &cpus, uint32_t flags = 0) {
     auto set = CpuSet::parse(cpus);
     CpuSet parsed = set ? *set : CpuSet();
     uint64_t mask[MALL_MAX_CPUS / 64] = {};
     parsed.to_mask(mask);
-    page_write(page, generation, mask, parsed.count(), parsed.to_string().c_str());
+    page_write(page, generation, mask, parsed.count(), parsed.to_string().c_str(), 0, flags);
 }
 
 std::string packet(proto::Type type, uint32_t request_id, nlohmann::json body) {
@@ -128,11 +128,11 @@ void FakeDaemon::set_forget_jobs(bool forget) {
     forget_jobs_ = forget;
 }
 
-uint64_t FakeDaemon::publish(const std::string &cpus, bool notify) {
+uint64_t FakeDaemon::publish(const std::string &cpus, bool notify, uint32_t flags) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!page_) return 0;
     ++generation_;
-    write_allocation(page_, generation_, cpus);
+    write_allocation(page_, generation_, cpus, flags);
     if (notify) {
         std::string note = packet(proto::Type::Notify, 0, {{"generation", generation_}});
         for (auto &client : clients_)

@@ -43,8 +43,8 @@ public:
     void set_forget_jobs(bool forget);
 
     // Writes `cpus` to the page at generation + 1; with notify, sends Notify to attached clients.
-    // Returns the new generation.
-    uint64_t publish(const std::string &cpus, bool notify = true);
+    // flags: the page's kPageFlag* word (e.g. signal control allowed). Returns the new generation.
+    uint64_t publish(const std::string &cpus, bool notify = true, uint32_t flags = 0);
     uint64_t generation() const;
 
     // Waits (bounded) until an ack for at least `generation` arrived since the last start().

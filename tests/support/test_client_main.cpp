@@ -1,6 +1,7 @@
 // test_client_main.cpp — mall_test_client, the small training-process stand-in that integration
 // tests and benchmarks start under malld. Uses the public C API only. Prints "open rc=<rc> job=<id>",
-// then "change step=<n> gen=<g> ncpus=<c> cpus=<list>" for each applied allocation (line-buffered).
+// then "change step=<n> gen=<g> threads=<t> ncpus=<c> cpus=<list>" for each applied allocation
+// (line-buffered; threads: mall_alloc_threads()).
 // Exits 0 on SIGTERM/SIGINT or when --duration-s has passed. With --usage N, SIGUSR1 makes it call
 // mall_set_usage(N) and SIGUSR2 mall_set_usage(0) at its next step (printing "usage <n> rc=<rc>").
 // With --steps N it exits 0 after its N-th step (or --duration-s, or a stop signal, whichever comes
@@ -178,8 +179,9 @@ int main(int argc, char **argv) {
         }
         if (mall_step(m) == MALL_SUCCESS && mall_get_allocation(m, &alloc) == MALL_SUCCESS) {
             ++changes;
-            std::printf("change step=%llu gen=%llu ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
-                        static_cast<unsigned long long>(alloc.generation), alloc.ncpus, alloc.cpus);
+            std::printf("change step=%llu gen=%llu threads=%d ncpus=%d cpus=%s\n", static_cast<unsigned long long>(step),
+                        static_cast<unsigned long long>(alloc.generation), mall_alloc_threads(&alloc), alloc.ncpus,
+                        alloc.cpus);
         }
         if (steps_wanted > 0 && step >= static_cast<uint64_t>(steps_wanted)) break;
         pacer.wait();

@@ -51,7 +51,10 @@ GROUPS (--only, comma-separated; default all)
             mall_fd poller use it and the fake malld publishes and restarts).
     malld   the same client threads in real processes under a real, instrumented
             malld (whose own threads are checked too): test_restart, test_usage,
-            test_two_jobs. They need root and a cpuset controller (else they skip).
+            test_two_jobs, and test_control_by_signal (mallctl signal against the C
+            client's workers, libmall's handler and monitor; without its Eigen trainer
+            case, which is the pool group's code at TSan's speed). They need root and a
+            cpuset controller (else they skip).
     mpi     the MPI collective step: mpi_test_collective_step (mpirun -np 2 and -np 4
             of mall_train_mpi: libmall_mpi, the pool and libmall in every rank, with
             Open MPI's own threads beside them). Needs root (mpirun as root is
@@ -121,13 +124,14 @@ client tf_test_pool_live_handle 300 --gtest_repeat=3
 malld test_restart 300
 malld test_usage 300
 malld test_two_jobs 300
+malld test_control_by_signal 300 --gtest_filter=-*TrainDigits*
 mpi mpi_test_collective_step 900
 EOF
 }
 # Programs the tests start (besides the test programs themselves), by group.
 helpers_of() {
   case $1 in
-    malld) echo "malld mallctl mallrun mall_test_client" ;;
+    malld) echo "malld mallctl mallrun mall_test_client mall_signal_client" ;;
     mpi) echo "malld mallctl mallrun mall_test_client mall_train_mpi" ;;
     *) echo "" ;;
   esac

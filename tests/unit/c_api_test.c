@@ -1,9 +1,10 @@
 /* c_api_test.c — proves mall.h compiles as C99 and libmall links from C: versions agree, every code
- * has words, a missing daemon gives a detached handle that says "nothing changed" (usage caps kept,
+ * has words, mall_alloc_t keeps its layout, a missing daemon gives a detached handle that says "nothing changed" (usage caps kept,
  * callback arguments released once at close), NULL is refused. */
 #define _POSIX_C_SOURCE 200809L
 #include <mall/mall.h>
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,25 @@ int main(void) {
 
     /* The header's version and the loaded library's agree. */
     CHECK(MALL_API_VERSION == mall_get_api_version());
+
+    /* mall_alloc_t keeps API 0.2.0's layout (nthreads took a padding slot), and mall_alloc_threads()
+     * reads nthreads when it is 1..ncpus, else ncpus (an allocation from a library before 0.3.0). */
+    {
+        mall_alloc_t a;
+        CHECK(offsetof(mall_alloc_t, ncpus) == 8 && offsetof(mall_alloc_t, nthreads) == 12);
+        CHECK(offsetof(mall_alloc_t, mask) == 16 && offsetof(mall_alloc_t, cpus) == 144);
+        CHECK(sizeof(mall_alloc_t) == 4240);
+        memset(&a, 0, sizeof a);
+        a.ncpus = 4;
+        CHECK(mall_alloc_threads(&a) == 4);
+        a.nthreads = 2;
+        CHECK(mall_alloc_threads(&a) == 2);
+        a.nthreads = 5;
+        CHECK(mall_alloc_threads(&a) == 4);
+        a.nthreads = -1;
+        CHECK(mall_alloc_threads(&a) == 4);
+        CHECK(mall_alloc_threads(NULL) == 0);
+    }
 
     /* Every code has words; unknown codes too. */
     {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "support/unit_helpers.hpp"
@@ -18,8 +19,8 @@ namespace {
 using mall::test::cpus;
 MALL_TEST_WATCHDOG(60);
 
-// Records every effect as one line ("enforce a 0-1 grow", "publish a 2 0-1", "removed a") and
-// keeps the events apart.
+// Records every effect as one line ("enforce a 0-1 grow", "publish a 2 0-1", "removed a"; a
+// publication says " threads N" and " signals" when it carries them) and keeps the events apart.
 class RecordingEffects : public Effects {
 public:
     bool enforce(const std::string &job, const CpuSet &set, bool growing,
@@ -31,9 +32,11 @@ public:
         }
         return true;
     }
-    void publish(const std::string &job, uint64_t generation, const CpuSet &set) override {
-        calls.push_back("publish " + job + " " + std::to_string(generation) + " " +
-                        set.to_string());
+    void publish(const std::string &job, uint64_t generation, const CpuSet &set, int threads,
+                 bool signal_control) override {
+        calls.push_back("publish " + job + " " + std::to_string(generation) + " " + set.to_string() +
+                        (threads > 0 ? " threads " + std::to_string(threads) : "") +
+                        (signal_control ? " signals" : ""));
     }
     void job_removed(const std::string &job) override { calls.push_back("removed " + job); }
     std::optional<double> event_time() override { return wall_time; }  // the core has no wall clock
@@ -856,7 +859,7 @@ TEST_F(NodeManagerTest, SteadyShortOfItsTargetIsStillChanging) {
 TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
     struct Effects : mall::Effects {
         bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
-        void publish(const std::string &, uint64_t, const CpuSet &) override {}
+        void publish(const std::string &, uint64_t, const CpuSet &, int, bool) override {}
         void job_removed(const std::string &) override {}
         void event(const nlohmann::json &ev) override { events.push_back(ev); }
         std::optional<double> event_time() override { return time; }
@@ -880,4 +883,163 @@ TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
     ASSERT_TRUE(manager.deregister_job("a", t0 + 1s).ok);
     ASSERT_FALSE(effects.events.empty());
     for (const auto &ev : effects.events) EXPECT_FALSE(ev.contains("time")) << ev.dump();
+}
+
+// mallctl set --threads: the job keeps its cpus, a new generation carries the count and is acked
+// like any change (no enforcement); a shrink below the count lowers it; auto goes back to one
+// thread per cpu; bad values, counts above the cpus held and unknown jobs change nothing.
+TEST_F(NodeManagerTest, ThreadCountIsPublishedWithTheSameCpusAndAcked) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().attach("a", 1));
+    nm().ack("a", 1, 1, at(5us));
+    effects_.take();
+
+    ok(nm().set_threads("a", 2, at(10us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-3 threads 2"}));  // no enforce: same cpus
+    EXPECT_EQ(job("a").cpuset.to_string(), "0-3");
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "changing");  // until the ack
+    EXPECT_EQ(nm().status()["jobs"][0]["threads"], 2);
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 2);
+    auto pub = effects_.events_named("publish");
+    ASSERT_FALSE(pub.empty());
+    EXPECT_EQ(pub.back()["threads"], 2);
+    EXPECT_EQ(effects_.events_named("threads").back()["threads"], 2);
+    nm().ack("a", 1, 2, at(20us));
+    check();
+    EXPECT_TRUE(effects_.take().empty());
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "settled");
+    EXPECT_EQ(job("a").transitions, 1u);  // a thread change is not a cpu transition
+
+    ok(nm().set_threads("a", 2, at(25us)));  // the same count: nothing to publish
+    EXPECT_TRUE(effects_.take().empty());
+
+    // A second job halves a's cpus: the count (2) still fits and is published with the step.
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(30us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 3 0-1"}));  // 2 threads on 2 cpus: one per cpu
+    nm().ack("a", 1, 3, at(40us));
+    check();
+    effects_.take();
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 2);
+
+    ok(nm().set_threads("a", 1, at(50us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 4 0-1 threads 1"}));
+    nm().ack("a", 1, 4, at(60us));
+    // b leaves: a grows back to 0-3 and keeps running 1 thread.
+    ok(nm().deregister_job("b", at(70us)));
+    auto calls = effects_.take();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(calls.back(), "publish a 5 0-3 threads 1");
+    nm().ack("a", 1, 5, at(80us));
+
+    ok(nm().set_threads("a", 0, at(90us)));  // auto
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 6 0-3"}));
+    EXPECT_EQ(nm().status()["jobs"][0]["threads"], 0);
+    EXPECT_EQ(nm().status()["jobs"][0]["active_threads"], 4);
+}
+
+TEST_F(NodeManagerTest, BadThreadCountsChangeNothing) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(0us)));  // no attachments: 0-1 and 2-3 at once
+    effects_.take();
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", 3, at(10us)); }, "holds 2 cpus (0-1)");
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", -1, at(10us)); }, "threads must be 1 to");
+    refused(MALL_ERR_INVAL, [&] { return nm().set_threads("a", 5000, at(10us)); }, "threads must be 1 to");
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_threads("nobody", 1, at(10us)); });
+}
+
+// Rate samples measure cpus: a job running fewer threads than cpus gives none.
+TEST_F(NodeManagerTest, NoRateSamplesWhileRunningFewerThreadsThanCpus) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().set_threads("a", 1, at(1us)));
+    for (int i = 1; i <= 20; ++i) nm().progress("a", 1000u * i, 10u * i, at(std::chrono::seconds(i)));
+    EXPECT_TRUE(job("a").rate_samples.empty());
+    ok(nm().set_threads("a", 0, at(std::chrono::seconds(21))));
+    for (int i = 22; i <= 40; ++i) nm().progress("a", 1000u * i, 10u * i, at(std::chrono::seconds(i)));
+    EXPECT_FALSE(job("a").rate_samples.empty());
+}
+
+// mallctl set --signal-control: the job keeps its cpus and thread count, a new generation carries
+// the flag and is acked like any change (no enforcement); every later publication carries it
+// (a cpu change, a thread count) until it is turned off, which republishes without it; the same
+// value again publishes nothing; a toggle during a move waits for the move's ack.
+TEST_F(NodeManagerTest, SignalControlIsPublishedWithTheSameCpusAndAcked) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().attach("a", 1));
+    nm().ack("a", 1, 1, at(5us));
+    effects_.take();
+    EXPECT_EQ(nm().status()["jobs"][0]["signal_control"], false);  // off by default
+
+    ok(nm().set_signal_control("a", true, at(10us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-3 signals"}));  // no enforce: same cpus
+    EXPECT_EQ(job("a").cpuset.to_string(), "0-3");
+    EXPECT_TRUE(job("a").signal_control);
+    EXPECT_TRUE(job("a").published_signal_control);
+    EXPECT_EQ(nm().status()["jobs"][0]["signal_control"], true);
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "changing");  // until the ack
+    EXPECT_EQ(nm().status()["jobs"][0]["acked_generation"], 1);
+    auto pub = effects_.events_named("publish");
+    ASSERT_FALSE(pub.empty());
+    EXPECT_EQ(pub.back()["signal_control"], true);
+    EXPECT_EQ(pub.back()["cpus"], "0-3");
+    ASSERT_FALSE(effects_.events_named("signal_control").empty());
+    EXPECT_EQ(effects_.events_named("signal_control").back()["signal_control"], true);
+    nm().ack("a", 1, 2, at(20us));
+    check();
+    EXPECT_TRUE(effects_.take().empty());
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "settled");
+    EXPECT_EQ(job("a").transitions, 1u);  // the first allocation only: a flag change is no cpu transition
+
+    ok(nm().set_signal_control("a", true, at(25us)));  // the same value: nothing to publish
+    EXPECT_TRUE(effects_.take().empty());
+
+    // A second job halves a's cpus: the shrink carries the flag.
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(30us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 3 0-1 signals"}));
+    // Turned off while the shrink awaits its ack: published only after it.
+    ok(nm().set_signal_control("a", false, at(35us)));
+    EXPECT_TRUE(effects_.take().empty());
+    EXPECT_FALSE(job("a").signal_control);
+    EXPECT_TRUE(job("a").published_signal_control);  // the page still says so
+    nm().ack("a", 1, 3, at(40us));
+    check();
+    auto calls = effects_.take();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(calls.front(), "enforce a 0-1 shrink");
+    EXPECT_NE(std::find(calls.begin(), calls.end(), "publish a 4 0-1"), calls.end()) << ::testing::PrintToString(calls);
+    EXPECT_FALSE(job("a").published_signal_control);
+    nm().ack("a", 1, 4, at(50us));
+    effects_.take();
+
+    // On again, with a thread count: both ride on every publication, and a growth keeps them.
+    ok(nm().set_signal_control("a", true, at(60us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 5 0-1 signals"}));
+    nm().ack("a", 1, 5, at(65us));
+    ok(nm().set_threads("a", 1, at(70us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 6 0-1 threads 1 signals"}));
+    nm().ack("a", 1, 6, at(75us));
+    ok(nm().deregister_job("b", at(80us)));
+    calls = effects_.take();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(calls.back(), "publish a 7 0-3 threads 1 signals");
+    nm().ack("a", 1, 7, at(90us));
+    check();
+
+    ok(nm().set_signal_control("a", false, at(100us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 8 0-3 threads 1"}));
+    EXPECT_EQ(nm().status()["jobs"][0]["signal_control"], false);
+    EXPECT_FALSE(effects_.events_named("publish").back().contains("signal_control"));
+}
+
+// A job with no process attached has nothing to wait for; an unknown job is refused and nothing
+// changes.
+TEST_F(NodeManagerTest, SignalControlWithoutAttachmentsAndForUnknownJobs) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    effects_.take();
+    ok(nm().set_signal_control("a", true, at(10us)));
+    EXPECT_EQ(effects_.take(), (Calls{"publish a 2 0-3 signals"}));
+    EXPECT_EQ(nm().status()["jobs"][0]["state"], "settled");  // nobody to ack
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_signal_control("nobody", true, at(20us)); }, "nobody");
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_signal_control("nobody", false, at(20us)); });
+    EXPECT_TRUE(job("a").signal_control);
+    EXPECT_EQ(job("a").generation, 2u);
 }

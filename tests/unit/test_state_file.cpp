@@ -62,6 +62,10 @@ protected:
         a.job.transitions = 7;
         a.job.ack_timeouts = 1;
         a.job.usage_cap = 3;
+        a.job.threads = 1;
+        a.job.published_threads = 1;
+        a.job.signal_control = true;
+        a.job.published_signal_control = true;
         a.job.last_ack_latency_us = 41.5;
         a.job.work_units = 1000;
         a.job.steps = 10;
@@ -117,6 +121,10 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
     ASSERT_TRUE(a.job.pinned.has_value());
     EXPECT_EQ(a.job.pinned->to_string(), "0-1");
     EXPECT_EQ(a.job.usage_cap, 3);
+    EXPECT_EQ(a.job.threads, 1);
+    EXPECT_EQ(a.job.published_threads, 1);
+    EXPECT_TRUE(a.job.signal_control);
+    EXPECT_TRUE(a.job.published_signal_control);
     EXPECT_EQ(a.job.transitions, 7u);
     EXPECT_EQ(a.job.ack_timeouts, 1u);
     EXPECT_DOUBLE_EQ(a.job.last_ack_latency_us, 41.5);
@@ -133,6 +141,8 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
     const auto &b = loaded->jobs[1];
     EXPECT_EQ(b.job.spec.id, "b");
     EXPECT_FALSE(b.job.pinned.has_value());
+    EXPECT_FALSE(b.job.signal_control);
+    EXPECT_FALSE(b.job.published_signal_control);
     EXPECT_EQ(b.job.cpuset.to_string(), "3-4");
     // The JSON form is stable: saving what was loaded gives the same document.
     EXPECT_EQ(mall::state_to_json(*loaded), mall::state_to_json(saved));
@@ -240,6 +250,10 @@ TEST_F(StateFileTest, FingerprintChangesWithEverySavedFieldButProgress) {
     EXPECT_EQ(mall::state_fingerprint(sample()), base);
     const std::vector<std::pair<const char *, std::function<void(mall::SavedState &)>>> saved = {
         {"usage_cap", [](mall::SavedState &s) { s.jobs[0].job.usage_cap = 1; }},
+        {"threads", [](mall::SavedState &s) { s.jobs[0].job.threads = 0; }},
+        {"published_threads", [](mall::SavedState &s) { s.jobs[0].job.published_threads = 0; }},
+        {"signal_control", [](mall::SavedState &s) { s.jobs[0].job.signal_control = false; }},
+        {"published_signal_control", [](mall::SavedState &s) { s.jobs[0].job.published_signal_control = false; }},
         {"weight", [](mall::SavedState &s) { s.jobs[0].job.spec.weight = 3; }},
         {"pinned", [](mall::SavedState &s) { s.jobs[0].job.pinned.reset(); }},
         {"generation", [](mall::SavedState &s) { s.jobs[0].job.generation = 8; }},
@@ -281,6 +295,47 @@ TEST_F(StateFileTest, AnOlderFileWithoutCgroupsStillLoads) {
     auto state = mall::state_from_json(j, &error);
     ASSERT_TRUE(state.has_value()) << error;
     EXPECT_TRUE(state->jobs[0].cgroups.empty());
+}
+
+// mallds before API 0.3 saved no thread counts: their files load with one thread per cpu; a bad
+// count names the field.
+TEST_F(StateFileTest, AnOlderFileWithoutThreadCountsStillLoadsAndBadCountsAreRefused) {
+    nlohmann::json j = mall::state_to_json(sample());
+    for (auto &job : j["jobs"]) {
+        job.erase("threads");
+        job.erase("published_threads");
+    }
+    std::string error;
+    auto state = mall::state_from_json(j, &error);
+    ASSERT_TRUE(state.has_value()) << error;
+    EXPECT_EQ(state->jobs[0].job.threads, 0);
+    EXPECT_EQ(state->jobs[0].job.published_threads, 0);
+    j["jobs"][0]["threads"] = -2;
+    EXPECT_FALSE(mall::state_from_json(j, &error).has_value());
+    EXPECT_NE(error.find("threads"), std::string::npos) << error;
+}
+
+// mallds before signal control (issue 17) saved no flag: their files load with it off (the
+// default then and now); a flag that is not a bool names the field.
+TEST_F(StateFileTest, AnOlderFileWithoutSignalControlLoadsWithItOffAndBadFlagsAreRefused) {
+    nlohmann::json j = mall::state_to_json(sample());
+    ASSERT_EQ(j["jobs"][0]["signal_control"], true);
+    ASSERT_EQ(j["jobs"][0]["published_signal_control"], true);
+    for (auto &job : j["jobs"]) {
+        job.erase("signal_control");
+        job.erase("published_signal_control");
+    }
+    std::string error;
+    auto state = mall::state_from_json(j, &error);
+    ASSERT_TRUE(state.has_value()) << error;
+    EXPECT_FALSE(state->jobs[0].job.signal_control);
+    EXPECT_FALSE(state->jobs[0].job.published_signal_control);
+    for (const char *field : {"signal_control", "published_signal_control"}) {
+        nlohmann::json bad = j;
+        bad["jobs"][0][field] = "on";
+        EXPECT_FALSE(mall::state_from_json(bad, &error).has_value()) << field;
+        EXPECT_NE(error.find(field), std::string::npos) << error;
+    }
 }
 
 }  // namespace

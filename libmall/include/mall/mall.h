@@ -30,6 +30,12 @@
  * - The library's own thread blocks every signal, so signals reach only the host's threads. No
  *   call is async-signal-safe: do not call the library from a signal handler.
  *
+ * Output. The library writes to stderr only when the process should know something it cannot
+ * see otherwise: one line when the connection to malld is lost (the process keeps its cpus and
+ * runs on, not malleable) and one when it is back, and one when a notification signal cannot be
+ * sent (see mall_open_ex()); $MALL_QUIET=1 silences them. Each is a single write(2), never from
+ * mall_step().
+ *
  * This header compiles as C99 and as C++. It is the only header a training process needs.
  */
 #ifndef MALL_MALL_H
@@ -51,7 +57,7 @@ extern "C" {
 /* API version: major * 10000 + minor * 100 + patch. Compare with mall_get_api_version(), which
  * returns the version of the library actually loaded. */
 #define MALL_API_VERSION_MAJOR 0
-#define MALL_API_VERSION_MINOR 2
+#define MALL_API_VERSION_MINOR 3
 #define MALL_API_VERSION_PATCH 0
 #define MALL_API_VERSION \
     (MALL_API_VERSION_MAJOR * 10000 + MALL_API_VERSION_MINOR * 100 + MALL_API_VERSION_PATCH)
@@ -93,9 +99,20 @@ typedef struct mall_error {
 typedef struct mall_alloc {
     uint64_t generation;                    /* increases with every change published for the job */
     int ncpus;                              /* number of cpus in the allocation (>= 1 when attached) */
+    /* Since API 0.3.0: the threads to run on these cpus, 1..ncpus: ncpus unless an admin chose
+     * fewer (mallctl set JOB --threads N). Libraries before 0.3.0 leave it 0 (it was padding, so
+     * the struct's size and offsets are unchanged): read it with mall_alloc_threads(). */
+    int nthreads;
     uint64_t mask[MALL_MAX_CPUS / 64];      /* bit i of mask[i / 64] set when cpu i is allocated */
     char cpus[MALL_CPULIST_MAX];            /* the same set as Linux list text, e.g. "0-3,8" */
 } mall_alloc_t;
+
+/* The number of threads a process should run for an allocation: nthreads when it is 1..ncpus,
+ * else ncpus (an allocation from a library before 0.3.0). Header-only: works with any libmall.so.0. */
+static inline int mall_alloc_threads(const mall_alloc_t *alloc) {
+    if (alloc == 0) return 0;
+    return (alloc->nthreads > 0 && alloc->nthreads <= alloc->ncpus) ? alloc->nthreads : alloc->ncpus;
+}
 
 /* Called by mall_step() on the stepping thread when a new allocation arrives, before re-pinning
  * and before the ack. Must not call mall_step() or mall_close() on the same handle. */
@@ -129,6 +146,44 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * A handle belongs to the process that opened it: after fork(), the child must not use the
  * parent's handle (its background thread does not exist there); it opens its own. */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
+
+/* Since API 0.3.0: mall_open() with options. Set the struct up with MALL_OPEN_OPTIONS_INIT, then
+ * change what you need; a library that predates a field you set refuses it (MALL_ERR_INVAL).
+ *
+ * notify_signal: the process is also sent this signal (sigqueue, value = the generation's low 31
+ * bits) when malld publishes a change it has not applied yet, for programs blocked in long
+ * operations or in event loops without mall_fd(). The handshake itself still happens at the next
+ * mall_step(): the handler should only set a flag (a volatile sig_atomic_t or a lock-free atomic)
+ * and the program calls mall_step() when it sees it; no mall call is async-signal-safe. Pick
+ * SIGUSR1 or SIGUSR2 (a burst of changes then wakes the process once: standard signals do not
+ * queue) or a real-time signal SIGRTMIN..SIGRTMAX (one queued signal per change, counted against
+ * RLIMIT_SIGPENDING) that nothing else in the process uses. Install the handler (sigaction,
+ * without SA_RESTART if a blocked read() should return EINTR) before changes may come: while the
+ * signal's disposition is the default, whose action would end the process, libmall sends nothing
+ * and says so once on stderr. The signal goes to the process: any thread that does not block it
+ * may run the handler (libmall's own thread blocks every signal). 0: $MALL_NOTIFY_SIGNAL (SIGUSR1,
+ * SIGUSR2, SIGRTMIN+N, SIGRTMAX-N or a number) or none; -1: none. */
+typedef struct mall_open_options {
+    size_t size;             /* sizeof(mall_open_options_t): MALL_OPEN_OPTIONS_INIT sets it */
+    const char *socket_path; /* as mall_open()'s argument (NULL: $MALL_SOCKET, then the default) */
+    unsigned flags;          /* none are defined yet: 0 */
+    int notify_signal;       /* see above: 0, -1, SIGUSR1, SIGUSR2 or SIGRTMIN..SIGRTMAX */
+    /* Control by signal (`mallctl signal PID --threads N`, `--cpus a-b`), for a process that is
+     * not attached to malld (a workstation, a container without the socket, a process started
+     * before malld): 0: $MALL_SIGNAL_CONTROL decides (1: the default signal SIGRTMAX-7; a
+     * real-time signal's name or number; 0 or unset: off); -1: off; else the real-time signal to
+     * use. libmall installs its own handler for it (refused when the signal already has one),
+     * one handle per process; a request applies at the next mall_step() through the resize
+     * callbacks and the pinning of every thread, within the cpus the process had at mall_open()
+     * (mall_step() returns MALL_SUCCESS; the generation stays malld's, 0 without malld). A handle
+     * attached to malld refuses requests, since malld's allocation wins, unless the administrator
+     * let the job take them (mallctl set JOB --signal-control on): then requests that narrow within
+     * malld's cpus apply until malld's next change. The outcome of each request is kept in a
+     * close-on-exec memfd named "mall-signal" that `mallctl signal` reads through /proc. */
+    int control_signal;
+} mall_open_options_t;
+#define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0, 0 }
+MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err);
 
 /* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,
  * no allocation. When a new generation was published: runs the resize callbacks, re-pins the

@@ -26,6 +26,8 @@ public:
     // The result holds the client (usable even when rc is an error other than MALL_ERR_INVAL and
     // MALL_ERR_NOMEM: it stays detached and keeps trying), the return code and the error words.
     static Opened open(const std::string &socket_path = "");
+    // The same with mall_open_ex()'s options (notify_signal, control_signal; since API 0.3.0).
+    static Opened open(const mall_open_options_t &options);
 
     Client() = default;
     Client(Client &&other) noexcept { swap(other); }
@@ -135,6 +137,16 @@ inline Client::Opened Client::open(const std::string &socket_path) {
     mall_t *handle = nullptr;
     mall_error_t err{};
     result.rc = mall_open(socket_path.empty() ? nullptr : socket_path.c_str(), &handle, &err);
+    result.client = Client(handle);
+    if (result.rc != MALL_SUCCESS) result.error = err.text[0] ? err.text : mall_strerror(result.rc);
+    return result;
+}
+
+inline Client::Opened Client::open(const mall_open_options_t &options) {
+    Opened result;
+    mall_t *handle = nullptr;
+    mall_error_t err{};
+    result.rc = mall_open_ex(&options, &handle, &err);
     result.client = Client(handle);
     if (result.rc != MALL_SUCCESS) result.error = err.text[0] ? err.text : mall_strerror(result.rc);
     return result;

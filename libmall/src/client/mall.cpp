@@ -5,6 +5,7 @@
 // extern "C" function, nothing exits, aborts, raises a signal or blocks a step for long.
 #include "mall/mall.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -35,6 +36,8 @@
 #include "common/protocol.hpp"
 #include "common/quiet_thread.hpp"
 #include "common/shared_page.hpp"
+#include "common/signal_control.hpp"
+#include "common/cpuset.hpp"
 #include "common/unix_socket.hpp"
 
 namespace {
@@ -128,6 +131,22 @@ struct mall_handle {
     // the monitor signals and the change path drains under it.
     std::mutex notify_mu;
     bool user_fd_signaled = false;  // under notify_mu: false = surely not readable (saves a read())
+    // Notification by signal (mall_open_ex's notify_signal, $MALL_NOTIFY_SIGNAL): 0 = none. Under
+    // notify_mu: the last generation signalled, and whether the "no handler" warning was given.
+    int notify_signal = 0;
+    uint64_t notified_generation = 0;
+    bool notify_warned = false;
+    // Control by signal: the cpus the process had at mall_open() (requests stay within them).
+    bool signal_control = false;
+    uint64_t control_bound[MALL_MAX_CPUS / 64] = {};
+    // Under state_mu: the cpus of malld's last applied generation (a signal request never widens
+    // past them) and that page's flags (kPageFlagSignalControl: malld lets the job take requests).
+    bool has_malld_cpus = false;
+    uint64_t malld_cpus[MALL_MAX_CPUS / 64] = {};
+    int malld_threads = 0;  // the thread count of that generation
+    uint32_t page_flags = 0;
+    // Under step_mu: a signal request pinned every thread; malld's next allocation re-pins them all.
+    bool control_overrode = false;
 
     // --- the monitor thread and its private state ---
     std::thread monitor;
@@ -187,13 +206,44 @@ cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
     return set;
 }
 
-// Signals mall_fd() when the page holds a generation the process has not applied.
+void tell_user(mall_handle *m, const char *what);
+void refresh_record(mall_handle *m);  // control by signal: the status record (mode, cpus)
+
+// Queues the notification signal to this process, once per generation, unless its disposition is
+// the default (it would terminate the process: nothing is sent, and the user is told once) or
+// ignore. Called under notify_mu. The value is the generation's low 31 bits.
+void send_notify_signal(mall_handle *m, uint64_t generation) {
+    if (m->notify_signal <= 0 || generation == m->notified_generation) return;
+    m->notified_generation = generation;
+    struct sigaction current;
+    if (::sigaction(m->notify_signal, nullptr, &current) != 0) return;
+    if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
+        if (!m->notify_warned) {
+            m->notify_warned = true;
+            char what[160];
+            std::snprintf(what, sizeof what,
+                          "not sending the notification signal %d: the process has no handler for it "
+                          "(its default action would end the process)", m->notify_signal);
+            tell_user(m, what);
+        }
+        return;
+    }
+    if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return;
+    union sigval value;
+    value.sival_int = static_cast<int>(generation & 0x7fffffff);
+    (void)::sigqueue(::getpid(), m->notify_signal, value);  // EAGAIN (queue full): the next one comes
+}
+
+// Signals mall_fd() (and the notification signal, when asked for) when the page holds a
+// generation the process has not applied.
 void signal_if_pending(mall_handle *m) {
     std::lock_guard<std::mutex> lock(m->notify_mu);
     // Written even when signaled already: the caller may have read the eventfd itself.
-    if (page_generation(m->page) != m->seen_generation.load(std::memory_order_acquire)) {
+    const uint64_t generation = page_generation(m->page);
+    if (generation != m->seen_generation.load(std::memory_order_acquire)) {
         eventfd_signal(m->user_event_fd);
         m->user_fd_signaled = true;
+        send_notify_signal(m, generation);
     }
 }
 
@@ -259,7 +309,7 @@ void reconcile_after_attach(mall_handle *m) {
     bool same;
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
-        same = snapshot.ncpus == m->applied.ncpus &&
+        same = snapshot.ncpus == m->applied.ncpus && snapshot.nthreads == m->applied.nthreads &&
                std::memcmp(snapshot.mask, m->applied.mask, sizeof snapshot.mask) == 0;
     }
     if (same) {
@@ -447,17 +497,21 @@ int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout
         if (!m->attach_body.contains("job")) m->self_job = job;
         reconcile_after_attach(m);
         signal_if_pending(m);
+        refresh_record(m);
         return MALL_SUCCESS;
     }
 }
 
 void detach(mall_handle *m) {
-    std::lock_guard<std::mutex> lock(m->conn_mu);
-    m->attached.store(false, std::memory_order_release);
-    if (m->sock >= 0) ::close(m->sock);
-    m->sock = -1;
-    // The page stays mapped: its frozen generation keeps mall_step() on the fast path until a
-    // new attachment replaces it.
+    {
+        std::lock_guard<std::mutex> lock(m->conn_mu);
+        m->attached.store(false, std::memory_order_release);
+        if (m->sock >= 0) ::close(m->sock);
+        m->sock = -1;
+        // The page stays mapped: its frozen generation keeps mall_step() on the fast path until a
+        // new attachment replaces it.
+    }
+    refresh_record(m);
 }
 
 void send_progress_if_changed(mall_handle *m) {
@@ -593,10 +647,77 @@ bool start_monitor(mall_handle *m) {
     return started;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Control by signal. One handle per process owns the control signal; its handler only records the
+// request (the last one wins) and makes the next mall_step() take the change path, by storing
+// kForceApply into the same word the fast path already compares: no second load there.
+
+struct SignalControlBlock {
+    std::atomic<mall_handle *> owner{nullptr};
+    std::atomic<uint64_t> request{0};  // (sender pid << 32) | value; 0 = none
+    std::atomic<int> in_handler{0};
+    std::atomic<uint64_t> received{0};
+    int signal = 0;
+    struct sigaction previous {};
+    // The status record `mallctl signal` reads (signal_control.hpp), under record_mu: the decided
+    // requests and the last one's outcome. Written on the change path and at (de)attach only.
+    std::mutex record_mu;
+    int record_fd = -1;
+    uint64_t record_seq = 0, handled = 0;
+    uint32_t last_value = 0;
+    pid_t last_from = 0;
+    const char *last_result = "none";
+    char last_why[512] = "";
+    char record[mall::signal_control::kRecordSize];
+};
+SignalControlBlock g_control;  // never destroyed: a late signal finds it
+
+// A forked child (a data-loader worker, say) is not the process that opted in: it drops the
+// handle and its copy of the record, so `mallctl signal` refuses it ("not enabled"); the handler
+// it inherits ignores requests. Runs in the child only (no lock: another thread may have held one).
+void control_after_fork_in_child() {
+    g_control.owner.store(nullptr);
+    g_control.request.store(0);
+    if (g_control.record_fd >= 0) ::close(g_control.record_fd);
+    g_control.record_fd = -1;
+}
+
+void control_handler(int, siginfo_t *info, void *) {
+    const int saved_errno = errno;
+    g_control.in_handler.fetch_add(1);
+    if (info != nullptr && info->si_code == SI_QUEUE) {
+        const auto value = static_cast<uint32_t>(info->si_value.sival_int);
+        mall_handle *h = g_control.owner.load();
+        if (h != nullptr && mall::signal_control::decode(value)) {
+            g_control.request.store((static_cast<uint64_t>(static_cast<uint32_t>(info->si_pid)) << 32) | value);
+            g_control.received.fetch_add(1);
+            h->seen_generation.store(kForceApply);
+            // Wake mall_fd() users too (write(2) is async-signal-safe; the change path drains it).
+            const uint64_t one = 1;
+            if (h->user_event_fd >= 0) (void)!::write(h->user_event_fd, &one, sizeof one);
+        }
+    }
+    g_control.in_handler.fetch_sub(1);
+    errno = saved_errno;
+}
+
 void destroy(mall_handle *m) {
     if (m->monitor.joinable()) {
         eventfd_signal(m->stop_event_fd);
         m->monitor.join();
+    }
+    if (m->signal_control && g_control.owner.load() == m) {
+        // No handler may still use this handle: unhook it, wait for a running one (bounded), and
+        // leave the signal ignored rather than at its default, which would end the process.
+        g_control.owner.store(nullptr);
+        for (int i = 0; i < 100000 && g_control.in_handler.load() != 0; ++i) sched_yield();
+        struct sigaction restore = g_control.previous;
+        if (!(restore.sa_flags & SA_SIGINFO) && restore.sa_handler == SIG_DFL) restore.sa_handler = SIG_IGN;
+        ::sigaction(g_control.signal, &restore, nullptr);
+        g_control.request.store(0);
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        if (g_control.record_fd >= 0) ::close(g_control.record_fd);  // mallctl: "not enabled"
+        g_control.record_fd = -1;
     }
     if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
     if (m->sock >= 0) ::close(m->sock);
@@ -649,7 +770,8 @@ void finish_change(mall_handle *m, uint64_t generation) {
     std::lock_guard<std::mutex> lock(m->notify_mu);
     m->seen_generation.store(generation, std::memory_order_release);
     bool pending = page_generation(m->page) != generation;
-    if (m->user_fd_signaled && !pending) {
+    // A control signal's handler may have made the eventfd readable behind user_fd_signaled.
+    if ((m->user_fd_signaled || m->signal_control) && !pending) {
         eventfd_drain(m->user_event_fd);
         m->user_fd_signaled = false;
     } else if (!m->user_fd_signaled && pending) {
@@ -658,16 +780,216 @@ void finish_change(mall_handle *m, uint64_t generation) {
     }
 }
 
+// Every thread of the process on `set` (what malld's affinity backend does for a job).
+void pin_every_thread(const cpu_set_t &set) {
+    DIR *dir = ::opendir("/proc/self/task");
+    if (dir == nullptr) return;
+    while (dirent *e = ::readdir(dir)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        (void)::sched_setaffinity(static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10)), sizeof set, &set);
+    }
+    ::closedir(dir);
+}
+
+void run_callbacks(mall_handle *m, const mall_alloc_t &alloc);
+
+// Rewrites the status record (under record_mu; the caller holds no lock of the handle's but
+// possibly step_mu). One pwrite of the whole record: a reader compares seq with end.
+void write_record_locked(mall_handle *m) {
+    namespace sc = mall::signal_control;
+    if (g_control.record_fd < 0) return;
+    mall_alloc_t current;
+    mall::CpuSet bound;
+    uint32_t flags;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        current = m->applied;
+        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
+        flags = m->page_flags;
+    }
+    const bool attached = m->attached.load(std::memory_order_acquire);
+    const bool allowed = (flags & mall::kPageFlagSignalControl) != 0;
+    if (attached && !allowed) bound = mall::CpuSet();
+    const mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask)
+                                                : mall::CpuSet::from_mask(m->control_bound);
+    const int threads = current.ncpus > 0 ? mall_alloc_threads(&current) : cpus.count();
+    const uint64_t seq = ++g_control.record_seq;
+    std::memset(g_control.record, 0, sizeof g_control.record);
+    std::snprintf(g_control.record, sizeof g_control.record,
+                  "%s %d\nseq %llu\npid %ld\nsignal %d\napi %d.%d.%d\nmode %s\njob %s\nallowed %d\nbound %s\n"
+                  "cpus %s\nthreads %d\nreceived %llu\nhandled %llu\nlast %x\nfrom %ld\nresult %s\nwhy %s\nend %llu\n",
+                  sc::kRecordName, sc::kRecordFormat, static_cast<unsigned long long>(seq),
+                  static_cast<long>(::getpid()), g_control.signal, MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR,
+                  MALL_API_VERSION_PATCH, attached ? "attached" : "detached",
+                  attached ? m->job_name.load(std::memory_order_acquire) : "", allowed ? 1 : 0,
+                  bound.to_string().c_str(), cpus.to_string().c_str(), threads,
+                  static_cast<unsigned long long>(g_control.received.load()),
+                  static_cast<unsigned long long>(g_control.handled), g_control.last_value,
+                  static_cast<long>(g_control.last_from), g_control.last_result, g_control.last_why,
+                  static_cast<unsigned long long>(seq));
+    (void)!::pwrite(g_control.record_fd, g_control.record, sizeof g_control.record, 0);
+}
+
+void refresh_record(mall_handle *m) {
+    if (!m->signal_control) return;
+    try {
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        write_record_locked(m);
+    } catch (...) {
+    }
+}
+
+// Records how a request ended and why (printf-style words), then rewrites the record.
+void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...) {
+    try {
+        std::lock_guard<std::mutex> lock(g_control.record_mu);
+        ++g_control.handled;
+        g_control.last_value = static_cast<uint32_t>(request & 0xffffffffu);
+        g_control.last_from = static_cast<pid_t>(request >> 32);
+        g_control.last_result = result;
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(g_control.last_why, sizeof g_control.last_why, fmt, ap);
+        va_end(ap);
+        for (char *c = g_control.last_why; *c; ++c)
+            if (*c == '\n') *c = ' ';
+        write_record_locked(m);
+    } catch (...) {
+    }
+}
+
+// Applies a control request (called under step_mu): true when it changed the allocation.
+// Never attached: within the cpus the process had at mall_open(). Attached: only when malld lets
+// the job take signals (mallctl set JOB --signal-control on), within malld's published cpus
+// (narrowing); malld's next generation replaces it. Once attached, malld's last cpus bound it.
+bool apply_control_request(mall_handle *m, uint64_t request) {
+    namespace sc = mall::signal_control;
+    const auto decoded = sc::decode(static_cast<uint32_t>(request & 0xffffffffu));
+    if (!decoded) {
+        decide_request(m, request, "refused", "the value %#x is not a mall request", static_cast<unsigned>(request));
+        return false;
+    }
+    mall_alloc_t current;
+    mall::CpuSet bound;
+    uint32_t flags;
+    int malld_threads;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        current = m->applied;
+        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
+        flags = m->page_flags;
+        malld_threads = m->has_malld_cpus ? m->malld_threads : 0;
+    }
+    const char *job = m->job_name.load(std::memory_order_acquire);
+    if (m->attached.load(std::memory_order_acquire) && !(flags & mall::kPageFlagSignalControl)) {
+        decide_request(m, request, "refused",
+                       "attached to malld as job %s, whose allocation wins: use `mallctl set %s --threads N` or "
+                       "`--cpus LIST`, or let the job take signals with `mallctl set %s --signal-control on`",
+                       job, job, job);
+        return false;
+    }
+    if (m->attached.load(std::memory_order_acquire) && !m->has_malld_cpus) {
+        decide_request(m, request, "refused", "attached to malld as job %s but no allocation was applied yet", job);
+        return false;
+    }
+    mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask) : bound;
+    if (decoded->op == sc::Op::Range) cpus = mall::CpuSet::range(decoded->first_cpu, decoded->first_cpu + decoded->cpu_count - 1);
+    if (!bound.contains(cpus)) {
+        decide_request(m, request, "refused", "cpus %s are not all within %s, the cpus this process may use (%s)",
+                       cpus.to_string().c_str(), bound.to_string().c_str(),
+                       m->has_malld_cpus ? "malld's allocation" : "its affinity at mall_open()");
+        return false;
+    }
+    if (decoded->threads > cpus.count()) {
+        decide_request(m, request, "refused", "%d threads exceed the %d cpus (%s) of this process", decoded->threads,
+                       cpus.count(), cpus.to_string().c_str());
+        return false;
+    }
+    // Under malld (or after it), malld's thread count is a bound too: a request only narrows.
+    if (malld_threads > 0 && decoded->threads > malld_threads) {
+        decide_request(m, request, "refused", "%d threads exceed the %d malld gave this process", decoded->threads,
+                       malld_threads);
+        return false;
+    }
+    mall_alloc_t &next = m->scratch;
+    next = mall_alloc_t{};
+    next.generation = current.generation;  // malld's generation (0 without malld): unchanged
+    next.ncpus = cpus.count();
+    next.nthreads = decoded->threads > 0 ? decoded->threads : next.ncpus;
+    if (malld_threads > 0 && next.nthreads > malld_threads) next.nthreads = malld_threads;
+    cpus.to_mask(next.mask);
+    std::snprintf(next.cpus, sizeof next.cpus, "%s", cpus.to_string().c_str());
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        m->applied = next;
+    }
+    run_callbacks(m, next);
+    repin_bound_threads(m, next);
+    pin_every_thread(cpu_set_of(next.mask));
+    m->control_overrode = true;
+    decide_request(m, request, "applied", "%d threads on cpus %s", next.nthreads, next.cpus);
+    return true;
+}
+
+void run_callbacks(mall_handle *m, const mall_alloc_t &alloc) {
+    ResizeCallback callbacks[kMaxCallbacks];
+    int ncallbacks;
+    {
+        std::lock_guard<std::mutex> lock(m->callbacks_mu);
+        ncallbacks = m->ncallbacks;
+        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
+    }
+    for (int i = 0; i < ncallbacks; ++i) {
+        try {
+            callbacks[i].fn(&alloc, callbacks[i].arg);
+        } catch (...) {
+            // A C++ callback that throws must not unwind into the caller's C frames.
+        }
+    }
+}
+
+// After finish_change(): a request that arrived meanwhile makes the next mall_step() look again.
+void recheck_control_request(mall_handle *m) {
+    if (g_control.owner.load() == m && g_control.request.load() != 0) m->seen_generation.store(kForceApply);
+}
+
 __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     std::lock_guard<std::mutex> step_lock(m->step_mu);
     mall_alloc_t &snapshot = m->scratch;
     bool consistent;
+    uint32_t page_flags = 0;
     {
         std::lock_guard<std::mutex> lock(m->conn_mu);
-        consistent = mall::page_read(m->page, &snapshot);
+        consistent = mall::page_read(m->page, &snapshot, &page_flags);
+    }
+    const bool control_pending = m->signal_control && g_control.owner.load() == m && g_control.request.load() != 0;
+    // Never attached, the page is a zero page (no magic): generation 0 for a control request.
+    if (!consistent && control_pending && !m->attached.load(std::memory_order_acquire)) {
+        snapshot = mall_alloc_t{};
+        consistent = true;
     }
     if (!consistent) return MALL_NOUPDT;  // torn or invalid: try again at the next step
     uint64_t generation = snapshot.generation;
+    if (control_pending) {
+        // A control request, unless malld published something new (that wins: the request is dropped).
+        const uint64_t request = g_control.request.exchange(0);
+        uint64_t applied_generation;
+        {
+            std::lock_guard<std::mutex> lock(m->state_mu);
+            applied_generation = m->applied.generation;
+        }
+        if (generation == applied_generation) {
+            const bool changed = apply_control_request(m, request);
+            finish_change(m, generation);
+            recheck_control_request(m);
+            return changed ? MALL_SUCCESS : MALL_NOUPDT;
+        }
+        decide_request(m, request, "superseded",
+                       "malld published generation %llu, which replaces any request made before it",
+                       static_cast<unsigned long long>(generation));
+    }
     if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
 
     if (snapshot.ncpus <= 0) {
@@ -683,31 +1005,54 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     {
         std::lock_guard<std::mutex> lock(m->state_mu);
         m->applied = snapshot;
+        std::memcpy(m->malld_cpus, snapshot.mask, sizeof m->malld_cpus);
+        m->has_malld_cpus = true;
+        m->malld_threads = mall_alloc_threads(&snapshot);
+        m->page_flags = page_flags;
     }
-
-    ResizeCallback callbacks[kMaxCallbacks];
-    int ncallbacks;
-    {
-        std::lock_guard<std::mutex> lock(m->callbacks_mu);
-        ncallbacks = m->ncallbacks;
-        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
-    }
-    for (int i = 0; i < ncallbacks; ++i) {
-        try {
-            callbacks[i].fn(&snapshot, callbacks[i].arg);
-        } catch (...) {
-            // A C++ callback that throws must not unwind into the caller's C frames.
-        }
-    }
-
+    run_callbacks(m, snapshot);
     repin_bound_threads(m, snapshot);
+    if (m->control_overrode) {
+        // A signal request had pinned every thread: malld's allocation replaces it for them all.
+        pin_every_thread(cpu_set_of(snapshot.mask));
+        m->control_overrode = false;
+    }
     try {
         send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
     } catch (...) {
         // Out of memory: malld's ack timeout covers the missing ack.
     }
     finish_change(m, generation);
+    recheck_control_request(m);
+    refresh_record(m);
     return MALL_SUCCESS;
+}
+
+// A notification signal's name or number: SIGUSR1, SIGUSR2, SIGRTMIN, SIGRTMIN+N, SIGRTMAX-N,
+// SIGRTMAX (the "SIG" prefix may be left out) or its number; only those signals are allowed (the
+// others have meanings of their own). 0 with *why when not.
+int parse_notify_signal(const std::string &text, std::string *why) {
+    std::string s = text;
+    if (s.rfind("SIG", 0) == 0) s = s.substr(3);
+    auto number = [](const std::string &digits, long *out) {
+        if (digits.empty() || digits.size() > 4) return false;
+        for (char c : digits)
+            if (c < '0' || c > '9') return false;
+        *out = std::strtol(digits.c_str(), nullptr, 10);
+        return true;
+    };
+    long sig = -1, n = 0;
+    if (s == "USR1") sig = SIGUSR1;
+    else if (s == "USR2") sig = SIGUSR2;
+    else if (s == "RTMIN") sig = SIGRTMIN;
+    else if (s == "RTMAX") sig = SIGRTMAX;
+    else if (s.rfind("RTMIN+", 0) == 0 && number(s.substr(6), &n)) sig = SIGRTMIN + n;
+    else if (s.rfind("RTMAX-", 0) == 0 && number(s.substr(6), &n)) sig = SIGRTMAX - n;
+    else if (!number(s, &sig)) sig = -1;
+    if (sig == SIGUSR1 || sig == SIGUSR2 || (sig >= SIGRTMIN && sig <= SIGRTMAX)) return static_cast<int>(sig);
+    *why = "'" + text + "' is not SIGUSR1, SIGUSR2 or a real-time signal SIGRTMIN..SIGRTMAX (SIGRTMIN+N, SIGRTMAX-N, " +
+           std::to_string(SIGRTMIN) + ".." + std::to_string(SIGRTMAX) + " here)";
+    return 0;
 }
 
 }  // namespace
@@ -738,14 +1083,95 @@ MALL_EXPORT const char *mall_strerror(int rc) {
 }
 
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err) {
+    mall_open_options_t options = MALL_OPEN_OPTIONS_INIT;
+    options.socket_path = socket_path;
+    return mall_open_ex(&options, out, err);
+}
+
+MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err) {
     clear_error(err);
     if (!out) {
         set_error(err, "mall_open: out must point at a mall_t * to fill");
         return MALL_ERR_INVAL;
     }
     *out = nullptr;
+    // The options of API 0.3.0 (a caller built against a later header may pass a larger struct
+    // whose extra bytes must then be zero: options this library does not know are refused).
+    constexpr size_t kKnownSize = sizeof(mall_open_options_t);  // with its tail padding
+    if (!options || options->size < kKnownSize) {
+        set_error(err, "mall_open_ex: options must be set up with MALL_OPEN_OPTIONS_INIT (size %zu or more)", kKnownSize);
+        return MALL_ERR_INVAL;
+    }
+    for (size_t i = kKnownSize; i < options->size; ++i) {
+        if (reinterpret_cast<const unsigned char *>(options)[i] != 0) {
+            set_error(err, "mall_open_ex: options of a newer libmall are set (byte %zu); this library is API %d.%d.%d",
+                      i, MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR, MALL_API_VERSION_PATCH);
+            return MALL_ERR_INVAL;
+        }
+    }
+    if (options->flags != 0) {
+        set_error(err, "mall_open_ex: unknown flags 0x%x (none are defined in API %d.%d)", options->flags,
+                  MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR);
+        return MALL_ERR_INVAL;
+    }
+    const char *socket_path = options->socket_path;
     mall_handle *m = nullptr;
     try {
+        // The notification signal: the option, else $MALL_NOTIFY_SIGNAL, else none.
+        int notify_signal = 0;
+        if (options->notify_signal > 0) {
+            std::string why;
+            notify_signal = parse_notify_signal(std::to_string(options->notify_signal), &why);
+            if (notify_signal == 0) {
+                set_error(err, "mall_open_ex: notify_signal %s", why.c_str());
+                return MALL_ERR_INVAL;
+            }
+        } else if (options->notify_signal == 0) {
+            const char *env = std::getenv("MALL_NOTIFY_SIGNAL");
+            if (env && *env) {
+                std::string why;
+                notify_signal = parse_notify_signal(env, &why);
+                if (notify_signal == 0) {
+                    set_error(err, "MALL_NOTIFY_SIGNAL: %s; unset it or name one of those", why.c_str());
+                    return MALL_ERR_INVAL;
+                }
+            }
+        } else if (options->notify_signal != -1) {
+            set_error(err, "mall_open_ex: notify_signal must be -1 (none), 0 ($MALL_NOTIFY_SIGNAL) or a signal number");
+            return MALL_ERR_INVAL;
+        }
+        // Control by signal: the option, else $MALL_SIGNAL_CONTROL (1 = the default signal), else off.
+        int control_signal = 0;
+        {
+            std::string text;
+            if (options->control_signal > 0) {
+                text = std::to_string(options->control_signal);
+            } else if (options->control_signal == 0) {
+                const char *env = std::getenv("MALL_SIGNAL_CONTROL");
+                text = env ? env : "";
+                if (text == "0") text.clear();
+                if (text == "1") text = "SIGRTMAX-7";
+            } else if (options->control_signal != -1) {
+                set_error(err, "mall_open_ex: control_signal must be -1 (off), 0 ($MALL_SIGNAL_CONTROL) or a real-time signal");
+                return MALL_ERR_INVAL;
+            }
+            if (!text.empty()) {
+                std::string why;
+                control_signal = parse_notify_signal(text, &why);
+                if (control_signal == SIGUSR1 || control_signal == SIGUSR2) {
+                    control_signal = 0;
+                    why = "'" + text + "' is not a real-time signal (a standard signal would drop queued values)";
+                }
+                if (control_signal == 0) {
+                    set_error(err, "MALL_SIGNAL_CONTROL (or control_signal): %s; use 1 for SIGRTMAX-7", why.c_str());
+                    return MALL_ERR_INVAL;
+                }
+                if (control_signal == notify_signal) {
+                    set_error(err, "the control signal %d is also the notification signal: choose two", control_signal);
+                    return MALL_ERR_INVAL;
+                }
+            }
+        }
         // The attach request, from the environment the launcher set.
         nlohmann::json attach_body = nlohmann::json::object();
         const char *job = std::getenv("MALL_JOB_ID");
@@ -787,6 +1213,59 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
             return MALL_ERR_NOMEM;
         }
         m->attach_timeout = milliseconds(attach_timeout_ms);
+        m->notify_signal = notify_signal;
+        if (control_signal > 0) {
+            // One handle per process; a signal that already has a handler is someone else's.
+            mall_handle *expected = nullptr;
+            if (!g_control.owner.compare_exchange_strong(expected, m)) {
+                set_error(err, "control by signal is already enabled by another mall handle of this process");
+                delete m;
+                return MALL_ERR_INVAL;
+            }
+            struct sigaction current {};
+            ::sigaction(control_signal, nullptr, &current);
+            const bool ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == control_handler;
+            if (!ours && ((current.sa_flags & SA_SIGINFO) || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN))) {
+                g_control.owner.store(nullptr);
+                set_error(err, "signal %d already has a handler in this process; choose another real-time signal "
+                               "(MALL_SIGNAL_CONTROL=SIGRTMAX-N)", control_signal);
+                delete m;
+                return MALL_ERR_INVAL;
+            }
+            cpu_set_t bound;
+            CPU_ZERO(&bound);
+            (void)::sched_getaffinity(0, sizeof bound, &bound);
+            std::vector<int> list;
+            for (int c = 0; c < CPU_SETSIZE && c < MALL_MAX_CPUS; ++c)
+                if (CPU_ISSET(c, &bound)) list.push_back(c);
+            mall::CpuSet::from_list(list).to_mask(m->control_bound);
+            g_control.request.store(0);
+            if (!ours) g_control.previous = current;
+            g_control.signal = control_signal;
+            struct sigaction sa {};
+            sa.sa_sigaction = control_handler;
+            sa.sa_flags = SA_SIGINFO | SA_RESTART;
+            sigemptyset(&sa.sa_mask);
+            ::sigaction(control_signal, &sa, nullptr);
+            m->signal_control = true;
+            static std::once_flag fork_hook;
+            std::call_once(fork_hook, [] { (void)::pthread_atfork(nullptr, nullptr, control_after_fork_in_child); });
+            std::lock_guard<std::mutex> lock(g_control.record_mu);
+            if (g_control.record_fd < 0) {
+                g_control.record_fd = static_cast<int>(::syscall(SYS_memfd_create, mall::signal_control::kRecordName, MFD_CLOEXEC));
+                if (g_control.record_fd >= 0 &&
+                    ::ftruncate(g_control.record_fd, static_cast<off_t>(mall::signal_control::kRecordSize)) != 0) {
+                    ::close(g_control.record_fd);
+                    g_control.record_fd = -1;
+                }
+            }
+            g_control.handled = 0;
+            g_control.last_value = 0;
+            g_control.last_from = 0;
+            g_control.last_result = "none";
+            g_control.last_why[0] = '\0';
+            write_record_locked(m);
+        }
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);
 
@@ -795,7 +1274,7 @@ MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *e
         if (zero == MAP_FAILED) {
             int e = errno;
             set_error(err, "mall_open: cannot map a page: %s", std::strerror(e));
-            delete m;
+            destroy(m);  // also unhooks the control signal
             return e == ENOMEM ? MALL_ERR_NOMEM : MALL_ERR_SYSTEM;
         }
         m->page = static_cast<const mall::SharedPage *>(zero);

@@ -36,7 +36,9 @@ enum class Type : uint16_t {
     Ack = 4,         // attached: {generation}            (no reply)
     Progress = 5,    // attached: {work_units:uint, steps:uint}  totals since attach (no reply)
     Status = 6,      // any:   {} -> reply: the status object (see NodeManager::status())
-    Set = 7,         // admin: {job, cpus?:"list"|"auto", weight?:num} (at least one) -> reply {job, cpus?, weight}
+    Set = 7,         // admin: {job, cpus?:"list"|"auto", weight?:num, threads?:int|"auto",
+                     //   signal_control?:bool} (at least one) -> reply {job, cpus?, weight,
+                     //   threads?, signal_control?} (each optional field echoed when given)
     Policy = 8,      // admin: {name} -> reply {policy}
     Reclaim = 9,     // admin: {cpus, owner?:str} reply (deferred until no job holds them) {cpus};
                      //   with owner the cpus stay reserved for the job of that name

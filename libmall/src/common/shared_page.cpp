@@ -13,15 +13,20 @@ namespace mall {
 
 namespace {
 
-// The payload guarded by `seq`: ncpus, reserved, mask and cpus, contiguous and 8-byte aligned.
+// The payload guarded by `seq`: ncpus, nthreads, mask, cpus and flags, contiguous and 8-byte aligned.
 constexpr size_t kPayloadBegin = offsetof(SharedPage, ncpus);
-constexpr size_t kPayloadEnd = offsetof(SharedPage, cpus) + MALL_CPULIST_MAX;
+constexpr size_t kPayloadEnd = offsetof(SharedPage, reserved2) + sizeof(uint32_t);
 constexpr size_t kPayloadWords = (kPayloadEnd - kPayloadBegin) / sizeof(uint64_t);
 static_assert(kPayloadBegin % sizeof(uint64_t) == 0, "payload must start 8-byte aligned");
 static_assert((kPayloadEnd - kPayloadBegin) % sizeof(uint64_t) == 0, "payload must be whole words");
-static_assert(offsetof(SharedPage, mask) == kPayloadBegin + 8, "ncpus + reserved precede the mask");
+static_assert(offsetof(SharedPage, mask) == kPayloadBegin + 8, "ncpus + nthreads precede the mask");
+// mall_alloc_t's layout is API: nthreads took a padding hole of 0.2.0, nothing moved.
+static_assert(offsetof(mall_alloc_t, nthreads) == 12 && offsetof(mall_alloc_t, mask) == 16 &&
+                  offsetof(mall_alloc_t, cpus) == 144 && sizeof(mall_alloc_t) == 4240,
+              "mall_alloc_t must keep the layout of API 0.2.0");
 static_assert(offsetof(SharedPage, cpus) == offsetof(SharedPage, mask) + sizeof(uint64_t) * (MALL_MAX_CPUS / 64),
               "the text follows the mask");
+static_assert(offsetof(SharedPage, flags) == offsetof(SharedPage, cpus) + MALL_CPULIST_MAX, "flags follow the text");
 
 // Attempts before giving up: the writer holds seq odd for well under a microsecond, so this only
 // runs out when the writer was descheduled mid-write; the caller retries at its next step.
@@ -42,7 +47,7 @@ struct PayloadCopy {
 
 }  // namespace
 
-bool page_read(const SharedPage *page, mall_alloc_t *out) {
+bool page_read(const SharedPage *page, mall_alloc_t *out, uint32_t *flags) {
     if (!page || !out) return false;
     if (__atomic_load_n(&page->magic, __ATOMIC_RELAXED) != kPageMagic ||
         __atomic_load_n(&page->version, __ATOMIC_RELAXED) != kPageVersion)
@@ -75,29 +80,38 @@ bool page_read(const SharedPage *page, mall_alloc_t *out) {
     int32_t ncpus;
     std::memcpy(&ncpus, bytes + (offsetof(SharedPage, ncpus) - kPayloadBegin), sizeof ncpus);
     if (ncpus < 0 || ncpus > MALL_MAX_CPUS) return false;
+    int32_t nthreads;
+    std::memcpy(&nthreads, bytes + (offsetof(SharedPage, nthreads) - kPayloadBegin), sizeof nthreads);
     const char *text = bytes + (offsetof(SharedPage, cpus) - kPayloadBegin);
     if (std::memchr(text, '\0', MALL_CPULIST_MAX) == nullptr) return false;
 
     out->generation = generation;
     out->ncpus = ncpus;
+    // 0 (auto, or a malld before 0.3.0) and anything out of range mean one thread per cpu.
+    out->nthreads = (nthreads >= 1 && nthreads <= ncpus) ? nthreads : ncpus;
     std::memcpy(out->mask, bytes + (offsetof(SharedPage, mask) - kPayloadBegin), sizeof out->mask);
     std::memcpy(out->cpus, text, MALL_CPULIST_MAX);
+    if (flags) std::memcpy(flags, bytes + (offsetof(SharedPage, flags) - kPayloadBegin), sizeof *flags);
     return true;
 }
 
 void page_write(SharedPage *page, uint64_t generation, const uint64_t mask[MALL_MAX_CPUS / 64], int ncpus,
-                const char *cpus_text) {
+                const char *cpus_text, int nthreads, uint32_t flags) {
     // Build the new payload aside, then copy it word by word inside the odd-seq window.
     PayloadCopy copy;
     std::memset(&copy, 0, sizeof copy);
     char *bytes = reinterpret_cast<char *>(copy.words);
     int32_t n = ncpus;
     std::memcpy(bytes + (offsetof(SharedPage, ncpus) - kPayloadBegin), &n, sizeof n);
+    int32_t t = nthreads > 0 ? nthreads : 0;
+    std::memcpy(bytes + (offsetof(SharedPage, nthreads) - kPayloadBegin), &t, sizeof t);
     if (mask) std::memcpy(bytes + (offsetof(SharedPage, mask) - kPayloadBegin), mask, sizeof(uint64_t) * (MALL_MAX_CPUS / 64));
     if (cpus_text) {
         size_t len = strnlen(cpus_text, MALL_CPULIST_MAX - 1);
         std::memcpy(bytes + (offsetof(SharedPage, cpus) - kPayloadBegin), cpus_text, len);
     }
+
+    std::memcpy(bytes + (offsetof(SharedPage, flags) - kPayloadBegin), &flags, sizeof flags);
 
     auto *dst = reinterpret_cast<uint64_t *>(reinterpret_cast<char *>(page) + kPayloadBegin);
     uint64_t seq = page->seq.load(std::memory_order_relaxed);

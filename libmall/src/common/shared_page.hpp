@@ -22,10 +22,16 @@ struct SharedPage {
     alignas(64) std::atomic<uint64_t> generation;  // the only word the fast path reads
     alignas(64) std::atomic<uint64_t> seq;         // odd while malld writes the payload
     int32_t ncpus;
-    uint32_t reserved;
+    int32_t nthreads;  // 0: one thread per cpu; else 1..ncpus (mallctl set --threads). Was reserved (0).
     uint64_t mask[MALL_MAX_CPUS / 64];
     char cpus[MALL_CPULIST_MAX];
+    uint32_t flags;      // kPageFlag* (0 from a malld before 0.3.0: the zero-filled memfd)
+    uint32_t reserved2;  // 0
 };
+
+// The job's processes may take `mallctl signal` requests, narrowing within the published cpus
+// (mallctl set JOB --signal-control on). Without it an attached process refuses them.
+constexpr uint32_t kPageFlagSignalControl = 0x1u;
 
 constexpr size_t kSharedPageSize = 8192;
 static_assert(sizeof(SharedPage) <= kSharedPageSize, "SharedPage must fit its mapping");
@@ -38,16 +44,21 @@ inline void page_init(SharedPage *page) {
     page->generation.store(0, std::memory_order_relaxed);
     page->seq.store(0, std::memory_order_relaxed);
     page->ncpus = 0;
+    page->nthreads = 0;
     for (auto &w : page->mask) w = 0;
     page->cpus[0] = '\0';
+    page->flags = 0;
+    page->reserved2 = 0;
 }
 
 // Reader side: copies a consistent snapshot into out; returns false if the page is not valid.
 // Retries while the writer is active (the writer holds seq odd for well under a microsecond).
-bool page_read(const SharedPage *page, mall_alloc_t *out);
+// flags (optional) receives the page's kPageFlag* word of the same snapshot.
+bool page_read(const SharedPage *page, mall_alloc_t *out, uint32_t *flags = nullptr);
 
 // Writer side: publishes a new allocation with the given generation (must increase).
+// nthreads: 0 = one per cpu, else the count to run (clamped to 1..ncpus by the reader).
 void page_write(SharedPage *page, uint64_t generation, const uint64_t mask[MALL_MAX_CPUS / 64],
-                int ncpus, const char *cpus_text);
+                int ncpus, const char *cpus_text, int nthreads = 0, uint32_t flags = 0);
 
 }  // namespace mall

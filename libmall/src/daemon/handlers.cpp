@@ -233,7 +233,7 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     c.attach_id = attach_id;
     const Job *j = manager_.find(job);
     if (j && page->page->generation.load(std::memory_order_relaxed) != j->generation && j->generation > 0)
-        effects_.write_page(*page, j->generation, j->published);
+        effects_.write_page(*page, j->generation, j->published, j->published_threads, j->published_signal_control);
     log_info("process " + std::to_string(c.peer.pid) + " (uid " + std::to_string(c.peer.uid) +
              ") attached to job " + job);
     connections_.reply(c, msg.request_id,
@@ -268,8 +268,11 @@ void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
     const std::string job = proto::get_string(msg.body, "job");
     // Checked before the name is echoed back (every registered job has a valid name).
     if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
-    const bool has_cpus = msg.body.contains("cpus"), has_weight = msg.body.contains("weight");
-    if (!has_cpus && !has_weight) throw proto::ProtocolError("give field \"cpus\", \"weight\" or both");
+    const bool has_cpus = msg.body.contains("cpus"), has_weight = msg.body.contains("weight"),
+               has_threads = msg.body.contains("threads"), has_signal_control = msg.body.contains("signal_control");
+    if (!has_cpus && !has_weight && !has_threads && !has_signal_control)
+        throw proto::ProtocolError(
+            "give field \"cpus\", \"weight\", \"threads\" or \"signal_control\" (one or more)");
     std::optional<CpuSet> pinned;
     if (has_cpus) {
         const std::string text = proto::get_string(msg.body, "cpus");
@@ -287,8 +290,38 @@ void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
             throw proto::ProtocolError(std::string("field \"weight\" must be ") + proto::kWeightRule);
         weight = w.get<double>();
     }
+    int threads = 0;  // 0 = auto: one per cpu
+    if (has_threads) {
+        const auto &t = msg.body["threads"];
+        if (t.is_string() && t.get<std::string>() == "auto") {
+            threads = 0;
+        } else if (t.is_number_integer() && t.get<int64_t>() >= 1 && t.get<int64_t>() <= CpuSet::kMaxCpus) {
+            threads = static_cast<int>(t.get<int64_t>());
+        } else {
+            throw proto::ProtocolError("field \"threads\" must be 1 to " + std::to_string(CpuSet::kMaxCpus) +
+                                       " or \"auto\"");
+        }
+        // Checked before anything changes: against what the job holds, or with a pin in the same
+        // request against the pin; with --cpus auto against the job's max (the policy decides its
+        // cpus, and a count at or above them means one thread per cpu).
+        Outcome outcome = manager_.check_threads(job, threads, has_cpus);
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+        if (threads > 0 && pinned && threads > pinned->count()) {
+            return connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                                            "threads " + std::to_string(threads) + " exceed the " +
+                                                std::to_string(pinned->count()) + " cpus given (" +
+                                                pinned->to_string() + ")");
+        }
+    }
+    bool signal_control = false;
+    if (has_signal_control) {
+        const auto &s = msg.body["signal_control"];
+        if (!s.is_boolean()) throw proto::ProtocolError("field \"signal_control\" must be true or false");
+        signal_control = s.get<bool>();
+    }
     // The weight is valid (checked above), so once the pin is accepted the weight can only be
     // refused for an unknown job, which the pin would have refused first: a refusal changes nothing.
+    // The same holds for the thread count (checked above) and the signal-control flag (any bool).
     if (has_cpus) {
         Outcome outcome = manager_.set_cpus(job, pinned, Clock::now());
         if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
@@ -297,8 +330,21 @@ void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
         Outcome outcome = manager_.set_weight(job, weight, Clock::now());
         if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
     }
+    if (has_threads) {
+        // Checked above, so it is accepted: a refusal changes nothing.
+        Outcome outcome = manager_.set_threads(job, threads, Clock::now(), has_cpus);
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+    }
+    if (has_signal_control) {
+        // Refused only for an unknown job, which a field before it would have refused first.
+        Outcome outcome = manager_.set_signal_control(job, signal_control, Clock::now());
+        if (!outcome.ok) return connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
+    }
     nlohmann::json result{{"job", job}};
     if (has_cpus) result["cpus"] = pinned ? pinned->to_string() : "auto";
+    if (const Job *j = manager_.find(job); j && has_threads)
+        result["threads"] = j->threads > 0 ? nlohmann::json(j->threads) : nlohmann::json("auto");
+    if (const Job *j = manager_.find(job); j && has_signal_control) result["signal_control"] = j->signal_control;
     if (const Job *j = manager_.find(job)) result["weight"] = j->spec.weight;
     connections_.reply(c, msg.request_id, proto::ok_reply(result));
 }

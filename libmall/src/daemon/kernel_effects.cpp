@@ -46,14 +46,15 @@ bool KernelEffects::enforce(const std::string &job, const CpuSet &cpus, bool gro
     return ok;
 }
 
-void KernelEffects::publish(const std::string &job, uint64_t generation, const CpuSet &cpus) {
+void KernelEffects::publish(const std::string &job, uint64_t generation, const CpuSet &cpus, int threads,
+                            bool signal_control) {
     std::string error;
     JobPage *page = ensure_page(job, &error);
     if (!page) {
         log_error("cannot publish to job " + job + ": " + error);
         return;
     }
-    write_page(*page, generation, cpus);
+    write_page(*page, generation, cpus, threads, signal_control);
     connections_.notify_attached(job, generation);
 }
 
@@ -100,10 +101,12 @@ KernelEffects::JobPage *KernelEffects::ensure_page(const std::string &job, std::
     return &entry;
 }
 
-void KernelEffects::write_page(JobPage &page, uint64_t generation, const CpuSet &cpus) {
+void KernelEffects::write_page(JobPage &page, uint64_t generation, const CpuSet &cpus, int threads,
+                               bool signal_control) {
     uint64_t mask[MALL_MAX_CPUS / 64];
     cpus.to_mask(mask);
-    page_write(page.page, generation, mask, cpus.count(), cpus.to_string().c_str());
+    page_write(page.page, generation, mask, cpus.count(), cpus.to_string().c_str(), threads,
+               signal_control ? kPageFlagSignalControl : 0u);
 }
 
 }  // namespace mall

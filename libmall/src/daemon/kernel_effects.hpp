@@ -35,7 +35,8 @@ public:
 
     // --- Effects ---
     bool enforce(const std::string &job, const CpuSet &cpus, bool growing, std::string *error) override;
-    void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) override;
+    void publish(const std::string &job, uint64_t generation, const CpuSet &cpus, int threads,
+                 bool signal_control) override;
     void job_removed(const std::string &job) override;
     // Stamps the event's wall-clock "time" (seconds since the epoch) when the core left it out.
     void event(const nlohmann::json &event) override;
@@ -49,7 +50,9 @@ public:
     // The job's page, created (sealed, zeroed) on first use; null with *error when the kernel
     // refuses a step (memfd_create, ftruncate, mmap, sealing).
     JobPage *ensure_page(const std::string &job, std::string *error);
-    void write_page(JobPage &page, uint64_t generation, const CpuSet &cpus);
+    // threads: 0 = one per cpu (Job::published_threads); signal_control sets the page's
+    // kPageFlagSignalControl (Job::published_signal_control).
+    void write_page(JobPage &page, uint64_t generation, const CpuSet &cpus, int threads, bool signal_control);
 
     // A job's registered pids (the core lists a job, and a joining task's pids, before it asks
     // for any enforcement); empty for an unknown job.

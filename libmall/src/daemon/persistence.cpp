@@ -157,7 +157,9 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         backend.adopt(id, live, sj.cgroups, job.cpuset);
         std::string page_error;
         if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {
-            if (job.generation > 0) effects.write_page(*page, job.generation, job.published);
+            if (job.generation > 0)
+                effects.write_page(*page, job.generation, job.published, job.published_threads,
+                                   job.published_signal_control);
         } else {
             log_error("job " + id + ": " + page_error);
         }

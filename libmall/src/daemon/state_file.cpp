@@ -49,6 +49,10 @@ void visit_job_fields(const SavedJob &saved, Visit &&visit) {
     visit("generation", job.generation, Field::Saved);
     visit("pinned", job.pinned, Field::Saved);
     visit("usage_cap", job.usage_cap, Field::Saved);
+    visit("threads", job.threads, Field::Saved);
+    visit("published_threads", job.published_threads, Field::Saved);
+    visit("signal_control", job.signal_control, Field::Saved);
+    visit("published_signal_control", job.published_signal_control, Field::Saved);
     visit("transitions", job.transitions, Field::Saved);
     visit("ack_timeouts", job.ack_timeouts, Field::Saved);
     visit("last_ack_latency_us", job.last_ack_latency_us, Field::Progress);
@@ -242,6 +246,18 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     if (!pinned.is_null()) job.pinned = r.cpus("pinned");
     // Absent in state files of malld 0.1 (no usage caps then).
     if (r.obj.contains("usage_cap")) job.usage_cap = static_cast<int>(r.integer("usage_cap", 0, CpuSet::kMaxCpus));
+    // Absent in state files of mallds before API 0.3 (no thread counts then: one per cpu).
+    if (r.obj.contains("threads")) job.threads = static_cast<int>(r.integer("threads", 0, CpuSet::kMaxCpus));
+    if (r.obj.contains("published_threads"))
+        job.published_threads = static_cast<int>(r.integer("published_threads", 0, CpuSet::kMaxCpus));
+    // Absent in state files of mallds before signal control (issue 17): off, as then.
+    for (auto [name, flag] : {std::pair<const char *, bool *>{"signal_control", &job.signal_control},
+                              {"published_signal_control", &job.published_signal_control}}) {
+        if (!r.obj.contains(name)) continue;
+        const auto &value = r.field(name);
+        if (!value.is_boolean()) r.bad(name, "must be true or false");
+        *flag = value.get<bool>();
+    }
     job.transitions = r.unsigned_number("transitions");
     job.ack_timeouts = r.unsigned_number("ack_timeouts");
     job.last_ack_latency_us = r.real("last_ack_latency_us");

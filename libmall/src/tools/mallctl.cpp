@@ -1,5 +1,6 @@
 // mallctl.cpp — the administrator's command line for malld: status, set, policy, reclaim,
-// release, watch. Validates every argument (cpu lists included) locally before sending anything.
+// release, watch; and signal (tools/mallctl_signal.cpp), which talks to a process, not to malld.
+// Validates every argument (cpu lists included) locally before sending anything.
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <sys/time.h>
 #include <time.h>
@@ -29,6 +30,7 @@
 #include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
+#include "tools/mallctl_signal.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -56,7 +58,9 @@ const Command kCommands[] = {
      "  MIN    MAX  the job's core limits\n"
      "  CPUS   the cores last published to the job, NCPUS how many\n"
      "  GEN    the generation of that allocation, ACKED the last one its processes acknowledged\n"
-     "  STATE  settled, or changing while a two-phase move waits for the job's ack\n"
+     "  STATE  settled, or changing while a two-phase move waits for the job's ack; then\n"
+     "         \",pinned\" (mallctl set --cpus), \",uses N\" (mall_set_usage), \",threads N\"\n"
+     "         (mallctl set --threads), \",signals\" (mallctl set --signal-control on)\n"
      "  PIDS   the job's registered processes\n"
      "With a cgroup backend, CGROUPS then lists each job's cgroups: \"in place\" for a cgroup its\n"
      "resource manager or runtime made (a Slurm step, a container, a systemd scope), which malld\n"
@@ -71,25 +75,50 @@ const Command kCommands[] = {
      "Examples:\n"
      "  mallctl status\n"
      "  mallctl status --json | jq '.jobs[].cpus'\n"},
-    {"set", "set JOB [--cpus LIST|auto] [--weight W]",
-     "pin a job to given cores or hand it back to the policy; set its weight",
+    {"set", "set JOB [--cpus LIST|auto] [--weight W] [--threads N|auto] [--signal-control on|off]",
+     "pin a job to cores or hand it back to the policy; set its weight, threads or signal control",
      "Pins JOB to the cores in LIST (an administrator's override): malld moves the job there with\n"
      "the usual two-phase protocol (shrink, wait for the ack, grow) and the policy leaves it there.\n"
      "`--cpus auto` removes the pin and lets the policy decide again. LIST must lie inside the\n"
      "pool and must not take cores that other pinned jobs hold. --weight sets the job's share for\n"
-     "the weighted policy (malld re-plans at once). Give --cpus, --weight or both; when the pin is\n"
-     "refused nothing changes.\n"
+     "the weighted policy (malld re-plans at once). --threads N makes the job run N threads on the\n"
+     "cores it holds (N from 1 to its cores; the others stay its own and idle, e.g. to measure how\n"
+     "it scales or to leave room for a helper process): its processes get the count with the next\n"
+     "allocation (mall_alloc_threads() in the C API; the Eigen, OpenMP and libtorch adapters follow\n"
+     "it) at their next step and acknowledge it like any change. `--threads auto` goes back to one\n"
+     "thread per core. The count stays when the job grows; a shrink below it lowers it. mallctl\n"
+     "status shows it (THREADS, and `threads` / `active_threads` in --json), and malld's state file\n"
+     "keeps it across restarts.\n"
+     "\n"
+     "--signal-control on lets the job's processes take `mallctl signal PID` requests. By default\n"
+     "(off) a process attached to malld refuses them: malld's allocation is the truth. With it on, a\n"
+     "process that opted in (MALL_SIGNAL_CONTROL=1 in its environment) accepts a request only when\n"
+     "it narrows what malld gave it: fewer threads, or a cpu range within the cores malld published.\n"
+     "malld's next change of the job (new cores, a thread count, this switch) wins and drops the\n"
+     "override. malld publishes the switch to the job's processes with the same cores and thread\n"
+     "count (a new generation, acknowledged like any change); `--signal-control off` stops further\n"
+     "requests and ends an override in force. mallctl status shows it (\",signals\" in STATE,\n"
+     "`signal_control` in --json), and malld's state file keeps it across restarts.\n"
+     "\n"
+     "Give one option or more; when one is refused nothing changes.\n"
      "\n"
      "Options:\n"
-     "  --cpus LIST|auto   the cores, in Linux list format (\"0-3,8\"), or auto\n"
-     "  --weight W         the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
+     "  --cpus LIST|auto          the cores, in Linux list format (\"0-3,8\"), or auto\n"
+     "  --weight W                the job's weight (" + std::string(mall::kWeightRule) + "; default 1)\n"
+     "  --threads N|auto          threads to run on its cores, 1 to the cores it holds; auto: one per\n"
+     "                            core\n"
+     "  --signal-control on|off   whether its processes accept `mallctl signal` requests that narrow\n"
+     "                            within malld's allocation (default off)\n"
      "\n"
      "Needs root or an admin uid of malld (--admin-uid).\n"
      "\n"
      "Examples:\n"
      "  sudo mallctl set train-42 --cpus 0-3\n"
      "  sudo mallctl set train-42 --cpus auto\n"
-     "  sudo mallctl set train-42 --weight 3\n"},
+     "  sudo mallctl set train-42 --weight 3\n"
+     "  sudo mallctl set train-42 --threads 1\n"
+     "  sudo mallctl set train-42 --threads auto\n"
+     "  sudo mallctl set train-42 --signal-control on\n"},
     {"policy", "policy NAME", "switch the allocation policy (equal, static, weighted, throughput)",
      "Switches the policy malld uses to share the pool between jobs, and re-plans at once:\n"
      "  equal    idle cores are lent out evenly, each job within its MIN..MAX\n"
@@ -154,6 +183,7 @@ const Command kCommands[] = {
      "  mallctl watch\n"
      "  mallctl watch --json --count 20 > events.jsonl\n"
      "  mallctl watch --timeout-s 10\n"},
+    {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails},
 };
 
 const Command *find_command(const std::string &name) {
@@ -196,13 +226,13 @@ void print_main_help(std::ostream &out) {
            "\n"
            "CPU lists use the Linux list format: \"0-3,8\" (ascending or not, no spaces).\n"
            "status and watch are open to everyone; set, policy, reclaim and release need root or\n"
-           "an admin uid of malld.\n"
+           "an admin uid of malld. signal talks to a process, not to malld: its owner or root may.\n"
            "\n"
            "Exit status:\n"
            "  0  success\n"
            "  1  malld refused the request (its reason is printed)\n"
            "  2  usage error (bad command, option or cpu list)\n"
-           "  3  malld could not be reached\n"
+           "  3  malld could not be reached (signal: the process is gone or did not confirm)\n"
            "\n"
            "Examples:\n"
            "  mallctl status\n"
@@ -412,7 +442,7 @@ void print_status_table(const json &s, std::ostream &out) {
         out << "no jobs registered\n";
         return;
     }
-    const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS",
+    const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS", "THREADS",
                                              "GEN", "ACKED", "STATE", "PIDS"};
     std::vector<std::vector<std::string>> rows;
     for (const auto &j : jobs) {
@@ -423,7 +453,14 @@ void print_status_table(const json &s, std::ostream &out) {
         // A usage cap (mall_set_usage) shows as "uses N": the job is planned with that max.
         if (j.contains("usage_cap") && j["usage_cap"].is_number_integer() && j["usage_cap"].get<int>() > 0)
             state += ",uses " + field_string(j, "usage_cap");
-        rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"),
+        // An admin's thread count (mallctl set --threads) shows as "threads N".
+        if (j.contains("threads") && j["threads"].is_number_integer() && j["threads"].get<int>() > 0)
+            state += ",threads " + field_string(j, "threads");
+        // Signal control allowed (mallctl set --signal-control on) shows as "signals".
+        if (j.contains("signal_control") && j["signal_control"].is_boolean() && j["signal_control"].get<bool>())
+            state += ",signals";
+        // THREADS: what the processes were told to run (a malld before API 0.3: one per cpu, "-").
+        rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"), f("active_threads"),
                         f("generation"), f("acked_generation"), state,
                         j.contains("pids") ? join_pids(j["pids"]) : "-"});
     }
@@ -505,7 +542,8 @@ int cmd_status(const Globals &g, const std::vector<std::string> &args) {
 int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     po::options_description opts;
     opts.add_options()("job", po::value<std::string>(), "")("cpus", po::value<std::string>(), "")(
-        "weight", po::value<std::string>(), "");
+        "weight", po::value<std::string>(), "")("threads", po::value<std::string>(), "")(
+        "signal-control", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("job", 1);
     po::variables_map vm;
@@ -515,8 +553,10 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
         return usage_error("set", e.what());
     }
     if (!vm.count("job")) return usage_error("set", "name the job to set, e.g. mallctl set train-42 --cpus 0-3");
-    if (!vm.count("cpus") && !vm.count("weight"))
-        return usage_error("set", "give --cpus LIST|auto, --weight W or both, e.g. --cpus 0-3 or --weight 2");
+    if (!vm.count("cpus") && !vm.count("weight") && !vm.count("threads") && !vm.count("signal-control"))
+        return usage_error("set",
+                           "give --cpus LIST|auto, --weight W, --threads N|auto or --signal-control on|off "
+                           "(one or more), e.g. --cpus 0-3");
     const std::string job = vm["job"].as<std::string>();
     if (auto why = mall::proto::invalid_job_name(job)) return usage_error("set", "bad job name '" + job + "': " + *why);
     json request{{"job", job}};
@@ -539,6 +579,27 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
                                           ", e.g. --weight 2 (got '" + text + "')");
         request["weight"] = weight;
     }
+    if (vm.count("threads")) {
+        const std::string text = vm["threads"].as<std::string>();
+        if (text == "auto") {
+            request["threads"] = "auto";
+        } else {
+            char *end = nullptr;
+            errno = 0;
+            const long n = std::strtol(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > mall::CpuSet::kMaxCpus)
+                return usage_error("set", "--threads must be 1 to " + std::to_string(mall::CpuSet::kMaxCpus) +
+                                              " (at most the cores the job holds) or auto, e.g. --threads 1 (got '" +
+                                              text + "')");
+            request["threads"] = static_cast<int>(n);
+        }
+    }
+    if (vm.count("signal-control")) {
+        const std::string text = vm["signal-control"].as<std::string>();
+        if (text != "on" && text != "off")
+            return usage_error("set", "--signal-control takes on or off, e.g. --signal-control on (got '" + text + "')");
+        request["signal_control"] = text == "on";
+    }
     Session s(g.socket);
     if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
@@ -547,7 +608,22 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args) {
     std::cout << "job " << job << ":";
     if (body->contains("cpus")) std::cout << " cpus " << text_or_dash(field_string(*body, "cpus"));
     if (body->contains("weight")) std::cout << " weight " << field_string(*body, "weight");
+    if (body->contains("threads")) std::cout << " threads " << field_string(*body, "threads");
+    if (body->contains("signal_control") && (*body)["signal_control"].is_boolean())
+        std::cout << " signal-control " << ((*body)["signal_control"].get<bool>() ? "on" : "off");
     std::cout << "\n";
+    if (request.contains("threads") && !body->contains("threads")) {
+        // A malld before API 0.3 ignores the field next to --cpus or --weight.
+        std::cerr << "mallctl set: malld at " << g.socket
+                  << " did not apply --threads (it predates thread counts, API 0.3); upgrade malld\n";
+        return kExitRefused;
+    }
+    if (request.contains("signal_control") && !body->contains("signal_control")) {
+        // A malld before signal control (issue 17) ignores the field next to another option.
+        std::cerr << "mallctl set: malld at " << g.socket
+                  << " ignored --signal-control (it predates signal control); upgrade malld\n";
+        return kExitRefused;
+    }
     return kExitOk;
 }
 
@@ -689,6 +765,9 @@ const std::map<std::string, Handler> &handlers() {
         {"reclaim", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, true); }},
         {"release", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, false); }},
         {"watch", cmd_watch},
+        {"signal", [](const Globals &, const std::vector<std::string> &a) {
+             return cmd_signal(a, [](const std::string &what) { return usage_error("signal", what); });
+         }},
     };
     return table;
 }
@@ -732,7 +811,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         if (!rest.empty()) return usage_error("", "unknown option '" + rest.front() + "'");
-        return usage_error("", "name a command: status, set, policy, reclaim, release or watch");
+        return usage_error("", "name a command: status, set, policy, reclaim, release, watch or signal");
     }
     const std::string command = vm["command"].as<std::string>();
 
@@ -742,7 +821,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         const Command *c = find_command(rest.front());
-        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are status, set, policy, reclaim, release, watch");
+        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are status, set, policy, reclaim, release, watch, signal");
         print_command_help(*c, std::cout);
         return kExitOk;
     }
@@ -751,7 +830,7 @@ int run(int argc, char **argv) {
     if (!c || handler == handlers().end()) {
         if (!command.empty() && command[0] == '-')
             return usage_error("", "unknown option '" + command + "'");
-        return usage_error("", "unknown command '" + command + "'; the commands are status, set, policy, reclaim, release, watch");
+        return usage_error("", "unknown command '" + command + "'; the commands are status, set, policy, reclaim, release, watch, signal");
     }
     if (help) {
         print_command_help(*c, std::cout);

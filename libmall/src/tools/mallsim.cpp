@@ -185,7 +185,7 @@ Result summarize(const std::string &way, const std::vector<TraceJob> &jobs, cons
 class SimulatedEffects : public mall::Effects {
 public:
     bool enforce(const std::string &, const mall::CpuSet &, bool, std::string *) override { return true; }
-    void publish(const std::string &, uint64_t, const mall::CpuSet &) override {}
+    void publish(const std::string &, uint64_t, const mall::CpuSet &, int, bool) override {}
     void job_removed(const std::string &) override {}
     void event(const nlohmann::json &) override {}
 };

@@ -81,7 +81,8 @@ typedef void (*mall_mpi_resize_fn)(int threads, const mall_alloc_t *cpus, void *
 /* What mall_mpi_get_state() reports about this rank (local values, no communication). */
 typedef struct mall_mpi_state {
     int threads;     /* the count this rank should run (as last given to the callbacks) */
-    int share;       /* what this rank's own allocation allows (its slice) */
+    int share;       /* what this rank's own allocation allows (its slice; fewer when an admin set the
+                        node job's thread count with mallctl set --threads) */
     int usage_cap;   /* the cap this rank's node job asked for, in per-rank units (0 = none) */
     int sharers;     /* ranks of this communicator sharing this rank's node job (1 = alone) */
     int malleable;   /* 1 when this rank has an attached handle that applied an allocation */

@@ -165,6 +165,50 @@ Outcome NodeManager::set_weight(const std::string &job, double weight, TimePoint
     return Outcome::success();
 }
 
+Outcome NodeManager::check_threads(const std::string &job, int threads, bool holdings_checked) const {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    if (threads < 0 || threads > CpuSet::kMaxCpus)
+        return invalid("threads must be 1 to " + std::to_string(CpuSet::kMaxCpus) + " or auto (one per cpu), got " +
+                       std::to_string(threads));
+    const Job &self = it->second;
+    const CpuSet holds = self.pinned ? *self.pinned : self.published;
+    const int limit = holds.empty() || holdings_checked ? self.spec.max : holds.count();
+    if (threads > limit)
+        return invalid("job \"" + job + "\" " +
+                       (holds.empty() ? "takes at most " + std::to_string(limit) + " cpus"
+                                      : "holds " + std::to_string(limit) + " cpus (" + holds.to_string() + ")") +
+                       ": threads must be 1 to " + std::to_string(limit) + ", or auto (one per cpu)");
+    return Outcome::success();
+}
+
+Outcome NodeManager::set_threads(const std::string &job, int threads, TimePoint now, bool holdings_checked) {
+    if (Outcome check = check_threads(job, threads, holdings_checked); !check.ok) return check;
+    Job &self = jobs_.at(job);
+    if (self.threads == threads) return Outcome::success();
+    self.threads = threads;
+    nlohmann::json ev = make_event("threads");
+    ev["job"] = job;
+    ev["threads"] = threads > 0 ? nlohmann::json(threads) : nlohmann::json("auto");
+    effects_.event(ev);
+    advance(now);  // publishes the count now unless a change is under way (then after its ack)
+    return Outcome::success();
+}
+
+Outcome NodeManager::set_signal_control(const std::string &job, bool on, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return no_job(job);
+    Job &self = it->second;
+    if (self.signal_control == on) return Outcome::success();
+    self.signal_control = on;
+    nlohmann::json ev = make_event("signal_control");
+    ev["job"] = job;
+    ev["signal_control"] = on;
+    effects_.event(ev);
+    advance(now);  // publishes the flag now unless a change is under way (then after its ack)
+    return Outcome::success();
+}
+
 int Job::planned_max() const {
     if (usage_cap <= 0) return spec.max;
     return std::clamp(usage_cap, spec.min, spec.max);
@@ -398,7 +442,10 @@ void NodeManager::progress(const std::string &job, uint64_t work_units, uint64_t
     j.steps = steps;
     // A rate sample spans two reports while the job held the same steady cpus; totals restart
     // at zero when a process re-attaches (a report below the mark then starts a new mark).
-    const bool steady = j.steady();
+    // A job running fewer threads than cpus (mallctl set --threads) measures the threads, not the
+    // cpus: no sample then; nor while its processes may run narrowed by `mallctl signal`
+    // (--signal-control on), which malld does not see.
+    const bool steady = j.steady() && j.published_threads == 0 && !j.published_signal_control;
     const int cpus = j.published.count();
     if (steady && j.rate_mark_time && j.rate_mark_cpus == cpus && *j.rate_mark_time >= j.last_change &&
         work_units >= j.rate_mark_units && now - *j.rate_mark_time >= kMinRateWindow) {
@@ -504,6 +551,9 @@ nlohmann::json NodeManager::status() const {
             {"acked_generation", job->acked_generation()},
             {"pinned", job->pinned.has_value()},
             {"usage_cap", job->usage_cap},
+            {"threads", job->threads},
+            {"active_threads", job->active_threads()},
+            {"signal_control", job->signal_control},
             {"planned_max", job->planned_max()},
             {"attached", job->attachments.size()},
             {"state", job->settled(goal) ? "settled" : "changing"},

@@ -58,7 +58,11 @@ public:
     virtual bool enforce(const std::string &job, const CpuSet &cpus, bool growing,
                          std::string *error) = 0;
     // Write a new allocation to the job's shared page and notify its attached processes.
-    virtual void publish(const std::string &job, uint64_t generation, const CpuSet &cpus) = 0;
+    // threads: the threads its processes should run on those cpus (0 = one per cpu).
+    // signal_control: its processes may take `mallctl signal` requests that narrow within these
+    // cpus (mallctl set --signal-control on; the page's kPageFlagSignalControl).
+    virtual void publish(const std::string &job, uint64_t generation, const CpuSet &cpus, int threads,
+                         bool signal_control) = 0;
     // The job is gone: remove its cgroup, page, etc.
     virtual void job_removed(const std::string &job) = 0;
     // An event for watchers and the log: {"event": "...", ...}, with "time" when event_time()
@@ -97,6 +101,19 @@ struct Job {
     // planned with max = clamp(usage_cap, min, max), so the surplus above its min is lent.
     int usage_cap = 0;
     int planned_max() const;
+    // mallctl set --threads: the job keeps its cpus but runs this many threads (0 = one per cpu).
+    // Published with each allocation as min(threads, its cpus); published_threads is what the
+    // page says now (0 = one per cpu).
+    int threads = 0;
+    int published_threads = 0;
+    int wanted_threads(const CpuSet &cpus) const { return threads > 0 && threads < cpus.count() ? threads : 0; }
+    int active_threads() const { return published_threads > 0 ? published_threads : published.count(); }
+    // mallctl set --signal-control on|off (default off): the job's processes that opted in
+    // (MALL_SIGNAL_CONTROL) may take `mallctl signal` requests narrowing within the published cpus
+    // until the next generation. Published with every allocation; published_signal_control is
+    // what the page says now (a toggle alone publishes the same cpus and thread count).
+    bool signal_control = false;
+    bool published_signal_control = false;
     // transition in flight
     bool awaiting_ack = false;
     TimePoint publish_time{};
@@ -162,6 +179,17 @@ public:
     // The job's weight for the weighted policy (valid_weight in common/rules.hpp); replans when
     // it changes.
     Outcome set_weight(const std::string &job, double weight, TimePoint now);
+    // The job keeps its cpus but runs `threads` threads (0 = one per cpu): 1..the cpus it holds
+    // (or is pinned to). Publishes the same cpus with the new count (a new generation, acked
+    // like any change); a later shrink below the count publishes fewer.
+    // With holdings_checked the caller already checked the count against the cpus the job is
+    // being given (a pin in the same request): only the range is checked here.
+    Outcome check_threads(const std::string &job, int threads, bool holdings_checked = false) const;
+    Outcome set_threads(const std::string &job, int threads, TimePoint now, bool holdings_checked = false);
+    // Allows (or stops allowing) the job's processes to take signal requests (Job::signal_control):
+    // publishes the same cpus and thread count with the new flag (a new generation, acked like any
+    // change). Refused only for an unknown job.
+    Outcome set_signal_control(const std::string &job, bool on, TimePoint now);
     // Takes cpus out of the lending pool (a Slurm job prolog: Slurm gave them to a job). With an
     // owner ("slurm-<jobid>") they stay reserved for that owner: when a job of that name registers
     // with them as guaranteed cpus, they come back into the pool as its own.
@@ -224,6 +252,7 @@ private:
     void end_job(const std::string &job, const char *reason);
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
+    void publish_step(Job &job, const CpuSet &next, TimePoint now);  // the next generation: next, with its thread count and flag
     CpuSet held_by_others(const std::string &job) const;
     // The policy's targets for the current state (`now` decides which jobs are in their dwell).
     std::map<std::string, CpuSet> plan(TimePoint now) const;

@@ -166,7 +166,17 @@ void NodeManager::advance(TimePoint now) {
                 continue;
             }
             auto target = targets_.find(job->spec.id);
-            if (target == targets_.end() || target->second == job->published) continue;
+            if (target == targets_.end() || target->second == job->published) {
+                // The cpus stay; a new thread count (mallctl set --threads) or signal-control flag
+                // (mallctl set --signal-control) is published alone. A job with no cpus yet gets
+                // both with its first step.
+                if (!job->published.empty() && (job->wanted_threads(job->published) != job->published_threads ||
+                                                job->signal_control != job->published_signal_control)) {
+                    publish_step(*job, job->published, now);
+                    moved = true;
+                }
+                continue;
+            }
             // No step (an empty one would leave the job's threads nowhere to run): wait until a
             // cpu of its goal is free (registrations, pins, reclaims and policy switches check
             // with feasible() that their goals can be reached).
@@ -176,27 +186,37 @@ void NodeManager::advance(TimePoint now) {
 
             const CpuSet widened = job->cpuset | next;
             if (widened != job->cpuset) enforce(*job, widened, true, now);
-            ++job->generation;
             ++job->transitions;
-            job->published = next;
             job->last_change = now;
-            effects_.publish(job->spec.id, job->generation, next);
-            nlohmann::json ev = make_event("publish");
-            ev["job"] = job->spec.id;
-            ev["generation"] = job->generation;
-            ev["cpus"] = next.to_string();
-            ev["ncpus"] = next.count();
-            effects_.event(ev);
-            if (job->attachments.empty()) {
-                finish_transition(*job, now, false);  // nobody to wait for
-            } else {
-                job->awaiting_ack = true;
-                job->publish_time = effects_.clock_now(now);
-                job->ack_deadline = now + ack_timeout_;
-            }
+            publish_step(*job, next, now);
             moved = true;
         }
         if (!moved) return;
+    }
+}
+
+// Publishes `next` (with the job's thread count for it and its signal-control flag) as the job's
+// next generation and waits for the ack when a process is attached.
+void NodeManager::publish_step(Job &job, const CpuSet &next, TimePoint now) {
+    ++job.generation;
+    job.published = next;
+    job.published_threads = job.wanted_threads(next);
+    job.published_signal_control = job.signal_control;
+    effects_.publish(job.spec.id, job.generation, next, job.published_threads, job.published_signal_control);
+    nlohmann::json ev = make_event("publish");
+    ev["job"] = job.spec.id;
+    ev["generation"] = job.generation;
+    ev["cpus"] = next.to_string();
+    ev["ncpus"] = next.count();
+    if (job.published_threads > 0) ev["threads"] = job.published_threads;  // fewer threads than cpus
+    if (job.published_signal_control) ev["signal_control"] = true;  // signal requests allowed
+    effects_.event(ev);
+    if (job.attachments.empty()) {
+        finish_transition(job, now, false);  // nobody to wait for
+    } else {
+        job.awaiting_ack = true;
+        job.publish_time = effects_.clock_now(now);
+        job.ack_deadline = now + ack_timeout_;
     }
 }
 

@@ -1,5 +1,5 @@
 // libtorch adapter: makes libtorch's intra-op parallelism follow mall's allocation. Each allocation
-// mall_step() applies calls at::set_num_threads(ncpus), pins the stepping thread's OpenMP pool to
+// mall_step() applies calls at::set_num_threads(its thread count: mall_alloc_threads()), pins the stepping thread's OpenMP pool to
 // the allocation's cpus (libtorch's OpenMP builds run intra-op work there), then checks with
 // at::get_num_threads() that libtorch took the count, before mall_step() acks. A mismatch is
 // reported (result + one stderr line), never fatal. Header-only; includes only ATen/Parallel.h.
@@ -61,7 +61,7 @@ inline LibtorchResizeResult apply_allocation_to_libtorch(const mall_alloc_t& all
                                                          LibtorchAttachment& attachment) {
   LibtorchResizeResult result;
   result.generation = alloc.generation;
-  result.requested = alloc.ncpus;
+  result.requested = mall_alloc_threads(&alloc);
 #if AT_PARALLEL_OPENMP
   // Pins the pool and sets OpenMP's count; at::set_num_threads below sets the same count again
   // and also libtorch's own record of it (and its pthreadpool for quantized kernels).
@@ -76,24 +76,24 @@ inline LibtorchResizeResult apply_allocation_to_libtorch(const mall_alloc_t& all
   if (CPU_COUNT(&cpus) > 0) (void)::sched_setaffinity(0, sizeof cpus, &cpus);
 #endif
   try {
-    at::set_num_threads(alloc.ncpus);
+    at::set_num_threads(mall_alloc_threads(&alloc));
     result.torch_threads = at::get_num_threads();
   } catch (const std::exception& e) {
     std::snprintf(result.error, sizeof result.error, "at::set_num_threads(%d) failed: %s",
-                  alloc.ncpus, e.what());
+                  mall_alloc_threads(&alloc), e.what());
   } catch (...) {
-    std::snprintf(result.error, sizeof result.error, "at::set_num_threads(%d) failed", alloc.ncpus);
+    std::snprintf(result.error, sizeof result.error, "at::set_num_threads(%d) failed", mall_alloc_threads(&alloc));
   }
 #if AT_PARALLEL_OPENMP
   result.omp_threads = omp_get_max_threads();
-  result.matched = result.torch_threads == alloc.ncpus && result.omp_threads == alloc.ncpus;
+  result.matched = result.torch_threads == mall_alloc_threads(&alloc) && result.omp_threads == mall_alloc_threads(&alloc);
 #else
-  result.matched = result.torch_threads == alloc.ncpus;
+  result.matched = result.torch_threads == mall_alloc_threads(&alloc);
 #endif
   if (!result.matched && result.error[0] == '\0') {
     std::snprintf(result.error, sizeof result.error,
                   "asked for %d threads, at::get_num_threads() reports %d, omp_get_max_threads() %d",
-                  alloc.ncpus, result.torch_threads, result.omp_threads);
+                  mall_alloc_threads(&alloc), result.torch_threads, result.omp_threads);
   }
   if (!result.matched && attachment.options.warnings != nullptr) {
     // The error text may be cut at 160 bytes; a newline-free single line either way.

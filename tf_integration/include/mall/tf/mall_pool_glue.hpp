@@ -29,7 +29,7 @@ inline void apply_allocation_to_pools(const mall_alloc_t* alloc, void* arg) {
   for (ResizablePool* pool : {attachment->intra_op, attachment->inter_op}) {
     if (pool == nullptr) continue;
     if (CPU_COUNT(&cpus) > 0) (void)pool->set_affinity(cpus);  // EINVAL only if no cpu is online
-    pool->resize(alloc->ncpus);  // clamps to 1..max_threads()
+    pool->resize(mall_alloc_threads(alloc));  // clamps to 1..max_threads()
   }
 }
 

@@ -105,7 +105,7 @@ inline OpenMPResizeResult apply_allocation_to_openmp(const mall_alloc_t& alloc,
                                                      OpenMPAttachment& attachment) {
   OpenMPResizeResult result;
   result.generation = alloc.generation;
-  result.requested = alloc.ncpus;
+  result.requested = mall_alloc_threads(&alloc);
   std::FILE* warnings = attachment.options.warnings;
 
   const pid_t tid = ::gettid();
@@ -132,12 +132,12 @@ inline OpenMPResizeResult apply_allocation_to_openmp(const mall_alloc_t& alloc,
   // Every thread that may sit in the pool: the largest count set so far, the current setting
   // (the program may have changed it) and the largest explicit team the program declared.
   const int team = std::max({attachment.pool_high_water, omp_get_max_threads(),
-                             attachment.options.largest_explicit_team, alloc.ncpus});
+                             attachment.options.largest_explicit_team, mall_alloc_threads(&alloc)});
   const cpu_set_t cpus = cpu_set_from_allocation(alloc);
   if (CPU_COUNT(&cpus) > 0) pin_openmp_pool(cpus, result.in_parallel ? 1 : team, &result);
   if (!result.in_parallel) attachment.pool_high_water = team;
 
-  if (alloc.ncpus > 0) omp_set_num_threads(alloc.ncpus);
+  if (mall_alloc_threads(&alloc) > 0) omp_set_num_threads(mall_alloc_threads(&alloc));
   result.max_threads = omp_get_max_threads();
 
   if (result.pin_failures > 0 && warnings != nullptr) {
@@ -145,7 +145,7 @@ inline OpenMPResizeResult apply_allocation_to_openmp(const mall_alloc_t& alloc,
                  result.pin_failures, result.pin_failures + result.pinned, alloc.cpus,
                  std::strerror(result.pin_errno));
   }
-  if (!result.in_parallel && result.max_threads != alloc.ncpus) {
+  if (!result.in_parallel && result.max_threads != mall_alloc_threads(&alloc)) {
     detail::openmp_warn(warnings,
                         "omp_get_max_threads() differs from the allocation's size "
                         "(OMP_THREAD_LIMIT?)",
