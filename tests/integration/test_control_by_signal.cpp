@@ -254,6 +254,20 @@ TEST(ControlBySignal, AProcessThatNeverStepsLeavesTheRequestPending) {
     EXPECT_TRUE(alive(client.pid()));
 }
 
+TEST(ControlBySignal, AProcessThatClosesItsHandleMeanwhileEndsTheWait) {
+    REQUIRE_TWO_CPUS();
+    Child client({bin_path("mall_signal_client"), "--no-step", "--close-after-s", "1"},
+                 ChildOptions{signal_env(), false, false});
+    ASSERT_TRUE(client.wait_for_line_starting("open ", 10s));
+    // Sent while control is on; the process closes its handle without ever stepping: mallctl says
+    // so instead of waiting its whole timeout, and the process lives (the signal is now ignored).
+    const auto r = mallctl_signal(client.pid(), {"--threads", "1", "--timeout-ms", "60000"});
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("turned mall signal control off"), std::string::npos) << r.err;
+    ASSERT_TRUE(client.wait_for_line_starting("closed", 10s));
+    EXPECT_TRUE(alive(client.pid()));
+}
+
 TEST(ControlBySignal, UnderMalldTheAdminDecidesAndMalldWins) {
     MALL_REQUIRE_ROOT_AND_CPUSET();
     PrivateMalld malld;

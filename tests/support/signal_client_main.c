@@ -7,7 +7,8 @@
  * --no-step never calls mall_step() (a request then stays pending); --drop-handler sets the control
  * signal to SIG_IGN after mall_open() (the record stays, the handler is gone); --raw-fork forks a
  * child with the raw clone system call (no atfork handlers: it keeps the parent's record
- * descriptor) that only waits, and prints "forked=<pid>"; --wait-notify sleeps in
+ * descriptor) that only waits, and prints "forked=<pid>"; --close-after-s S calls mall_close()
+ * after S seconds and runs on without mall ("closed"); --wait-notify sleeps in
  * sigsuspend() until the notification signal's handler ran, then steps ("notified" is printed).
  * Exits 0 on SIGTERM/SIGINT or after --duration-s (default 60). */
 #define _GNU_SOURCE
@@ -83,7 +84,7 @@ static void on_change(const mall_alloc_t *alloc, void *arg) {
 int main(int argc, char **argv) {
     int workers = 4, step = 1, wait_notify = 0, drop_handler = 0, raw_fork = 0;
     pid_t forked = 0;
-    double duration_s = 60;
+    double duration_s = 60, close_after_s = -1;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--duration-s") && i + 1 < argc) duration_s = atof(argv[++i]);
@@ -91,9 +92,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--wait-notify")) wait_notify = 1;
         else if (!strcmp(argv[i], "--drop-handler")) drop_handler = 1;
         else if (!strcmp(argv[i], "--raw-fork")) raw_fork = 1;
+        else if (!strcmp(argv[i], "--close-after-s") && i + 1 < argc) close_after_s = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: mall_signal_client [--workers K] [--duration-s S] [--no-step] [--wait-notify] "
-                            "[--drop-handler] [--raw-fork]\n");
+                            "[--drop-handler] [--raw-fork] [--close-after-s S]\n");
             return 2;
         }
     }
@@ -145,12 +147,18 @@ int main(int argc, char **argv) {
     int reported = -1;
     while (!atomic_load(&g_stop)) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((now.tv_sec - begin.tv_sec) + (now.tv_nsec - begin.tv_nsec) / 1e9 > duration_s) break;
+        const double elapsed = (now.tv_sec - begin.tv_sec) + (now.tv_nsec - begin.tv_nsec) / 1e9;
+        if (elapsed > duration_s) break;
+        if (close_after_s >= 0 && elapsed > close_after_s && g_mall) {
+            mall_close(g_mall);
+            g_mall = NULL;
+            printf("closed\n");
+        }
         if (wait_notify) {
             while (!atomic_load(&g_notified) && !atomic_load(&g_stop)) sigsuspend(&unblocked);
             if (atomic_exchange(&g_notified, 0)) printf("notified\n");
         }
-        if (step) mall_step(g_mall);
+        if (step && g_mall) mall_step(g_mall);
         pthread_mutex_lock(&g_mu);
         int settled = g_running == g_active ? g_active : -1;
         pthread_mutex_unlock(&g_mu);
@@ -166,7 +174,7 @@ int main(int argc, char **argv) {
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     for (int i = 0; i < workers; ++i) pthread_join(threads[i], NULL);
-    mall_close(g_mall);
+    if (g_mall) mall_close(g_mall);
     if (forked > 0) {
         kill(forked, SIGKILL);
         waitpid(forked, NULL, 0);

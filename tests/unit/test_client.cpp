@@ -381,8 +381,19 @@ TEST_F(ClientTest, NotifySignalIsNeverSentWhileItsActionIsTheDefault) {
     const uint64_t g = daemon_->publish("0", /*notify=*/true);
     EXPECT_TRUE(readable(mall_fd(m), 5000));
     std::this_thread::sleep_for(200ms);  // a sampling interval: time for a (wrong) signal to land
+    // A handler installed after the change was published still gets it (the monitor re-checks
+    // every 500 ms and had sent nothing).
+    struct sigaction sa {}, old {};
+    sa.sa_sigaction = on_notify;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    const int before = g_notified.load();
+    ASSERT_EQ(sigaction(sig, &sa, &old), 0);
+    EXPECT_TRUE(wait_until([&] { return g_notified.load() > before; }, 5s)) << "the late handler got nothing";
+    EXPECT_EQ(g_notified_value.load(), static_cast<int>(g));
     EXPECT_EQ(mall_step(m), MALL_SUCCESS);
     EXPECT_TRUE(daemon_->wait_for_ack(g, 5s));
+    sigaction(sig, &old, nullptr);
 }
 
 TEST_F(ClientTest, BadNotifySignalsAreRefusedWithWords) {

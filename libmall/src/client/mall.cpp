@@ -214,7 +214,6 @@ void refresh_record(mall_handle *m);  // control by signal: the status record (m
 // ignore. Called under notify_mu. The value is the generation's low 31 bits.
 void send_notify_signal(mall_handle *m, uint64_t generation) {
     if (m->notify_signal <= 0 || generation == m->notified_generation) return;
-    m->notified_generation = generation;
     struct sigaction current;
     if (::sigaction(m->notify_signal, nullptr, &current) != 0) return;
     if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
@@ -231,7 +230,9 @@ void send_notify_signal(mall_handle *m, uint64_t generation) {
     if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return;
     union sigval value;
     value.sival_int = static_cast<int>(generation & 0x7fffffff);
-    (void)::sigqueue(::getpid(), m->notify_signal, value);  // EAGAIN (queue full): the next one comes
+    // Marked only once sent: without a handler yet, or with the queue full (EAGAIN), the monitor's
+    // next re-check (500 ms) tries again.
+    if (::sigqueue(::getpid(), m->notify_signal, value) == 0) m->notified_generation = generation;
 }
 
 // Signals mall_fd() (and the notification signal, when asked for) when the page holds a
@@ -676,6 +677,7 @@ SignalControlBlock g_control;  // never destroyed: a late signal finds it
 // handle and its copy of the record, so `mallctl signal` refuses it ("not enabled"); the handler
 // it inherits ignores requests. Runs in the child only (no lock: another thread may have held one).
 void control_after_fork_in_child() {
+    new (&g_control.record_mu) std::mutex();  // another thread may have held it at the fork
     g_control.owner.store(nullptr);
     g_control.request.store(0);
     if (g_control.record_fd >= 0) ::close(g_control.record_fd);
@@ -702,6 +704,7 @@ void control_handler(int, siginfo_t *info, void *) {
 }
 
 void destroy(mall_handle *m) {
+    bool leak = false;
     if (m->monitor.joinable()) {
         eventfd_signal(m->stop_event_fd);
         m->monitor.join();
@@ -711,6 +714,9 @@ void destroy(mall_handle *m) {
         // leave the signal ignored rather than at its default, which would end the process.
         g_control.owner.store(nullptr);
         for (int i = 0; i < 100000 && g_control.in_handler.load() != 0; ++i) sched_yield();
+        // A handler still inside (its thread descheduled for long) may yet touch the handle and
+        // write to its eventfd: leak both rather than free them under it.
+        leak = g_control.in_handler.load() != 0;
         struct sigaction restore = g_control.previous;
         if (!(restore.sa_flags & SA_SIGINFO) && restore.sa_handler == SIG_DFL) restore.sa_handler = SIG_IGN;
         ::sigaction(g_control.signal, &restore, nullptr);
@@ -721,13 +727,13 @@ void destroy(mall_handle *m) {
     }
     if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
     if (m->sock >= 0) ::close(m->sock);
-    if (m->user_event_fd >= 0) ::close(m->user_event_fd);
+    if (m->user_event_fd >= 0 && !leak) ::close(m->user_event_fd);
     if (m->stop_event_fd >= 0) ::close(m->stop_event_fd);
     // No callback can run any more (mall_step() must not race mall_close()): release their arguments.
     for (int i = 0; i < m->ncallbacks; ++i) {
         if (m->callbacks[i].release) m->callbacks[i].release(m->callbacks[i].arg);
     }
-    delete m;
+    if (!leak) delete m;
 }
 
 // Parses $name as an integer in [min, max]; unset or empty gives fallback. False when malformed.
@@ -970,17 +976,29 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         snapshot = mall_alloc_t{};
         consistent = true;
     }
-    if (!consistent) return MALL_NOUPDT;  // torn or invalid: try again at the next step
+    if (!consistent) {
+        // The private zero page of a handle never attached, with a stray force (a control signal
+        // whose request a step took already): back to the fast path. A torn page: next step.
+        if (!m->attached.load(std::memory_order_acquire) &&
+            __atomic_load_n(&m->page->magic, __ATOMIC_RELAXED) != mall::kPageMagic)
+            finish_change(m, page_generation(m->page));
+        return MALL_NOUPDT;
+    }
     uint64_t generation = snapshot.generation;
+    // Does the page hold what was applied last (same generation, and malld's same cpus, thread
+    // count and flags)? A control request applies only then; a later page replaces it.
+    bool page_unchanged;
+    {
+        std::lock_guard<std::mutex> lock(m->state_mu);
+        page_unchanged = generation == m->applied.generation &&
+                         (!m->has_malld_cpus ||
+                          (std::memcmp(snapshot.mask, m->malld_cpus, sizeof m->malld_cpus) == 0 &&
+                           mall_alloc_threads(&snapshot) == m->malld_threads && page_flags == m->page_flags));
+    }
     if (control_pending) {
         // A control request, unless malld published something new (that wins: the request is dropped).
         const uint64_t request = g_control.request.exchange(0);
-        uint64_t applied_generation;
-        {
-            std::lock_guard<std::mutex> lock(m->state_mu);
-            applied_generation = m->applied.generation;
-        }
-        if (generation == applied_generation) {
+        if (page_unchanged) {
             const bool changed = apply_control_request(m, request);
             finish_change(m, generation);
             recheck_control_request(m);
@@ -991,6 +1009,18 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
                        static_cast<unsigned long long>(generation));
     }
     if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
+    if (page_unchanged && m->has_malld_cpus) {
+        // Forced (a control signal's handler stored its marker after a step took the request, or
+        // a re-attach), but the page holds what was applied: ack it again (a re-attached malld may
+        // wait for it), change nothing, and go back to the fast path.
+        try {
+            send_nonblocking(m, mall::proto::Type::Ack, {{"generation", generation}});
+        } catch (...) {
+        }
+        finish_change(m, generation);
+        recheck_control_request(m);
+        return MALL_NOUPDT;
+    }
 
     if (snapshot.ncpus <= 0) {
         // Nothing a process can run on: acknowledge it but keep the last allocation.
@@ -1235,10 +1265,10 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
             cpu_set_t bound;
             CPU_ZERO(&bound);
             (void)::sched_getaffinity(0, sizeof bound, &bound);
-            std::vector<int> list;
+            // Nothing from the claim above to signal_control = true may throw (destroy() would
+            // then leave the claim behind): the mask is built in place, without allocating.
             for (int c = 0; c < CPU_SETSIZE && c < MALL_MAX_CPUS; ++c)
-                if (CPU_ISSET(c, &bound)) list.push_back(c);
-            mall::CpuSet::from_list(list).to_mask(m->control_bound);
+                if (CPU_ISSET(c, &bound)) m->control_bound[c / 64] |= uint64_t{1} << (c % 64);
             g_control.request.store(0);
             if (!ours) g_control.previous = current;
             g_control.signal = control_signal;

@@ -154,17 +154,34 @@ int open_record(long pid) {
     return fd;
 }
 
-// A consistent read of the record (retried while torn by a concurrent rewrite).
+// A consistent read of the record: two reads in a row that agree and parse (a rewrite is one
+// pwrite, but a reader may overtake it; seq/end alone would not catch a torn middle).
 std::optional<sc::Record> read_record(int fd) {
-    static char buffer[sc::kRecordSize + 1];
+    static char first[sc::kRecordSize], second[sc::kRecordSize];
     for (int attempt = 0; attempt < 50; ++attempt) {
-        const ssize_t n = ::pread(fd, buffer, sc::kRecordSize, 0);
+        const ssize_t n = ::pread(fd, first, sc::kRecordSize, 0);
         if (n <= 0) return std::nullopt;
-        buffer[n] = '\0';
-        if (auto record = sc::parse_record(std::string(buffer, static_cast<size_t>(n)))) return record;
+        const ssize_t again = ::pread(fd, second, sc::kRecordSize, 0);
+        if (again == n && std::memcmp(first, second, static_cast<size_t>(n)) == 0) {
+            if (auto record = sc::parse_record(std::string(first, static_cast<size_t>(n)))) return record;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return std::nullopt;
+}
+
+// The pid a pidfd holds, from /proc/self/fdinfo (-1 when unknown).
+long pidfd_pid(int pidfd) {
+    std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("Pid:", 0) == 0) return std::strtol(line.c_str() + 4, nullptr, 10);
+    return -1;
+}
+
+bool catches(const ProcStatus &st, int sig) {
+    const uint64_t bit = uint64_t{1} << (sig - 1);
+    return (st.caught & bit) && !(st.ignored & bit);
 }
 
 std::string signal_name(int sig) {
@@ -283,6 +300,17 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
         std::cerr << "mallctl signal: no process " << *pid << "\n";
         return kExitUnreachable;
     }
+    if (pidfd < 0 && errno != ENOSYS) {
+        // Only a kernel without pidfds (before 5.3) falls back to signalling by number.
+        return refuse(*pid, std::string("cannot hold the process by a pidfd (") + std::strerror(errno) +
+                                "); nothing was sent");
+    }
+    if (pidfd >= 0) {
+        const long held = pidfd_pid(pidfd);
+        if (held != -1 && held != *pid)
+            return refuse(*pid, "mallctl's /proc shows another pid namespace than mallctl's own (the pidfd holds pid " +
+                                    std::to_string(held) + "); nothing was sent");
+    }
 #endif
     struct Closer {
         int fd;
@@ -325,8 +353,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
     const std::string name = signal_name(sig);
     if (sig < SIGRTMIN || sig > SIGRTMAX)
         return refuse(*pid, "its record names signal " + std::to_string(sig) + ", not a real-time signal; nothing was sent");
-    const uint64_t bit = uint64_t{1} << (sig - 1);
-    if (!(status->caught & bit) || (status->ignored & bit)) {
+    if (!catches(*status, sig)) {
         return refuse(*pid, "(" + status->name + ") does not catch signal " + std::to_string(sig) + " (" + name +
                                 ") (SigCgt in /proc/" + std::to_string(*pid) +
                                 "/status): its default action would end it; nothing was sent");
@@ -349,6 +376,13 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
                                 " cpus (" + before->cpus + "); nothing was sent");
     }
 
+    // Look once more right before sending: a process that exec'd or closed its handle since has
+    // the signal back at its default. (A window of microseconds stays; the pidfd rules out reuse.)
+    const auto again = read_proc_status(*pid);
+    if (!again || !catches(*again, sig)) {
+        return refuse(*pid, "stopped catching signal " + std::to_string(sig) + " (" + name +
+                                ") while mallctl checked it (exec or mall_close?); nothing was sent");
+    }
     const auto sent_at = Clock::now();
     if (const int e = send_queued(pidfd, *pid, sig, *value); e != 0) {
         if (e == ESRCH) {
@@ -369,6 +403,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
     }
     const auto deadline = sent_at + std::chrono::milliseconds(timeout_ms);
     const long self = ::getpid();
+    auto next_handler_check = sent_at + std::chrono::milliseconds(50);
     while (true) {
         const auto now = Clock::now();
         const auto record = read_record(record_fd);
@@ -394,6 +429,13 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
         } else if (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
             std::cerr << "mallctl signal: process " << *pid << " exited before it applied the request\n";
             return kExitUnreachable;
+        }
+        if (now >= next_handler_check) {
+            // A process that closed its handle (or exec'd) ignores the request for good.
+            next_handler_check = now + std::chrono::milliseconds(50);
+            const auto st = read_proc_status(*pid);
+            if (st && !catches(*st, sig))
+                return refuse(*pid, "turned mall signal control off (mall_close or exec) before applying the request");
         }
         if (now >= deadline) {
             std::cerr << "mallctl signal: process " << *pid << " (" << status->name << ") did not apply the request within "

@@ -173,6 +173,8 @@ void NodeManager::advance(TimePoint now) {
                 if (!job->published.empty() && (job->wanted_threads(job->published) != job->published_threads ||
                                                 job->signal_control != job->published_signal_control)) {
                     publish_step(*job, job->published, now);
+                    // A rate measured across the change would mix thread counts: start a new mark.
+                    job->rate_mark_time.reset();
                     moved = true;
                 }
                 continue;
