@@ -801,21 +801,34 @@ void run_callbacks(mall_handle *m, const mall_alloc_t &alloc);
 
 // Rewrites the status record (under record_mu; the caller holds no lock of the handle's but
 // possibly step_mu). One pwrite of the whole record: a reader compares seq with end.
+// What a control request is judged against, read once under state_mu: the applied allocation,
+// the cpus requests stay within (malld's last, else the opening affinity), whether malld's page
+// allows requests, and malld's thread count (0 when malld never gave one).
+struct ControlView {
+    mall_alloc_t current;
+    mall::CpuSet bound;
+    bool allowed = false;
+    int malld_threads = 0;
+};
+
+ControlView control_view(mall_handle *m) {
+    ControlView v;
+    std::lock_guard<std::mutex> lock(m->state_mu);
+    v.current = m->applied;
+    v.bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
+    v.allowed = (m->page_flags & mall::kPageFlagSignalControl) != 0;
+    v.malld_threads = m->has_malld_cpus ? m->malld_threads : 0;
+    return v;
+}
+
 void write_record_locked(mall_handle *m) {
     namespace sc = mall::signal_control;
     if (g_control.record_fd < 0) return;
-    mall_alloc_t current;
-    mall::CpuSet bound;
-    uint32_t flags;
-    {
-        std::lock_guard<std::mutex> lock(m->state_mu);
-        current = m->applied;
-        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
-        flags = m->page_flags;
-    }
+    const ControlView view = control_view(m);
+    const mall_alloc_t &current = view.current;
     const bool attached = m->attached.load(std::memory_order_acquire);
-    const bool allowed = (flags & mall::kPageFlagSignalControl) != 0;
-    if (attached && !allowed) bound = mall::CpuSet();
+    const bool allowed = view.allowed;
+    const mall::CpuSet bound = attached && !allowed ? mall::CpuSet() : view.bound;
     const mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask)
                                                 : mall::CpuSet::from_mask(m->control_bound);
     const int threads = current.ncpus > 0 ? mall_alloc_threads(&current) : cpus.count();
@@ -877,19 +890,12 @@ bool apply_control_request(mall_handle *m, uint64_t request) {
         decide_request(m, request, "refused", "the value %#x is not a mall request", static_cast<unsigned>(request));
         return false;
     }
-    mall_alloc_t current;
-    mall::CpuSet bound;
-    uint32_t flags;
-    int malld_threads;
-    {
-        std::lock_guard<std::mutex> lock(m->state_mu);
-        current = m->applied;
-        bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
-        flags = m->page_flags;
-        malld_threads = m->has_malld_cpus ? m->malld_threads : 0;
-    }
+    const ControlView view = control_view(m);
+    const mall_alloc_t &current = view.current;
+    const mall::CpuSet &bound = view.bound;
+    const int malld_threads = view.malld_threads;
     const char *job = m->job_name.load(std::memory_order_acquire);
-    if (m->attached.load(std::memory_order_acquire) && !(flags & mall::kPageFlagSignalControl)) {
+    if (m->attached.load(std::memory_order_acquire) && !view.allowed) {
         decide_request(m, request, "refused",
                        "attached to malld as job %s, whose allocation wins: use `mallctl set %s --threads N` or "
                        "`--cpus LIST`, or let the job take signals with `mallctl set %s --signal-control on`",

@@ -192,6 +192,21 @@ std::string signal_name(int sig) {
     return "signal " + std::to_string(sig);
 }
 
+// The process is gone (no such pid, or it exited meanwhile): says so and returns exit 3.
+int gone(const std::string &what) {
+    std::cerr << "mallctl signal: " << what << "\n";
+    return kExitUnreachable;
+}
+
+// True once the process held by pidfd (else named by pid) has exited.
+bool has_exited(int pidfd, long pid) {
+    if (pidfd >= 0) {
+        pollfd p{pidfd, POLLIN, 0};
+        return ::poll(&p, 1, 0) > 0;  // a pidfd becomes readable when its process exits
+    }
+    return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
 int refuse(long pid, const std::string &what) {
     std::cerr << "mallctl signal: process " << pid << ": " << what << "\n";
     return kExitRefused;
@@ -296,10 +311,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
     int pidfd = -1;
 #ifdef SYS_pidfd_open
     pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(*pid), 0));
-    if (pidfd < 0 && errno == ESRCH) {
-        std::cerr << "mallctl signal: no process " << *pid << "\n";
-        return kExitUnreachable;
-    }
+    if (pidfd < 0 && errno == ESRCH) return gone("no process " + std::to_string(*pid));
     if (pidfd < 0 && errno != ENOSYS) {
         // Only a kernel without pidfds (before 5.3) falls back to signalling by number.
         return refuse(*pid, std::string("cannot hold the process by a pidfd (") + std::strerror(errno) +
@@ -319,10 +331,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
         }
     } pidfd_closer{pidfd};
     const auto status = read_proc_status(*pid);
-    if (!status) {
-        std::cerr << "mallctl signal: no process " << *pid << "\n";
-        return kExitUnreachable;
-    }
+    if (!status) return gone("no process " + std::to_string(*pid));
     const int record_fd = open_record(*pid);
     if (record_fd < 0) {
         if (errno == EACCES || errno == EPERM)
@@ -341,14 +350,8 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
                                 std::to_string(before->pid) + " (inherited across fork), not its own: it has not "
                                 "enabled mall signal control; nothing was sent");
     }
-    // Still the same process? (A pidfd becomes readable when it exits.)
-    if (pidfd >= 0) {
-        pollfd p{pidfd, POLLIN, 0};
-        if (::poll(&p, 1, 0) > 0) {
-            std::cerr << "mallctl signal: process " << *pid << " exited\n";
-            return kExitUnreachable;
-        }
-    }
+    // Still the same process? (The pidfd says whether the one it holds exited.)
+    if (pidfd >= 0 && has_exited(pidfd, *pid)) return gone("process " + std::to_string(*pid) + " exited");
     const int sig = before->signal;
     const std::string name = signal_name(sig);
     if (sig < SIGRTMIN || sig > SIGRTMAX)
@@ -385,10 +388,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
     }
     const auto sent_at = Clock::now();
     if (const int e = send_queued(pidfd, *pid, sig, *value); e != 0) {
-        if (e == ESRCH) {
-            std::cerr << "mallctl signal: process " << *pid << " exited\n";
-            return kExitUnreachable;
-        }
+        if (e == ESRCH) return gone("process " + std::to_string(*pid) + " exited");
         if (e == EPERM)
             return refuse(*pid, "not permitted to signal it (uid " + std::to_string(status->uid) +
                                     "): only its owner or root may (kill(2))");
@@ -420,16 +420,7 @@ int cmd_signal(const std::vector<std::string> &args, const std::function<int(con
             }
             return refuse(*pid, record->result + ": " + record->why);
         }
-        if (pidfd >= 0) {
-            pollfd p{pidfd, POLLIN, 0};
-            if (::poll(&p, 1, 0) > 0) {
-                std::cerr << "mallctl signal: process " << *pid << " exited before it applied the request\n";
-                return kExitUnreachable;
-            }
-        } else if (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
-            std::cerr << "mallctl signal: process " << *pid << " exited before it applied the request\n";
-            return kExitUnreachable;
-        }
+        if (has_exited(pidfd, *pid)) return gone("process " + std::to_string(*pid) + " exited before it applied the request");
         if (now >= next_handler_check) {
             // A process that closed its handle (or exec'd) ignores the request for good.
             next_handler_check = now + std::chrono::milliseconds(50);
