@@ -42,6 +42,9 @@ packages=(
   # iptables and a few libraries, upgrades login and passwd to the point release libsubid4 needs;
   # no init system, systemd untouched (checked with apt-get install -s --no-install-recommends).
   podman runc conmon catatonit docker.io
+  # tests/tools/metrics_check.py parses `mallctl metrics` and malld's --metrics-file with
+  # Prometheus' own parser; tests/tools/top_check.sh drives `mallctl top` in a real terminal.
+  python3-prometheus-client tmux
   # The project's virtual environment for TensorFlow's wheel (below).
   python3-venv python3-pip
 )

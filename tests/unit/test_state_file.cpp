@@ -339,3 +339,65 @@ TEST_F(StateFileTest, AnOlderFileWithoutSignalControlLoadsWithItOffAndBadFlagsAr
 }
 
 }  // namespace
+
+// Accounting (issue 18): a job's figures and times and the node's totals survive a restart, files
+// of older mallds (without them) load with zeros, and a bad histogram names its field.
+TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
+    mall::SavedState saved = sample();
+    mall::Job &job = saved.jobs[0].job;
+    job.core_seconds = 120.5;
+    job.lent_core_seconds = 40.25;
+    job.oversubscribed_seconds = 1.5;
+    job.acked_threads = 2;
+    job.ack_latency.observe(0.003);
+    saved.jobs[0].times = {1.7e9, 1.7e9 + 60, 1.7e9 + 50};
+    saved.jobs[0].has_times = true;
+    saved.totals.jobs_ended = 3;
+    saved.totals.lent_core_seconds = 99;
+    saved.totals.resizes = 12;
+    saved.totals.reclaims = 2;
+    saved.totals.reclaim_duration.observe(0.5);
+    saved.totals.ack_latency.observe(0.003);
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, saved, &error)) << error;
+    auto loaded = mall::load_state(dir_, &error);
+    ASSERT_TRUE(loaded) << error;
+    const mall::SavedJob &a = loaded->jobs[0];
+    EXPECT_DOUBLE_EQ(a.job.core_seconds, 120.5);
+    EXPECT_DOUBLE_EQ(a.job.lent_core_seconds, 40.25);
+    EXPECT_DOUBLE_EQ(a.job.oversubscribed_seconds, 1.5);
+    EXPECT_EQ(a.job.acked_threads, 2);
+    EXPECT_EQ(a.job.ack_latency, job.ack_latency);
+    ASSERT_TRUE(a.has_times);
+    EXPECT_DOUBLE_EQ(a.times.accounted_until, 1.7e9 + 60);
+    ASSERT_TRUE(a.times.oversubscribed_since);
+    EXPECT_DOUBLE_EQ(*a.times.oversubscribed_since, 1.7e9 + 50);
+    EXPECT_FALSE(loaded->jobs[1].times.oversubscribed_since);
+    EXPECT_EQ(loaded->totals, saved.totals);
+    // Accounting changes alone never cause a write.
+    mall::SavedState progress = saved;
+    progress.jobs[0].job.lent_core_seconds += 10;
+    progress.totals.reclaims += 1;
+    EXPECT_EQ(mall::state_fingerprint(progress), mall::state_fingerprint(saved));
+
+    nlohmann::json old = mall::state_to_json(saved);
+    old.erase("totals");
+    for (auto &j : old["jobs"])
+        for (const char *f : {"ack_latency_seconds", "core_seconds", "lent_core_seconds", "oversubscribed_seconds",
+                              "acked_threads", "registered_at", "accounted_until", "oversubscribed_since"})
+            j.erase(f);
+    auto older = mall::state_from_json(old, &error);
+    ASSERT_TRUE(older) << error;
+    EXPECT_EQ(older->jobs[0].job.lent_core_seconds, 0);
+    EXPECT_FALSE(older->jobs[0].has_times);
+    EXPECT_EQ(older->totals, mall::NodeTotals{});
+
+    nlohmann::json bad = mall::state_to_json(saved);
+    bad["jobs"][0]["ack_latency_seconds"]["count"] = 7;
+    EXPECT_FALSE(mall::state_from_json(bad, &error));
+    EXPECT_NE(error.find("ack_latency_seconds"), std::string::npos) << error;
+    bad = mall::state_to_json(saved);
+    bad["jobs"][0]["lent_core_seconds"] = -1;
+    EXPECT_FALSE(mall::state_from_json(bad, &error));
+    EXPECT_NE(error.find("lent_core_seconds"), std::string::npos) << error;
+}

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace mall {
 
@@ -31,6 +33,37 @@ bool read_text_file(const std::string &path, std::string *out, int *err) {
         out->append(buf, static_cast<size_t>(n));
     }
     ::close(fd);
+    return true;
+}
+
+bool replace_file_atomically(const std::string &path, const std::string &text, unsigned mode,
+                             std::string *error) {
+    const std::string temp = path + ".tmp." + std::to_string(::getpid());
+    auto fail = [&](const std::string &what) {
+        const int err = errno;
+        ::unlink(temp.c_str());
+        if (error) *error = what + ": " + std::strerror(err);
+        return false;
+    };
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0) return fail("cannot create " + temp);
+    // The umask must not narrow the mode a reader (node_exporter, another user) relies on.
+    if (::fchmod(fd, mode) != 0) {
+        ::close(fd);
+        return fail("cannot set the mode of " + temp);
+    }
+    size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            ::close(fd);
+            return fail("cannot write " + temp);
+        }
+        done += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0) return fail("cannot write " + temp);
+    if (::rename(temp.c_str(), path.c_str()) != 0) return fail("cannot rename " + temp + " to " + path);
     return true;
 }
 

@@ -456,9 +456,12 @@ void RequestHandlers::process_pending(TimePoint now) {
                 still.push_back(std::move(p));
             }
         } else {
+            const double waited = std::chrono::duration<double>(now - p.started).count();
             if (!manager_.holds_any(p.cpus, p.job)) {
+                manager_.record_reclaim(waited, false);
                 connections_.reply(c, p.request_id, proto::ok_reply({{"cpus", p.cpus.to_string()}}));
             } else if (now >= p.deadline) {
+                manager_.record_reclaim(waited, true);
                 std::string holders;
                 for (const auto &[name, job] : manager_.jobs())
                     if (name != p.job && job.held().intersects(p.cpus))
@@ -520,8 +523,9 @@ void RequestHandlers::resolve_lookups(const std::string &owner, const SlurmJobSt
 }
 
 nlohmann::json RequestHandlers::full_status() const {
-    nlohmann::json status = manager_.status();
+    nlohmann::json status = manager_.status(Clock::now());
     status["backend"] = backend_name(backend_.kind());
+    status.update(status_extras_);
     if (status.contains("jobs") && status["jobs"].is_array()) {
         for (auto &j : status["jobs"]) {
             const std::string name = j.value("job", std::string());

@@ -60,6 +60,8 @@ public:
     // The object `mallctl status --json` prints: the core's status plus the backend, and each
     // job's pids and cgroup.
     nlohmann::json full_status() const;
+    // Fields malld adds to every status (where its metrics and history files are).
+    void set_status_extras(nlohmann::json extras) { status_extras_ = std::move(extras); }
 
 private:
     struct PendingReply {
@@ -70,6 +72,7 @@ private:
         std::string job;  // Register: the job; Reclaim: the owner ("" when none)
         CpuSet cpus;
         TimePoint deadline;
+        TimePoint started = Clock::now();  // a reclaim's duration counts from here (metrics)
     };
     std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
     TimePoint reply_deadline() const;              // now + reply_wait()
@@ -84,6 +87,7 @@ private:
     SlurmReconciler *slurm_;
     uint64_t next_attach_id_ = 1;
     std::vector<PendingReply> pending_;
+    nlohmann::json status_extras_ = nlohmann::json::object();
 };
 
 }  // namespace mall

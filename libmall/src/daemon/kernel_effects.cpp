@@ -74,6 +74,7 @@ void KernelEffects::event(const nlohmann::json &event) {
     if (!ev.contains("time")) ev["time"] = epoch_seconds();
     if (log_enabled(LogLevel::Info)) log_info("event " + ev.dump());
     connections_.broadcast_event(ev);
+    if (end_observer_ && ev.value("event", "") == "end") end_observer_(ev);
 }
 
 KernelEffects::JobPage *KernelEffects::ensure_page(const std::string &job, std::string *error) {

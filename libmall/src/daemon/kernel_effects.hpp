@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ public:
 
     // The core whose jobs' pids enforce() acts on; set once the core exists.
     void set_manager(const NodeManager *manager) { manager_ = manager; }
+    // Called with every "end" event (stamped with its time) after watchers got it: malld's
+    // history file.
+    void set_end_observer(std::function<void(const nlohmann::json &)> observer) { end_observer_ = std::move(observer); }
 
     // --- Effects ---
     bool enforce(const std::string &job, const CpuSet &cpus, bool growing, std::string *error) override;
@@ -64,6 +68,7 @@ private:
     PidWatcher &pids_;
     const NodeManager *manager_ = nullptr;
     std::map<std::string, JobPage> pages_;
+    std::function<void(const nlohmann::json &)> end_observer_;
 };
 
 }  // namespace mall

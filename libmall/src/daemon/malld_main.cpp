@@ -75,6 +75,8 @@ const char *kEpilog =
     "                                          model a larger node (tests)\n"
     "  malld --admin-uid 1000 --allow-self-register\n"
     "  malld --slurm --cgroup-parent mall     on a Slurm node: reconcile with slurmctld\n"
+    "  malld --metrics-file /var/lib/node_exporter/textfile/mall.prom --metrics-interval 15\n"
+    "                                          metrics for node_exporter's textfile collector\n"
     "\n"
     "Exit status:\n"
     "  0  stopped cleanly (SIGTERM or SIGINT)\n"
@@ -168,6 +170,19 @@ int main(int argc, char **argv) {
          "this node's name in Slurm (default: the short host name)")
         ("slurm-interval-s", po::value<int>()->default_value(10),
          "seconds between reconciliations with Slurm (1-3600)")
+        ("metrics-file", po::value<std::string>(),
+         "write Prometheus metrics (the ones `mallctl metrics` prints) to this file every "
+         "--metrics-interval, atomically (a temporary file renamed over it), mode 0644: point "
+         "node_exporter's --collector.textfile.directory at its folder and name it *.prom; removed "
+         "when malld stops cleanly")
+        ("metrics-interval", po::value<int>()->default_value(15),
+         "seconds between rewrites of --metrics-file (1-3600)")
+        ("history-file", po::value<std::string>(),
+         "where each finished job's record goes (one JSON line: its cpus, lent core-seconds, "
+         "resizes, ack timeouts; read with `mallctl history`), or \"none\" (default: "
+         "<state-dir>/malld.history.jsonl)")
+        ("history-max-mib", po::value<int>()->default_value(16),
+         "size at which the history file is rotated to <file>.1, replacing an older one (1-4096)")
         ("log-level", po::value(&log_level_text)->default_value("info"),
          "error|warn|info|debug")
         ("socket-mode", po::value(&socket_mode_text)->default_value("0666"),
@@ -247,6 +262,41 @@ int main(int argc, char **argv) {
     }
     if (state_dir.empty()) state_dir = folder_of(socket_path);
 
+    std::string metrics_file, history_file = state_dir + "/malld.history.jsonl";
+    const int metrics_interval = vm["metrics-interval"].as<int>();
+    if (metrics_interval < 1 || metrics_interval > 3600)
+        return usage_error("--metrics-interval must be between 1 and 3600 seconds (got " +
+                           std::to_string(metrics_interval) + ")");
+    const int history_max_mib = vm["history-max-mib"].as<int>();
+    if (history_max_mib < 1 || history_max_mib > 4096)
+        return usage_error("--history-max-mib must be between 1 and 4096 (got " + std::to_string(history_max_mib) + ")");
+    // Both files are written by malld as it runs: their folders must exist now, so a typo fails
+    // here instead of as a log line an hour later.
+    auto check_folder = [&](const char *option, const std::string &path) -> std::string {
+        if (path.empty() || path.back() == '/') return std::string("--") + option + " must name a file, not a folder";
+        const std::string folder = folder_of(path);
+        struct stat st{};
+        if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            return std::string("--") + option + " '" + path + "': folder " + folder + " does not exist; create it first";
+        return "";
+    };
+    if (vm.count("metrics-file")) {
+        metrics_file = vm["metrics-file"].as<std::string>();
+        if (auto why = check_folder("metrics-file", metrics_file); !why.empty()) return usage_error(why);
+    }
+    if (vm.count("history-file")) {
+        history_file = vm["history-file"].as<std::string>();
+        if (history_file == "none") {
+            history_file.clear();
+        } else if (auto why = check_folder("history-file", history_file); !why.empty()) {
+            return usage_error(why);
+        }
+    }
+
+    char host_name[256] = {};
+    ::gethostname(host_name, sizeof host_name - 1);
+    const std::string short_host = std::string(host_name).substr(0, std::string(host_name).find('.'));
+
     std::unique_ptr<mall::SlurmQuery> slurm_query;
     std::string slurm_note;  // what the Slurm query connects to, logged at start-up
     int max_connections_per_user = 0;  // 0: from the pool, once it is known
@@ -268,10 +318,7 @@ int main(int argc, char **argv) {
         if (vm.count("slurm-node")) {
             node = vm["slurm-node"].as<std::string>();
         } else {
-            char host[256] = {};
-            ::gethostname(host, sizeof host - 1);
-            node = host;
-            node = node.substr(0, node.find('.'));
+            node = short_host;
         }
         std::string slurm_why;
         slurm_query = mall::make_libslurm_query(node, &slurm_why);
@@ -317,6 +364,15 @@ int main(int argc, char **argv) {
     server_options.policy_given = !vm["policy"].defaulted();
     for (unsigned uid : admin_uids) server_options.admin_uids.insert(static_cast<uid_t>(uid));
     server_options.allow_self_register = vm["allow-self-register"].as<bool>();
+    server_options.metrics_file = metrics_file;
+    server_options.metrics_interval = std::chrono::seconds(metrics_interval);
+    server_options.history_file = history_file;
+    server_options.history_max_bytes = static_cast<uint64_t>(history_max_mib) << 20;
+    server_options.host = short_host;
+    if (!metrics_file.empty())
+        mall::log_line(mall::LogLevel::Info, "metrics: " + metrics_file + " every " + std::to_string(metrics_interval) + " s");
+    mall::log_line(mall::LogLevel::Info,
+                   "history of finished jobs: " + (history_file.empty() ? std::string("none (--history-file none)") : history_file));
     server_options.max_connections_per_uid = max_connections_per_user > 0
                                                  ? max_connections_per_user
                                                  : mall::default_connections_per_uid(pool.count());

@@ -19,6 +19,26 @@
 
 namespace mall {
 
+namespace {
+
+double epoch_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A steady-clock moment as wall-clock seconds since the epoch, and back (`now` is the steady
+// clock's present, read once per conversion batch).
+double wall_time(TimePoint moment, TimePoint now) {
+    return epoch_now() - std::chrono::duration<double>(now - moment).count();
+}
+TimePoint steady_time(double wall, TimePoint now) {
+    // A wall clock set back gives "now"; one set far forward no earlier than the clock's start.
+    const double since_start = std::chrono::duration<double>(now.time_since_epoch()).count();
+    const double ago = std::clamp(epoch_now() - wall, 0.0, since_start);
+    return now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ago));
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // The state file is written on a thread of its own: fsync takes milliseconds on a disk, and the
 // loop must not make a job's ack (or anyone else) wait for it. Snapshots coalesce: only the newest
@@ -102,6 +122,7 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
     for (const auto &[owner, cpus] : saved.reserved)
         if (!(cpus & pool).empty()) reserved[owner] = cpus & pool;
     manager.set_reclaimed(saved.reclaimed & pool, std::move(reserved));
+    manager.set_totals(saved.totals);
     bool dropped_any = saved.pool != pool.to_string();
     for (const SavedJob &sj : saved.jobs) {
         const std::string &id = sj.job.spec.id;
@@ -138,6 +159,17 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         job.spec.pids = live;
         job.attachments.clear();
         job.awaiting_ack = false;
+        // Accounting goes on from where it was: the job held the same cpus while malld was away
+        // (nobody else changes them), so its integrals run on from the saved moment.
+        const TimePoint now = Clock::now();
+        if (sj.has_times) {
+            job.registered_at = steady_time(sj.times.registered_at, now);
+            job.accounted_until = steady_time(sj.times.accounted_until, now);
+            if (sj.times.oversubscribed_since)
+                job.oversubscribed_since = steady_time(*sj.times.oversubscribed_since, now);
+        } else {
+            job.registered_at = job.accounted_until = now;
+        }
         Outcome outcome = manager.adopt(job);
         if (!outcome.ok) {
             log_error("cannot re-adopt job " + id + ": " + outcome.error +
@@ -199,6 +231,7 @@ void Persistence::remove_stale_job_cgroups(const NodeManager &manager, CpusetBac
 void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool, const PidWatcher &pids,
                                   const CpusetBackend &backend, bool force) {
     SavedState state;
+    const TimePoint now = Clock::now();
     state.pool = pool.to_string();
     state.reclaimed = manager.reclaimed();
     state.reserved = manager.reserved();
@@ -208,8 +241,13 @@ void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool
         saved.job = job;
         for (pid_t pid : job.spec.pids) saved.pids.push_back({pid, pids.start_time(pid).value_or(0)});
         saved.cgroups = backend.cgroups_of(name);
+        saved.times.registered_at = wall_time(job.registered_at, now);
+        saved.times.accounted_until = wall_time(job.accounted_until, now);
+        if (job.oversubscribed_since) saved.times.oversubscribed_since = wall_time(*job.oversubscribed_since, now);
+        saved.has_times = true;
         state.jobs.push_back(std::move(saved));
     }
+    state.totals = manager.totals();
     std::string print = state_fingerprint(state);
     if (!force && print == last_saved_) return;
     last_saved_ = std::move(print);

@@ -23,7 +23,11 @@
 #include <set>
 #include <vector>
 
+#include "../common/files.hpp"
+#include "../common/job_history.hpp"
+#include "../common/metrics_text.hpp"
 #include "log.hpp"
+#include "mall/mall.h"
 #include "procfs.hpp"
 
 namespace mall {
@@ -145,8 +149,17 @@ bool Server::start(std::string *error) {
     effects_ = std::make_unique<KernelEffects>(*backend_, *connections_, *pids_);
     manager_ = std::make_unique<NodeManager>(topology_, pool_, policy, options_.ack_timeout, *effects_);
     effects_->set_manager(manager_.get());
+    if (!options_.history_file.empty())
+        effects_->set_end_observer([this](const nlohmann::json &ev) { record_job_end(ev); });
     handlers_ = std::make_unique<RequestHandlers>(options_.ack_timeout, pool_, *manager_, *connections_,
                                                   *effects_, *pids_, *backend_, slurm_.get());
+    nlohmann::json extras = {{"version", std::to_string(MALL_API_VERSION_MAJOR) + "." +
+                                             std::to_string(MALL_API_VERSION_MINOR) + "." +
+                                             std::to_string(MALL_API_VERSION_PATCH)},
+                             {"host", options_.host}};
+    if (!options_.metrics_file.empty()) extras["metrics_file"] = options_.metrics_file;
+    if (!options_.history_file.empty()) extras["history_file"] = options_.history_file;
+    handlers_->set_status_extras(std::move(extras));
 
     std::string backend_error;
     if (!backend_->start(pool_, &backend_error)) return fail(backend_error);
@@ -173,6 +186,7 @@ bool Server::start(std::string *error) {
 
     pids_->sync(*manager_);
     persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_, true);
+    if (!options_.metrics_file.empty()) write_metrics(Clock::now());
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", options_.socket_mode);
     log_info("listening on " + options_.socket_path + " (mode " + mode + "), state in " +
@@ -218,6 +232,8 @@ void Server::stop_cleanly() {
     connections_->close_all();
     pids_->clear();
     backend_->stop();
+    // Stale figures must not look live: node_exporter stops exporting them with the file.
+    if (!options_.metrics_file.empty()) ::unlink(options_.metrics_file.c_str());
     if (listening_) {
         ::unlink(options_.socket_path.c_str());
         listening_ = false;
@@ -244,6 +260,7 @@ int Server::next_timeout_ms() const {
     for (const auto &[id, c] : connections_->all())
         if (idle_candidate(c, waiting)) consider(c.last_activity + kIdleTimeout);
     if (slurm_) consider(slurm_->next_check());
+    consider(next_metrics_write_);
     for (const auto &[name, job] : manager_->jobs())
         if (job.spec.container) {
             consider(next_container_scan_);
@@ -305,6 +322,29 @@ void Server::after_events() {
         handlers_->process_pending(Clock::now());
     }
     persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_);
+    if (next_metrics_write_ && Clock::now() >= *next_metrics_write_) write_metrics(Clock::now());
+}
+
+void Server::write_metrics(TimePoint now) {
+    next_metrics_write_ = now + options_.metrics_interval;
+    std::string error;
+    const bool ok = replace_file_atomically(options_.metrics_file, render_prometheus(handlers_->full_status()),
+                                            0644, &error);
+    if (!ok && error != last_metrics_error_)
+        log_error("metrics: " + error + "; check --metrics-file (malld tries again every " +
+                  std::to_string(options_.metrics_interval.count()) + " s)");
+    if (ok && !last_metrics_error_.empty()) log_info("metrics: " + options_.metrics_file + " is written again");
+    last_metrics_error_ = ok ? std::string() : error;
+}
+
+void Server::record_job_end(const nlohmann::json &end_event) {
+    std::string error;
+    const bool ok = append_history(options_.history_file, history_record(end_event, options_.host),
+                                   options_.history_max_bytes, &error);
+    if (!ok && error != last_history_error_)
+        log_error("history: " + error + "; job " + end_event.value("job", std::string("?")) +
+                  "'s record is lost (check --history-file)");
+    last_history_error_ = ok ? std::string() : error;
 }
 
 void Server::close_idle_connections(TimePoint now) {

@@ -41,6 +41,14 @@ struct ServerOptions {
     std::set<uid_t> admin_uids;    // besides root and malld's own euid
     bool allow_self_register = false;
     int max_connections_per_uid = 256;  // open connections of one non-admin uid (malld option)
+    // --metrics-file: Prometheus text (common/metrics_text.hpp) rewritten atomically every
+    // metrics_interval, and removed when malld stops cleanly; empty: none.
+    std::string metrics_file;
+    std::chrono::seconds metrics_interval{15};
+    // --history-file: each finished job's record (common/job_history.hpp); empty: none.
+    std::string history_file;
+    uint64_t history_max_bytes = 16ull << 20;
+    std::string host;  // the node's name in history records
 };
 
 // malld serves at most this many connections at once (every user together).
@@ -84,6 +92,10 @@ private:
     int next_timeout_ms() const;
     bool idle_candidate(const Connection &c, const std::set<uint64_t> &waiting) const;
     void stop_cleanly();
+    // Rewrites --metrics-file when it is due (and at start-up); failures are logged once each.
+    void write_metrics(TimePoint now);
+    // A job ended: its record goes to --history-file.
+    void record_job_end(const nlohmann::json &end_event);
 
     ServerOptions options_;
     AccessRules access_;
@@ -102,6 +114,8 @@ private:
     std::unique_ptr<SlurmQuery> slurm_query_;
     std::chrono::seconds slurm_interval_{0};
     TimePoint next_container_scan_{};
+    std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
+    std::string last_metrics_error_, last_history_error_;  // each distinct failure is logged once
 
     // Built in start() (persistence_ first, to read the state; slurm_ if enable_slurm_checks() ran);
     // each refers only to those declared before it, and ~Server() ends the writer thread first.

@@ -58,6 +58,14 @@ void visit_job_fields(const SavedJob &saved, Visit &&visit) {
     visit("last_ack_latency_us", job.last_ack_latency_us, Field::Progress);
     visit("work_units", job.work_units, Field::Progress);
     visit("steps", job.steps, Field::Progress);
+    visit("ack_latency_seconds", job.ack_latency, Field::Progress);
+    visit("core_seconds", job.core_seconds, Field::Progress);
+    visit("lent_core_seconds", job.lent_core_seconds, Field::Progress);
+    visit("oversubscribed_seconds", job.oversubscribed_seconds, Field::Progress);
+    visit("acked_threads", job.acked_threads, Field::Progress);
+    visit("registered_at", saved.times.registered_at, Field::Progress);
+    visit("accounted_until", saved.times.accounted_until, Field::Progress);
+    visit("oversubscribed_since", saved.times.oversubscribed_since, Field::Progress);
     visit("pids", saved.pids, Field::Saved);
     visit("cgroups", saved.cgroups, Field::Saved);
 }
@@ -69,6 +77,7 @@ void visit_state_fields(const SavedState &state, Visit &&visit) {
     visit("reserved", state.reserved, Field::Saved);
     visit("policy", state.policy, Field::Saved);
     visit("jobs", state.jobs, Field::Saved);
+    visit("totals", state.totals, Field::Progress);
 }
 
 // --- the file: each field as JSON ---
@@ -91,6 +100,22 @@ nlohmann::json to_json_value(const std::map<std::string, CpuSet> &reserved) {
     nlohmann::json owners = nlohmann::json::object();
     for (const auto &[owner, cpus] : reserved) owners[owner] = cpus.to_string();
     return owners;
+}
+nlohmann::json to_json_value(const DurationHistogram &histogram) { return histogram.to_json(); }
+nlohmann::json to_json_value(const std::optional<double> &seconds) {
+    return seconds ? nlohmann::json(*seconds) : nlohmann::json(nullptr);
+}
+nlohmann::json to_json_value(const NodeTotals &t) {
+    return {{"jobs_ended", t.jobs_ended},
+            {"core_seconds", t.core_seconds},
+            {"lent_core_seconds", t.lent_core_seconds},
+            {"oversubscribed_seconds", t.oversubscribed_seconds},
+            {"resizes", t.resizes},
+            {"ack_timeouts", t.ack_timeouts},
+            {"ack_latency_seconds", t.ack_latency.to_json()},
+            {"reclaims", t.reclaims},
+            {"reclaim_timeouts", t.reclaim_timeouts},
+            {"reclaim_duration_seconds", t.reclaim_duration.to_json()}};
 }
 nlohmann::json to_json_value(const std::vector<SavedJob> &jobs);
 template <class T>
@@ -156,6 +181,10 @@ public:
                 if (kind == Field::Saved) add(value);
             });
     }
+    // Progress fields are never fingerprinted; these exist only so the visitors compile.
+    void add(const DurationHistogram &) {}
+    void add(const std::optional<double> &) {}
+    void add(const NodeTotals &) {}
     template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
     void add(T value) {
         out_.append(reinterpret_cast<const char *>(&value), sizeof value);
@@ -203,6 +232,20 @@ struct Reader {
         const auto &v = field(name);
         if (!v.is_number()) bad(name, "must be a number");
         return v.get<double>();
+    }
+    // A field newer files have: `fallback` when absent.
+    double optional_real(const char *name, double fallback, double min = 0) const {
+        if (!obj.contains(name)) return fallback;
+        const double x = real(name);
+        if (!(x >= min) || !std::isfinite(x)) bad(name, "must be a finite number of at least " + std::to_string(min));
+        return x;
+    }
+    DurationHistogram histogram(const char *name) const {
+        if (!obj.contains(name)) return {};
+        auto h = DurationHistogram::from_json(field(name));
+        if (!h) bad(name, "must be a histogram {counts: [" + std::to_string(DurationHistogram::kBuckets) +
+                              " counts], sum, count}");
+        return *h;
     }
     CpuSet cpus(const char *name) const {
         std::string why;
@@ -263,6 +306,20 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     job.last_ack_latency_us = r.real("last_ack_latency_us");
     job.work_units = r.unsigned_number("work_units");
     job.steps = r.unsigned_number("steps");
+    // Accounting: absent in state files of mallds before issue 18 (counted from the load then).
+    job.ack_latency = r.histogram("ack_latency_seconds");
+    job.core_seconds = r.optional_real("core_seconds", 0);
+    job.lent_core_seconds = r.optional_real("lent_core_seconds", 0);
+    job.oversubscribed_seconds = r.optional_real("oversubscribed_seconds", 0);
+    if (r.obj.contains("acked_threads"))
+        job.acked_threads = static_cast<int>(r.integer("acked_threads", 0, CpuSet::kMaxCpus));
+    saved.has_times = r.obj.contains("registered_at") && r.obj.contains("accounted_until");
+    if (saved.has_times) {
+        saved.times.registered_at = r.optional_real("registered_at", 0);
+        saved.times.accounted_until = r.optional_real("accounted_until", 0);
+        if (r.obj.contains("oversubscribed_since") && !r.field("oversubscribed_since").is_null())
+            saved.times.oversubscribed_since = r.optional_real("oversubscribed_since", 0);
+    }
     const auto &pids = r.field("pids");
     if (!pids.is_array()) r.bad("pids", "must be an array");
     for (size_t i = 0; i < pids.size(); ++i) {
@@ -370,6 +427,21 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
             if (!names.insert(job.job.spec.id).second)
                 throw std::runtime_error("job \"" + job.job.spec.id + "\" appears twice");
             state.jobs.push_back(std::move(job));
+        }
+        if (auto totals = j.find("totals"); totals != j.end()) {
+            if (!totals->is_object()) r.bad("totals", "must be an object");
+            Reader t{*totals, "totals"};
+            NodeTotals &n = state.totals;
+            n.jobs_ended = t.unsigned_number("jobs_ended");
+            n.core_seconds = t.optional_real("core_seconds", 0);
+            n.lent_core_seconds = t.optional_real("lent_core_seconds", 0);
+            n.oversubscribed_seconds = t.optional_real("oversubscribed_seconds", 0);
+            n.resizes = t.unsigned_number("resizes");
+            n.ack_timeouts = t.unsigned_number("ack_timeouts");
+            n.ack_latency = t.histogram("ack_latency_seconds");
+            n.reclaims = t.unsigned_number("reclaims");
+            n.reclaim_timeouts = t.unsigned_number("reclaim_timeouts");
+            n.reclaim_duration = t.histogram("reclaim_duration_seconds");
         }
         return state;
     } catch (const std::exception &e) {

@@ -23,10 +23,20 @@ struct SavedPid {
     unsigned long long start_time = 0;
 };
 
+// The job's accounting times, as wall-clock seconds since the epoch (the core keeps steady-clock
+// time points, which mean nothing to the next malld): Persistence converts both ways.
+struct SavedTimes {
+    double registered_at = 0;
+    double accounted_until = 0;
+    std::optional<double> oversubscribed_since;
+};
+
 struct SavedJob {
     Job job;
     std::vector<SavedPid> pids;
     std::vector<JobCgroup> cgroups;  // where the backend enforces it (absent in files before 0.3)
+    SavedTimes times;                // absent in files before issue 18: then "the load's moment"
+    bool has_times = false;
 };
 
 struct SavedState {
@@ -35,11 +45,13 @@ struct SavedState {
     std::map<std::string, CpuSet> reserved;  // owner -> reclaimed cpus reserved for it
     std::string policy;
     std::vector<SavedJob> jobs;
+    NodeTotals totals;  // the node's accounting (absent in files before issue 18: zero)
 };
 
 nlohmann::json state_to_json(const SavedState &state);
 std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error);
-// Everything the file holds except the progress counters (last ack latency, work units, steps),
+// Everything the file holds except the progress counters (last ack latency, work units, steps,
+// the accounting figures and times, the node's totals),
 // which change at every report and are saved only along with another change, as compact bytes:
 // malld writes the file when this changes. Taken from the same field list as state_to_json, so
 // every field the file gains counts.

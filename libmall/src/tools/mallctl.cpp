@@ -1,5 +1,6 @@
 // mallctl.cpp — the administrator's command line for malld: status, set, policy, reclaim,
-// release, watch; and signal (tools/mallctl_signal.cpp), which talks to a process, not to malld.
+// release, watch; metrics and history (tools/mallctl_reports.cpp); and signal
+// (tools/mallctl_signal.cpp), which talks to a process, not to malld.
 // Validates every argument (cpu lists included) locally before sending anything.
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <sys/time.h>
@@ -30,6 +31,7 @@
 #include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
+#include "tools/mallctl_reports.hpp"
 #include "tools/mallctl_signal.hpp"
 
 namespace po = boost::program_options;
@@ -183,8 +185,19 @@ const Command kCommands[] = {
      "  mallctl watch\n"
      "  mallctl watch --json --count 20 > events.jsonl\n"
      "  mallctl watch --timeout-s 10\n"},
+    {"metrics", kMetricsSynopsis, kMetricsSummary, kMetricsDetails},
+    {"history", kHistorySynopsis, kHistorySummary, kHistoryDetails},
     {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails},
 };
+
+// "status, set, ... or signal": the command names for error messages.
+std::string command_names(const char *last_joiner = " or ") {
+    std::string names;
+    const size_t n = std::size(kCommands);
+    for (size_t i = 0; i < n; ++i)
+        names += (i == 0 ? "" : i + 1 == n ? last_joiner : ", ") + std::string(kCommands[i].name);
+    return names;
+}
 
 const Command *find_command(const std::string &name) {
     for (const auto &c : kCommands)
@@ -225,8 +238,9 @@ void print_main_help(std::ostream &out) {
            "  --version       print the version\n"
            "\n"
            "CPU lists use the Linux list format: \"0-3,8\" (ascending or not, no spaces).\n"
-           "status and watch are open to everyone; set, policy, reclaim and release need root or\n"
-           "an admin uid of malld. signal talks to a process, not to malld: its owner or root may.\n"
+           "status, watch, metrics and history are open to everyone; set, policy, reclaim and\n"
+           "release need root or an admin uid of malld. signal talks to a process, not to malld:\n"
+           "its owner or root may.\n"
            "\n"
            "Exit status:\n"
            "  0  success\n"
@@ -516,6 +530,20 @@ po::variables_map parse_command(const std::vector<std::string> &args,
     return vm;
 }
 
+// malld's status object (for status, and the reporting commands of tools/mallctl_reports.cpp).
+StatusFetcher status_fetcher(const Globals &g) {
+    return [socket = g.socket](int *exit_code) -> std::optional<json> {
+        Session s(socket);
+        if (!s.connect()) {
+            *exit_code = kExitUnreachable;
+            return std::nullopt;
+        }
+        auto body = s.request(mall::proto::Type::Status, json::object(), exit_code, std::chrono::seconds(10));
+        if (body) body->erase("ok");
+        return body;
+    };
+}
+
 int cmd_status(const Globals &g, const std::vector<std::string> &args) {
     po::options_description opts;
     opts.add_options()("json", po::bool_switch(), "");
@@ -526,12 +554,9 @@ int cmd_status(const Globals &g, const std::vector<std::string> &args) {
     } catch (const po::error &e) {
         return usage_error("status", e.what());
     }
-    Session s(g.socket);
-    if (!s.connect()) return kExitUnreachable;
     int rc = kExitOk;
-    auto body = s.request(mall::proto::Type::Status, json::object(), &rc, std::chrono::seconds(10));
+    auto body = status_fetcher(g)(&rc);
     if (!body) return rc;
-    body->erase("ok");
     if (vm["json"].as<bool>())
         std::cout << body->dump(2) << "\n";
     else
@@ -765,6 +790,12 @@ const std::map<std::string, Handler> &handlers() {
         {"reclaim", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, true); }},
         {"release", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim_or_release(g, a, false); }},
         {"watch", cmd_watch},
+        {"metrics", [](const Globals &g, const std::vector<std::string> &a) {
+             return cmd_metrics(a, status_fetcher(g), [](const std::string &what) { return usage_error("metrics", what); });
+         }},
+        {"history", [](const Globals &g, const std::vector<std::string> &a) {
+             return cmd_history(a, status_fetcher(g), [](const std::string &what) { return usage_error("history", what); });
+         }},
         {"signal", [](const Globals &, const std::vector<std::string> &a) {
              return cmd_signal(a, [](const std::string &what) { return usage_error("signal", what); });
          }},
@@ -811,7 +842,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         if (!rest.empty()) return usage_error("", "unknown option '" + rest.front() + "'");
-        return usage_error("", "name a command: status, set, policy, reclaim, release, watch or signal");
+        return usage_error("", "name a command: " + command_names());
     }
     const std::string command = vm["command"].as<std::string>();
 
@@ -821,7 +852,7 @@ int run(int argc, char **argv) {
             return kExitOk;
         }
         const Command *c = find_command(rest.front());
-        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are status, set, policy, reclaim, release, watch, signal");
+        if (!c) return usage_error("", "no command '" + rest.front() + "'; the commands are " + command_names(", "));
         print_command_help(*c, std::cout);
         return kExitOk;
     }
@@ -830,7 +861,7 @@ int run(int argc, char **argv) {
     if (!c || handler == handlers().end()) {
         if (!command.empty() && command[0] == '-')
             return usage_error("", "unknown option '" + command + "'");
-        return usage_error("", "unknown command '" + command + "'; the commands are status, set, policy, reclaim, release, watch, signal");
+        return usage_error("", "unknown command '" + command + "'; the commands are " + command_names(", "));
     }
     if (help) {
         print_command_help(*c, std::cout);

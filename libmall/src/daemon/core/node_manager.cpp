@@ -107,6 +107,8 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     Job job;
     job.spec = spec;
     job.order = next_order_++;
+    job.registered_at = now;
+    job.accounted_until = now;
     jobs_.emplace(spec.id, std::move(job));
     if (Outcome check = feasible("registering job \"" + spec.id + "\"", now); !check.ok) {
         jobs_.erase(spec.id);
@@ -131,7 +133,7 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
 
 Outcome NodeManager::deregister_job(const std::string &job, TimePoint now) {
     if (jobs_.count(job) == 0) return no_job(job);
-    end_job(job, "deregistered");
+    end_job(job, "deregistered", now);
     replan(now);
     return Outcome::success();
 }
@@ -146,7 +148,7 @@ Outcome NodeManager::remove_pid(const std::string &job, pid_t pid, TimePoint now
     }
     pids.erase(pos);
     if (!pids.empty()) return Outcome::success();
-    end_job(job, "exited");
+    end_job(job, "exited", now);
     replan(now);
     return Outcome::success();
 }
@@ -364,7 +366,7 @@ Outcome NodeManager::release_owner(const std::string &owner, TimePoint now, CpuS
     if (released) *released = cpus;
     // The epilog comes after the job's tasks: a job still registered missed its task exits.
     const bool ended = jobs_.count(owner) != 0;
-    if (ended) end_job(owner, "released");
+    if (ended) end_job(owner, "released", now);
     if (cpus.empty() && !ended) return Outcome::success();  // already released (e.g. by --slurm)
     nlohmann::json ev = make_event("release");
     ev["cpus"] = cpus.to_string();
@@ -406,6 +408,7 @@ Outcome NodeManager::attach(const std::string &job, uint64_t attach_id) {
     if (it == jobs_.end()) return no_job(job);
     // The new process reads the page as it is now, so it has seen the current generation.
     it->second.attachments[attach_id] = it->second.generation;
+    if (!it->second.awaiting_ack) it->second.acked_threads = it->second.active_threads();
     return Outcome::success();
 }
 
@@ -417,6 +420,8 @@ void NodeManager::detach(const std::string &job, uint64_t attach_id, TimePoint n
     if (j.awaiting_ack && j.acked_generation() >= j.generation) {
         finish_transition(j, now, false);
         advance(now);
+    } else {
+        end_oversubscription(j, now);  // the late process left
     }
 }
 
@@ -431,6 +436,8 @@ void NodeManager::ack(const std::string &job, uint64_t attach_id, uint64_t gener
     if (j.awaiting_ack && j.acked_generation() >= j.generation) {
         finish_transition(j, now, false);
         advance(now);
+    } else {
+        end_oversubscription(j, now);  // a late ack after the timeout
     }
 }
 
@@ -522,7 +529,32 @@ CpuSet NodeManager::free_cpus() const {
     return free;
 }
 
-nlohmann::json NodeManager::status() const {
+nlohmann::json NodeManager::accounting(const Job &job, TimePoint now) const {
+    auto seconds = [](TimePoint from, TimePoint to) {
+        return to > from ? std::chrono::duration<double>(to - from).count() : 0.0;
+    };
+    const double since_mark = seconds(job.accounted_until, now);
+    double oversubscribed = job.oversubscribed_seconds;
+    if (job.oversubscribed_since) oversubscribed += seconds(*job.oversubscribed_since, now);
+    return {
+        {"duration_seconds", seconds(job.registered_at, now)},
+        {"core_seconds", job.core_seconds + job.published.count() * since_mark},
+        {"lent_core_seconds", job.lent_core_seconds + job.lent_cpus() * since_mark},
+        {"oversubscribed_seconds", oversubscribed},
+        {"resizes", job.transitions},
+        {"ack_timeouts", job.ack_timeouts},
+        {"acks", job.ack_latency.count()},
+        {"ack_latency_seconds_sum", job.ack_latency.sum()},
+    };
+}
+
+void NodeManager::record_reclaim(double seconds, bool timed_out) {
+    ++totals_.reclaims;
+    if (timed_out) ++totals_.reclaim_timeouts;
+    totals_.reclaim_duration.observe(seconds);
+}
+
+nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
     nlohmann::json out;
     out["pool"] = pool_.to_string();
     out["available"] = available_pool().to_string();
@@ -532,8 +564,25 @@ nlohmann::json NodeManager::status() const {
     out["free"] = free_cpus().to_string();
     out["policy"] = policy_name(policy_);
     out["ack_timeout_ms"] = ack_timeout_.count();
+    out["histogram_bounds_seconds"] = kDurationBounds;
+    // The node's totals: ended jobs' accounting plus the running jobs' up to `now`.
+    nlohmann::json node = {
+        {"jobs_ended", totals_.jobs_ended},
+        {"core_seconds", totals_.core_seconds},
+        {"lent_core_seconds", totals_.lent_core_seconds},
+        {"oversubscribed_seconds", totals_.oversubscribed_seconds},
+        {"resizes", totals_.resizes},
+        {"ack_timeouts", totals_.ack_timeouts},
+        {"ack_latency_seconds", totals_.ack_latency.to_json()},
+        {"reclaims", totals_.reclaims},
+        {"reclaim_timeouts", totals_.reclaim_timeouts},
+        {"reclaim_duration_seconds", totals_.reclaim_duration.to_json()},
+    };
     nlohmann::json jobs = nlohmann::json::array();
     for (const Job *job : in_registration_order<const Job *>(jobs_)) {
+        const nlohmann::json account = accounting(*job, now.value_or(job->accounted_until));
+        for (const char *field : {"core_seconds", "lent_core_seconds", "oversubscribed_seconds"})
+            node[field] = node[field].get<double>() + account[field].get<double>();
         auto target = targets_.find(job->spec.id);
         const CpuSet &goal = target == targets_.end() ? job->published : target->second;
         jobs.push_back({
@@ -562,6 +611,13 @@ nlohmann::json NodeManager::status() const {
             {"last_ack_latency_us", job->last_ack_latency_us},
             {"work_units", job->work_units},
             {"steps", job->steps},
+            {"lent_cpus", job->lent_cpus()},
+            {"duration_seconds", account["duration_seconds"]},
+            {"core_seconds", account["core_seconds"]},
+            {"lent_core_seconds", account["lent_core_seconds"]},
+            {"oversubscribed", job->oversubscribed_since.has_value()},
+            {"oversubscribed_seconds", account["oversubscribed_seconds"]},
+            {"ack_latency_seconds", job->ack_latency.to_json()},
         });
         if (!job->rate_samples.empty()) {  // what the throughput policy believes about it
             const SpeedupEstimate estimate = estimate_speedup(job->rate_samples);
@@ -573,6 +629,7 @@ nlohmann::json NodeManager::status() const {
         }
     }
     out["jobs"] = std::move(jobs);
+    out["node"] = std::move(node);
     return out;
 }
 

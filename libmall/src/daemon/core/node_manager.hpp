@@ -37,6 +37,7 @@
 
 #include "../../common/cpuset.hpp"
 #include "../../common/rules.hpp"
+#include "histogram.hpp"
 #include "policy.hpp"
 #include "topology.hpp"
 
@@ -143,9 +144,30 @@ struct Job {
     CpuSet claimed() const { return pinned ? spec.guaranteed | *pinned : spec.guaranteed; }
 
     // metrics
-    uint64_t transitions = 0;
+    uint64_t transitions = 0;   // resizes: publications of new cpus
     uint64_t ack_timeouts = 0;
     double last_ack_latency_us = -1;
+    DurationHistogram ack_latency;  // every ack that ended a transition, in seconds
+
+    // Accounting (NodeManager::account brings the integrals up to a moment): core-seconds are the
+    // job's published cpus times the time it held them; lent core-seconds count only the cpus
+    // above its guaranteed ones (lent_cpus()), the idle capacity malld turned into its work.
+    // Oversubscribed seconds: time after an ack timeout of a shrink while its processes still ran
+    // more threads than the cpus they were left (acked_threads > the published count), until they
+    // acknowledged or detached.
+    TimePoint registered_at{};
+    TimePoint accounted_until{};       // the integrals below are complete up to here
+    double core_seconds = 0;
+    double lent_core_seconds = 0;
+    double oversubscribed_seconds = 0; // closed intervals; plus now - oversubscribed_since if open
+    std::optional<TimePoint> oversubscribed_since;
+    int acked_threads = 0;             // threads its processes ran at the last acknowledged change
+    // The cpus above what the job is guaranteed: its guaranteed set's size, or its min when it
+    // has no guaranteed cpus (the policy always gives a job its min).
+    int lent_cpus() const {
+        const int own = spec.guaranteed.empty() ? spec.min : spec.guaranteed.count();
+        return published.count() > own ? published.count() - own : 0;
+    }
     uint64_t work_units = 0;
     uint64_t steps = 0;
     // throughput policy: work rates measured between progress reports while the job held the same
@@ -155,6 +177,28 @@ struct Job {
     std::optional<TimePoint> rate_mark_time;  // the previous report that can start a sample
     uint64_t rate_mark_units = 0;
     int rate_mark_cpus = 0;
+};
+
+// What the node's jobs did, for metrics and history: the totals of the jobs that ended (their
+// accounting is added when they end) and counters that run across jobs. Kept in the state file.
+struct NodeTotals {
+    uint64_t jobs_ended = 0;
+    double core_seconds = 0;            // of ended jobs
+    double lent_core_seconds = 0;       // of ended jobs
+    double oversubscribed_seconds = 0;  // of ended jobs
+    uint64_t resizes = 0;               // every job's, counted as they happen
+    uint64_t ack_timeouts = 0;          // every job's, counted as they happen
+    DurationHistogram ack_latency;      // every job's acks
+    uint64_t reclaims = 0;              // reclaim requests answered (cpus free, or timed out)
+    uint64_t reclaim_timeouts = 0;      // of those, the ones whose cpus stayed held past the wait
+    DurationHistogram reclaim_duration; // from request to reply
+    bool operator==(const NodeTotals &o) const {
+        return jobs_ended == o.jobs_ended && core_seconds == o.core_seconds &&
+               lent_core_seconds == o.lent_core_seconds && oversubscribed_seconds == o.oversubscribed_seconds &&
+               resizes == o.resizes && ack_timeouts == o.ack_timeouts && ack_latency == o.ack_latency &&
+               reclaims == o.reclaims && reclaim_timeouts == o.reclaim_timeouts &&
+               reclaim_duration == o.reclaim_duration;
+    }
 };
 
 struct Outcome {
@@ -236,7 +280,16 @@ public:
     const std::map<std::string, CpuSet> &reserved() const { return reserved_; }
     PolicyKind policy() const { return policy_; }
     CpuSet free_cpus() const;                    // available pool not held by any job
-    nlohmann::json status() const;               // the object `mallctl status --json` prints
+    // The object `mallctl status --json` prints. With `now`, the accounting figures (core-seconds,
+    // lent core-seconds, oversubscribed seconds) run up to it; without, up to the last change.
+    nlohmann::json status(std::optional<TimePoint> now = std::nullopt) const;
+    // A job's accounting as of `now` (not stored): {"core_seconds", "lent_core_seconds",
+    // "oversubscribed_seconds", "duration_seconds", ...}; what its "end" event carries.
+    nlohmann::json accounting(const Job &job, TimePoint now) const;
+    const NodeTotals &totals() const { return totals_; }
+    void set_totals(const NodeTotals &totals) { totals_ = totals; }  // restart
+    // A reclaim request was answered after `seconds` (timed_out: its cpus were still held).
+    void record_reclaim(double seconds, bool timed_out);
 
     // --- restart: re-adopt a job exactly as it was (no effects are issued) ---
     Outcome adopt(const Job &job);
@@ -247,9 +300,13 @@ public:
 
 private:
     void replan(TimePoint now);   // recompute targets with the policy, then advance
-    // Removes a job, reports its end ("deregistered", "exited", "released") and its removal;
-    // the caller replans.
-    void end_job(const std::string &job, const char *reason);
+    // Removes a job, adds its accounting to the node's totals, reports its end ("deregistered",
+    // "exited", "released", with its accounting) and its removal; the caller replans.
+    void end_job(const std::string &job, const char *reason, TimePoint now);
+    // Brings the job's accounting integrals up to `now` (before its published cpus change).
+    static void account(Job &job, TimePoint now);
+    // Ends the job's oversubscription once its processes acked the current generation or left.
+    static void end_oversubscription(Job &job, TimePoint now);
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     void publish_step(Job &job, const CpuSet &next, TimePoint now);  // the next generation: next, with its thread count and flag
@@ -278,6 +335,7 @@ private:
     std::map<std::string, CpuSet> targets_;
     uint64_t next_order_ = 1;
     std::optional<TimePoint> next_rate_replan_;  // throughput policy: the next periodic replan
+    NodeTotals totals_;
 };
 
 // Throughput policy timing: samples shorter than kMinRateWindow are not taken; a job whose cpus

@@ -84,14 +84,46 @@ std::map<std::string, CpuSet> NodeManager::plan(TimePoint now) const {
     return compute_allocation(policy_, topology_, available_pool(), input);
 }
 
-void NodeManager::end_job(const std::string &job, const char *reason) {
-    jobs_.erase(job);
-    targets_.erase(job);
+void NodeManager::end_job(const std::string &job, const char *reason, TimePoint now) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    const Job &ended = it->second;
+    const nlohmann::json account = accounting(ended, now);
+    ++totals_.jobs_ended;
+    totals_.core_seconds += account["core_seconds"].get<double>();
+    totals_.lent_core_seconds += account["lent_core_seconds"].get<double>();
+    totals_.oversubscribed_seconds += account["oversubscribed_seconds"].get<double>();
+    // The end event is the job's record (malld's history file keeps it): who, what it was
+    // promised, and what it got.
     nlohmann::json ev = make_event("end");
     ev["job"] = job;
     ev["reason"] = reason;
+    ev["uid"] = ended.spec.uid;
+    ev["min"] = ended.spec.min;
+    ev["max"] = ended.spec.max;
+    ev["guaranteed"] = ended.spec.guaranteed.to_string();
+    if (ended.spec.container) ev["container"] = true;
+    ev.update(account);
+    jobs_.erase(it);
+    targets_.erase(job);
     effects_.event(ev);
     effects_.job_removed(job);
+}
+
+void NodeManager::account(Job &job, TimePoint now) {
+    if (now <= job.accounted_until) return;
+    const double seconds = std::chrono::duration<double>(now - job.accounted_until).count();
+    job.core_seconds += job.published.count() * seconds;
+    job.lent_core_seconds += job.lent_cpus() * seconds;
+    job.accounted_until = now;
+}
+
+void NodeManager::end_oversubscription(Job &job, TimePoint now) {
+    if (!job.oversubscribed_since) return;
+    if (!job.attachments.empty() && job.acked_generation() < job.generation) return;
+    if (now > *job.oversubscribed_since)
+        job.oversubscribed_seconds += std::chrono::duration<double>(now - *job.oversubscribed_since).count();
+    job.oversubscribed_since.reset();
 }
 
 void NodeManager::replan(TimePoint now) {
@@ -189,6 +221,7 @@ void NodeManager::advance(TimePoint now) {
             const CpuSet widened = job->cpuset | next;
             if (widened != job->cpuset) enforce(*job, widened, true, now);
             ++job->transitions;
+            ++totals_.resizes;
             job->last_change = now;
             publish_step(*job, next, now);
             moved = true;
@@ -200,6 +233,7 @@ void NodeManager::advance(TimePoint now) {
 // Publishes `next` (with the job's thread count for it and its signal-control flag) as the job's
 // next generation and waits for the ack when a process is attached.
 void NodeManager::publish_step(Job &job, const CpuSet &next, TimePoint now) {
+    account(job, now);  // the time so far counts with the cpus it had
     ++job.generation;
     job.published = next;
     job.published_threads = job.wanted_threads(next);
@@ -227,6 +261,11 @@ void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
     job.awaiting_ack = false;
     if (was_waiting && timed_out) {
         ++job.ack_timeouts;
+        ++totals_.ack_timeouts;
+        // Its processes still run the threads of the allocation they last acknowledged: more than
+        // the cpus it is narrowed to now, they are oversubscribed until they acknowledge or leave.
+        if (!job.oversubscribed_since && job.acked_threads > job.active_threads())
+            job.oversubscribed_since = now;
         nlohmann::json ev = make_event("ack_timeout");
         ev["job"] = job.spec.id;
         ev["generation"] = job.generation;
@@ -234,12 +273,16 @@ void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
     } else if (was_waiting && !job.attachments.empty()) {
         job.last_ack_latency_us =
             std::chrono::duration<double, std::micro>(now - job.publish_time).count();
+        job.ack_latency.observe(job.last_ack_latency_us / 1e6);
+        totals_.ack_latency.observe(job.last_ack_latency_us / 1e6);
+        end_oversubscription(job, now);
         nlohmann::json ev = make_event("ack");
         ev["job"] = job.spec.id;
         ev["generation"] = job.generation;
         ev["latency_us"] = job.last_ack_latency_us;
         effects_.event(ev);
     }
+    if (!timed_out) job.acked_threads = job.active_threads();  // what its processes run now
     if (job.cpuset != job.published) enforce(job, job.published, false, now);
 }
 

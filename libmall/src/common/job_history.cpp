@@ -1,0 +1,135 @@
+// job_history.cpp — malld's history of finished jobs: records, appends with rotation, reads,
+// and the --since forms of `mallctl history` (see job_history.hpp).
+#include "job_history.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+namespace mall {
+
+nlohmann::json history_record(const nlohmann::json &end_event, const std::string &host) {
+    nlohmann::json record = end_event;
+    record.erase("event");
+    record["format"] = kHistoryFormat;
+    record["host"] = host;
+    const double ended = end_event.value("time", 0.0);
+    const double duration = end_event.value("duration_seconds", 0.0);
+    if (ended > 0) record["started"] = ended - duration;
+    return record;
+}
+
+bool append_history(const std::string &path, const nlohmann::json &record, uint64_t max_bytes,
+                    std::string *error) {
+    const std::string line = record.dump() + "\n";
+    auto fail = [&](const std::string &what) {
+        if (error) *error = what + ": " + std::strerror(errno);
+        return false;
+    };
+    struct stat st{};
+    if (::stat(path.c_str(), &st) == 0 && st.st_size > 0 &&
+        static_cast<uint64_t>(st.st_size) + line.size() > max_bytes) {
+        const std::string older = path + ".1";
+        if (::rename(path.c_str(), older.c_str()) != 0) return fail("cannot rotate " + path + " to " + older);
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return fail("cannot open " + path);
+    const off_t before = ::lseek(fd, 0, SEEK_END);
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    if (n != static_cast<ssize_t>(line.size())) {
+        const int err = n < 0 ? errno : ENOSPC;
+        if (before >= 0) (void)::ftruncate(fd, before);  // no torn line stays behind
+        ::close(fd);
+        errno = err;
+        return fail("cannot append to " + path);
+    }
+    ::close(fd);
+    return true;
+}
+
+namespace {
+
+// Returns false when the file exists but cannot be read.
+bool read_lines(const std::string &path, HistoryRead &out, std::string *error) {
+    std::ifstream in(path);
+    if (!in) {
+        if (errno == ENOENT) return true;
+        if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
+        return false;
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+        if (record.is_discarded() || !record.is_object() || record.value("format", "") != kHistoryFormat ||
+            !record.contains("job") || !record["time"].is_number()) {
+            ++out.skipped_lines;
+            continue;
+        }
+        out.records.push_back(std::move(record));
+    }
+    return true;
+}
+
+std::optional<double> local_time(const std::string &text) {
+    std::tm tm{};
+    for (const char *form : {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
+                             "%Y-%m-%d %H:%M", "%Y-%m-%d"}) {
+        tm = std::tm{};
+        const char *end = ::strptime(text.c_str(), form, &tm);
+        if (end && *end == '\0') {
+            tm.tm_isdst = -1;
+            const time_t t = std::mktime(&tm);
+            if (t == static_cast<time_t>(-1)) return std::nullopt;
+            return static_cast<double>(t);
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<HistoryRead> read_history(const std::string &path, std::string *error) {
+    HistoryRead out;
+    errno = 0;
+    if (!read_lines(path + ".1", out, error)) return std::nullopt;
+    errno = 0;
+    if (!read_lines(path, out, error)) return std::nullopt;
+    return out;
+}
+
+std::optional<double> parse_since(const std::string &text, double now, std::string *error) {
+    auto bad = [&]() -> std::optional<double> {
+        if (error)
+            *error = "bad --since '" + text +
+                     "': give an age (90s, 30m, 2h, 7d), seconds since the epoch, or a local date "
+                     "and time (2026-11-24, 2026-11-24T08:30)";
+        return std::nullopt;
+    };
+    if (text.empty()) return bad();
+    if (text.size() >= 2 && std::string("smhd").find(text.back()) != std::string::npos &&
+        text.find_first_not_of("0123456789.") == text.size() - 1) {
+        char *end = nullptr;
+        const double amount = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() - 1 || !std::isfinite(amount) || amount < 0) return bad();
+        const double unit = text.back() == 's' ? 1 : text.back() == 'm' ? 60 : text.back() == 'h' ? 3600 : 86400;
+        return now - amount * unit;
+    }
+    if (text.find_first_not_of("0123456789.") == std::string::npos) {
+        char *end = nullptr;
+        const double epoch = std::strtod(text.c_str(), &end);
+        if (*end != '\0' || !std::isfinite(epoch)) return bad();
+        return epoch;
+    }
+    if (auto t = local_time(text)) return t;
+    return bad();
+}
+
+}  // namespace mall
