@@ -23,13 +23,17 @@ std::string joined(const std::vector<std::string> &argv) {
     return s;
 }
 
-// Status without the counters that move by themselves while jobs run.
+// Status without the counters that move by themselves while jobs run (progress, and the
+// accounting that runs with the clock).
 json stable_status(const std::string &socket) {
     auto s = status_json(socket);
     if (!s) return json();
+    const auto timed = {"duration_seconds", "core_seconds", "lent_core_seconds", "oversubscribed_seconds"};
     for (auto &j : (*s)["jobs"]) {
         for (const char *key : {"steps", "work_units", "last_ack_latency_us"}) j.erase(key);
+        for (const char *key : timed) j.erase(key);
     }
+    for (const char *key : timed) (*s)["node"].erase(key);
     return *s;
 }
 

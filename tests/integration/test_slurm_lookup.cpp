@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -50,6 +51,16 @@ public:
         s.slurm_node = node_;
         return s;
     }
+    // As slurmctld takes a while: the Deregister's answer must wait for it.
+    std::string annotate(uint32_t id, const std::string &figures) override {
+        std::this_thread::sleep_for(annotate_delay);
+        std::lock_guard<std::mutex> lock(mu);
+        annotated.push_back(std::to_string(id) + " " + figures);
+        return "";
+    }
+    std::chrono::milliseconds annotate_delay{0};
+    std::mutex mu;
+    std::vector<std::string> annotated;
 
 private:
     uint32_t job_;
@@ -161,6 +172,35 @@ TEST(PrologReclaimRefusal, SlurmCoresTheNodeDoesNotHaveReserveNothing) {
     auto status = status_json(malld.socket());
     ASSERT_TRUE(status.has_value());
     EXPECT_FALSE((*status)["reserved"].contains("slurm-7")) << status->dump();
+}
+
+// A Slurm job's end is recorded in Slurm (its AdminComment) before malld answers the Deregister
+// of its last task: the step's task-exit waits, so slurmctld still runs the job when the update
+// comes (it refuses updates to finished jobs).
+TEST(SlurmAdminComment, TheLastDeregisterIsAnsweredAfterTheJobsFiguresReachedSlurm) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    fake->annotate_delay = std::chrono::milliseconds(400);
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
+    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
+    ASSERT_TRUE(registered.ok) << registered.error;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it holds cpus a while
+    const auto asked = std::chrono::steady_clock::now();
+    CtlResult ended = client->request(proto::Type::Deregister, {{"job", "slurm-7"}, {"pid", task.pid()}},
+                                      std::chrono::seconds(20));
+    const auto waited = std::chrono::steady_clock::now() - asked;
+    ASSERT_TRUE(ended.ok) << ended.error;
+    EXPECT_GE(waited, std::chrono::milliseconds(350)) << "answered before the AdminComment update ended";
+    std::lock_guard<std::mutex> lock(fake->mu);
+    ASSERT_EQ(fake->annotated.size(), 1u);
+    EXPECT_EQ(fake->annotated[0].rfind("7 lent_core_s=", 0), 0u) << fake->annotated[0];
+    EXPECT_NE(fake->annotated[0].find(",resizes=1,ack_timeouts=0,"), std::string::npos) << fake->annotated[0];
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ public:
         s.detail = id % 2 ? "RUNNING" : "COMPLETED";
         return s;
     }
+    std::string annotate(uint32_t id, const std::string &figures) override {
+        std::unique_lock<std::mutex> lock(mu);
+        released.wait(lock, [this] { return !held; });
+        annotated.push_back(std::to_string(id) + " " + figures);
+        return id == 13 ? "Job/step already completing or completed" : "";
+    }
+    std::vector<std::string> annotated;
     std::mutex mu;
     std::condition_variable released;
     bool held = false;
@@ -101,3 +108,56 @@ TEST(SlurmChecker, ABlockedQueryNeverBlocksTheCallerAndDuplicatesMerge) {
 }
 
 }  // namespace
+
+// AdminComment segments: this node's replaces its older one, other text stays.
+TEST(SlurmAdminComment, MergesThisNodesSegmentAndKeepsTheRest) {
+    EXPECT_EQ(mall::merge_admin_comment("", "node1", "lent_core_s=1.0"), "mall:node1:lent_core_s=1.0");
+    EXPECT_EQ(mall::merge_admin_comment("audited by bob", "node1", "x=1"), "audited by bob;mall:node1:x=1");
+    EXPECT_EQ(mall::merge_admin_comment("mall:node1:x=1;mall:node2:x=2", "node1", "x=3"),
+              "mall:node2:x=2;mall:node1:x=3");
+    EXPECT_EQ(mall::merge_admin_comment("a;;mall:node10:x=1", "node1", "x=3"), "a;mall:node10:x=1;mall:node1:x=3")
+        << "node10 is not node1";
+    const nlohmann::json end = {{"event", "end"}, {"lent_core_seconds", 12.345}, {"core_seconds", 40.0},
+                                {"resizes", 3}, {"ack_timeouts", 1}, {"oversubscribed_seconds", 0.25}};
+    EXPECT_EQ(mall::admin_comment_figures(end), "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=1,oversub_s=0.2");
+}
+
+// Updates run on the checker's thread before queries; annotating() holds until each is done and
+// failures come back with Slurm's words.
+TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
+    auto query = std::make_unique<FakeQuery>();
+    FakeQuery *fake = query.get();
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = true;
+    }
+    mall::SlurmChecker checker(std::move(query));
+    checker.check({5});
+    checker.annotate(12, "lent_core_s=1.0");
+    checker.annotate(13, "lent_core_s=2.0");
+    EXPECT_TRUE(checker.annotating(12));
+    EXPECT_TRUE(checker.annotating(13));
+    EXPECT_FALSE(checker.annotating(5));
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = false;
+    }
+    fake->released.notify_all();
+    std::vector<mall::SlurmAnnotation> done;
+    std::vector<mall::SlurmJobState> results;
+    for (int i = 0; i < 100 && (done.size() < 2 || results.empty()); ++i) {
+        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
+        for (auto &a : checker.take_annotations()) done.push_back(a);
+        for (auto &r : checker.take_results()) results.push_back(r);
+    }
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_EQ(done[0].job_id, 12u);
+    EXPECT_EQ(done[0].error, "");
+    EXPECT_EQ(done[1].job_id, 13u);
+    EXPECT_NE(done[1].error.find("completing"), std::string::npos);
+    EXPECT_FALSE(checker.annotating(12));
+    EXPECT_FALSE(checker.annotating(13));
+    std::lock_guard<std::mutex> lock(fake->mu);
+    ASSERT_EQ(fake->annotated.size(), 2u);
+    EXPECT_EQ(fake->annotated[0], "12 lent_core_s=1.0");
+}

@@ -148,12 +148,27 @@ void RequestHandlers::handle_deregister(Connection &c, const proto::Message &msg
     auto pid = proto::get_optional_int(msg.body, "pid", 1, proto::kMaxPid);
     Outcome outcome = pid ? manager_.remove_pid(job, static_cast<pid_t>(*pid), Clock::now())
                           : manager_.deregister_job(job, Clock::now());
+    nlohmann::json fields{{"job", job}};
+    if (pid) fields["pid"] = *pid;
+    // The job's end (now, or when its last process exited just before) is being recorded in
+    // Slurm: the answer waits for it, at most kAnnotationWait, so the task-exit of Slurm's step
+    // cannot complete the job before the update reaches slurmctld.
+    if (auto slurm_id = slurm_job_id_of(job); slurm_ && slurm_id && slurm_->annotating(*slurm_id)) {
+        PendingReply pending{PendingReply::Kind::Deregister, c.id, msg.request_id, job, {},
+                             Clock::now() + kAnnotationWait};
+        if (outcome.ok) {
+            pending.answer = std::move(fields);
+        } else {
+            pending.error_code = outcome.code;
+            pending.error = outcome.error;
+        }
+        pending_.push_back(std::move(pending));
+        return;
+    }
     if (!outcome.ok) {
         connections_.reply_error(c, msg.request_id, outcome.code, outcome.error);
         return;
     }
-    nlohmann::json fields{{"job", job}};
-    if (pid) fields["pid"] = *pid;
     connections_.reply(c, msg.request_id, proto::ok_reply(fields));
 }
 
@@ -426,7 +441,16 @@ void RequestHandlers::process_pending(TimePoint now) {
         if (!asker || asker->closing) continue;  // the asker left
         Connection &c = *asker;
         const auto waited_ms = std::to_string(reply_wait().count());
-        if (p.kind == PendingReply::Kind::LookUp) {
+        if (p.kind == PendingReply::Kind::Deregister) {
+            const auto slurm_id = slurm_job_id_of(p.job);
+            if (slurm_ && slurm_id && slurm_->annotating(*slurm_id) && now < p.deadline) {
+                still.push_back(std::move(p));
+            } else if (p.error_code != 0) {
+                connections_.reply_error(c, p.request_id, p.error_code, p.error);
+            } else {
+                connections_.reply(c, p.request_id, proto::ok_reply(p.answer));
+            }
+        } else if (p.kind == PendingReply::Kind::LookUp) {
             if (now >= p.deadline) {
                 connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
                             "Slurm did not say which cpus " + p.job + " has on this node within " +

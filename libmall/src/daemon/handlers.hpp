@@ -66,13 +66,25 @@ public:
 private:
     struct PendingReply {
         // LookUp: a Reclaim for an owner without cpus, waiting for Slurm to say which (--slurm).
-        enum class Kind { Register, Reclaim, LookUp } kind;
+        // Deregister: the answer to a Slurm job's Deregister, held while malld records the ended
+        // job's figures in Slurm (its AdminComment): Slurm's task-exit waits for it, so the job is
+        // still running in slurmctld when the update arrives.
+        enum class Kind { Register, Reclaim, LookUp, Deregister };
+        PendingReply(Kind kind_, uint64_t connection_, uint32_t request_id_, std::string job_, CpuSet cpus_,
+                     TimePoint deadline_)
+            : kind(kind_), connection(connection_), request_id(request_id_), job(std::move(job_)),
+              cpus(std::move(cpus_)), deadline(deadline_) {}
+        Kind kind;
         uint64_t connection = 0;
         uint32_t request_id = 0;
         std::string job;  // Register: the job; Reclaim: the owner ("" when none)
         CpuSet cpus;
         TimePoint deadline;
         TimePoint started = Clock::now();  // a reclaim's duration counts from here (metrics)
+        // Deregister: the answer to give (the ok fields, or error_code and the error's words).
+        nlohmann::json answer = nlohmann::json::object();
+        int error_code = 0;
+        std::string error;
     };
     std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
     TimePoint reply_deadline() const;              // now + reply_wait()

@@ -149,7 +149,7 @@ bool Server::start(std::string *error) {
     effects_ = std::make_unique<KernelEffects>(*backend_, *connections_, *pids_);
     manager_ = std::make_unique<NodeManager>(topology_, pool_, policy, options_.ack_timeout, *effects_);
     effects_->set_manager(manager_.get());
-    if (!options_.history_file.empty())
+    if (!options_.history_file.empty() || slurm_)
         effects_->set_end_observer([this](const nlohmann::json &ev) { record_job_end(ev); });
     handlers_ = std::make_unique<RequestHandlers>(options_.ack_timeout, pool_, *manager_, *connections_,
                                                   *effects_, *pids_, *backend_, slurm_.get());
@@ -338,6 +338,8 @@ void Server::write_metrics(TimePoint now) {
 }
 
 void Server::record_job_end(const nlohmann::json &end_event) {
+    if (slurm_) slurm_->record_end(end_event);  // its AdminComment (a Slurm job's)
+    if (options_.history_file.empty()) return;
     std::string error;
     const bool ok = append_history(options_.history_file, history_record(end_event, options_.host),
                                    options_.history_max_bytes, &error);
@@ -491,6 +493,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
 }
 
 void Server::handle_slurm_results() {
+    slurm_->take_annotations();
     for (const SlurmJobState &state : slurm_->take_results()) {
         handlers_->resolve_lookups(slurm_job_name(state.job_id), state);
         slurm_->apply(state, *manager_);

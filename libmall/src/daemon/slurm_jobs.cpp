@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -60,6 +61,54 @@ SlurmChecker::~SlurmChecker() {
     if (thread_.joinable()) thread_.join();
 }
 
+std::string merge_admin_comment(const std::string &existing, const std::string &node, const std::string &figures) {
+    const std::string mine = "mall:" + node + ":";
+    std::string merged;
+    size_t start = 0;
+    while (start <= existing.size()) {
+        size_t end = existing.find(';', start);
+        if (end == std::string::npos) end = existing.size();
+        const std::string segment = existing.substr(start, end - start);
+        if (!segment.empty() && segment.rfind(mine, 0) != 0) merged += segment + ";";
+        start = end + 1;
+    }
+    return merged + mine + figures;
+}
+
+std::string admin_comment_figures(const nlohmann::json &end_event) {
+    auto real = [&](const char *field) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof buffer, "%.1f", end_event.value(field, 0.0));
+        return std::string(buffer);
+    };
+    auto count = [&](const char *field) { return std::to_string(end_event.value(field, uint64_t{0})); };
+    return "lent_core_s=" + real("lent_core_seconds") + ",core_s=" + real("core_seconds") +
+           ",resizes=" + count("resizes") + ",ack_timeouts=" + count("ack_timeouts") +
+           ",oversub_s=" + real("oversubscribed_seconds");
+}
+
+void SlurmChecker::annotate(uint32_t job_id, std::string figures) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        annotations_.emplace_back(job_id, std::move(figures));
+        annotating_.insert(job_id);
+    }
+    wake_.notify_one();
+}
+
+bool SlurmChecker::annotating(uint32_t job_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return annotating_.count(job_id) != 0;
+}
+
+std::vector<SlurmAnnotation> SlurmChecker::take_annotations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t count = 0;
+    while (::read(event_fd_.get(), &count, sizeof count) > 0) {
+    }
+    return std::exchange(annotated_, {});
+}
+
 void SlurmChecker::check(const std::set<uint32_t> &job_ids) {
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -84,8 +133,26 @@ void SlurmChecker::loop() {
         uint32_t id = 0;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+            wake_.wait(lock, [this] { return stop_ || !pending_.empty() || !annotations_.empty(); });
             if (stop_) return;
+            if (!annotations_.empty()) {  // a job's figures: before queries, a stepd waits on them
+                auto [job_id, figures] = std::move(annotations_.front());
+                annotations_.pop_front();
+                lock.unlock();
+                SlurmAnnotation done{job_id, {}};
+                try {
+                    done.error = query_->annotate(job_id, figures);
+                } catch (const std::exception &e) {
+                    done.error = e.what();
+                }
+                lock.lock();
+                annotating_.erase(annotating_.find(job_id));
+                annotated_.push_back(std::move(done));
+                const uint64_t one = 1;
+                ssize_t ignored = ::write(event_fd_.get(), &one, sizeof one);
+                (void)ignored;
+                continue;
+            }
             id = pending_.front();
             pending_.pop_front();
             queued_.erase(id);
@@ -181,6 +248,28 @@ public:
         }
         slurm_free_job_info_msg(info);
         return out;
+    }
+
+    // AdminComment is what Slurm keeps for administrators: only SlurmUser, root or an operator
+    // may set it, users cannot change it (as they can Comment), and slurmdbd stores it with the
+    // job (sacct -o AdminComment). slurmctld refuses updates once the job has finished, so malld
+    // sends it as the job's last process ends (the Slurm plugin's task-exit waits for it).
+    std::string annotate(uint32_t job_id, const std::string &figures) override {
+        job_info_msg_t *info = nullptr;
+        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS)
+            return std::string("cannot load the job: ") + slurm_strerror(slurm_get_errno());
+        std::string existing;
+        if (info != nullptr && info->record_count > 0 && info->job_array[0].admin_comment != nullptr)
+            existing = info->job_array[0].admin_comment;
+        if (info != nullptr) slurm_free_job_info_msg(info);
+        std::string comment = merge_admin_comment(existing, node_, figures);
+        job_desc_msg_t update;
+        slurm_init_job_desc_msg(&update);
+        update.job_id = job_id;
+        update.admin_comment = comment.data();
+        if (slurm_update_job(&update) != SLURM_SUCCESS)
+            return std::string("cannot set its AdminComment: ") + slurm_strerror(slurm_get_errno());
+        return "";
     }
 
 private:

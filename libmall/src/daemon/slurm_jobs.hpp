@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "../common/cpuset.hpp"
 #include "../common/slurm_cpu_map.hpp"
 #include "../common/unix_socket.hpp"
@@ -51,6 +53,22 @@ class SlurmQuery {
 public:
     virtual ~SlurmQuery() = default;
     virtual SlurmJobState query(uint32_t job_id) = 0;  // may block (an RPC)
+    // Records this node's figures for the job in Slurm (its AdminComment, see
+    // merge_admin_comment): "" on success, else the words of the failure. May block (RPCs).
+    virtual std::string annotate(uint32_t job_id, const std::string &figures) = 0;
+};
+
+// A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
+// separated by ';', an older segment of the same node is replaced, other text is kept as it was.
+std::string merge_admin_comment(const std::string &existing, const std::string &node, const std::string &figures);
+// The figures malld records for an ended job, from its "end" event:
+// "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=0,oversub_s=0.0".
+std::string admin_comment_figures(const nlohmann::json &end_event);
+
+// One AdminComment update's outcome (error empty on success).
+struct SlurmAnnotation {
+    uint32_t job_id = 0;
+    std::string error;
 };
 
 // libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.
@@ -67,19 +85,27 @@ public:
     SlurmChecker &operator=(const SlurmChecker &) = delete;
 
     void check(const std::set<uint32_t> &job_ids);
+    // Queues an AdminComment update (SlurmQuery::annotate); updates go before queries.
+    void annotate(uint32_t job_id, std::string figures);
+    // Whether an update for the job is queued or in flight.
+    bool annotating(uint32_t job_id) const;
     int fd() const { return event_fd_.get(); }
     std::vector<SlurmJobState> take_results();
+    std::vector<SlurmAnnotation> take_annotations();
 
 private:
     void loop();
 
     std::unique_ptr<SlurmQuery> query_;
     UniqueFd event_fd_;
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::condition_variable wake_;
     std::deque<uint32_t> pending_;
     std::set<uint32_t> queued_;
     std::vector<SlurmJobState> results_;
+    std::deque<std::pair<uint32_t, std::string>> annotations_;  // job id, figures
+    std::multiset<uint32_t> annotating_;                       // queued or in flight
+    std::vector<SlurmAnnotation> annotated_;
     bool stop_ = false;
     std::thread thread_;
 };

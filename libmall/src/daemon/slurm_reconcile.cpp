@@ -20,6 +20,23 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
     if (!ids.empty()) checker_.check(ids);
 }
 
+void SlurmReconciler::record_end(const nlohmann::json &end_event) {
+    if (auto id = slurm_job_id_of(end_event.value("job", std::string()))) checker_.annotate(*id, admin_comment_figures(end_event));
+}
+
+void SlurmReconciler::take_annotations() {
+    for (const SlurmAnnotation &done : checker_.take_annotations()) {
+        if (done.error.empty()) {
+            log_debug("recorded " + slurm_job_name(done.job_id) + "'s figures in its Slurm AdminComment");
+            annotation_error_logged_.clear();
+        } else if (done.error != annotation_error_logged_) {
+            log_warn("cannot record " + slurm_job_name(done.job_id) + "'s figures in Slurm: " + done.error +
+                     " (malld's history file has them; malld must run as root or SlurmUser to set AdminComment)");
+            annotation_error_logged_ = done.error;
+        }
+    }
+}
+
 void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {
     const std::string name = slurm_job_name(state.job_id);
     const Job *job = manager.find(name);

@@ -27,6 +27,11 @@ public:
     void check_all(const NodeManager &manager, TimePoint now);
     TimePoint next_check() const { return next_check_; }
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
+    // A job ended (its "end" event): a Slurm job's figures go to its AdminComment.
+    void record_end(const nlohmann::json &end_event);
+    bool annotating(uint32_t job_id) const { return checker_.annotating(job_id); }
+    // The finished AdminComment updates; failures are logged (each distinct one once).
+    void take_annotations();
     // Acts on one verdict: ends and releases what Slurm does not run, ends registrations under
     // the wrong uid, warns about guaranteed cpus Slurm did not give; keeps everything when
     // slurmctld is unreachable.
@@ -44,6 +49,10 @@ private:
     std::chrono::seconds interval_;
     TimePoint next_check_{};
     std::string disagreement_logged_;  // the last disagreement warned about
+    std::string annotation_error_logged_;
 };
+
+// How long a Slurm job's Deregister answer waits for its AdminComment update.
+inline constexpr std::chrono::seconds kAnnotationWait{2};
 
 }  // namespace mall
