@@ -2,7 +2,8 @@
 // texts users already see: a tool's --help (run here, or read from a file or stdin), each
 // `TOOL help COMMAND` for the commands its "Commands:" section lists, or the public header.
 // Runs the tool with MALL_* variables removed, so the page never depends on the caller's
-// environment; writes nothing but --output. Exit 0, or 1 with the reason on stderr.
+// environment; writes nothing but --output (through --output.tmp). Exit 0; 1 with the reason on
+// stderr; 2 on a bad command line.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
