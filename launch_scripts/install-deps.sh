@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev zlib1g-dev
   procps util-linux psmisc jq
+  # tests/man renders the man pages as a reader does: man (man-db), groff, col (bsdextrautils).
+  man-db groff-base bsdextrautils
   # Slurm integration (slurm_plugin/, launch_scripts/local-cluster.sh, tests/system/): the daemons,
   # the clients, spank.h/libslurm, munge for auth/munge.
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
