@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
         "seed", po::value(&seed)->default_value(seed), "seed of --generate")(
         "mean-gap", po::value(&mean_gap)->default_value(mean_gap), "mean seconds between arrivals for --generate")(
         "step", po::value(&dt)->default_value(dt), "simulated seconds per step")(
-        "oversub-efficiency", po::value(&efficiency)->default_value(efficiency),
+        "oversub-efficiency", po::value(&efficiency)->default_value(efficiency, "0.85"),
         "fraction of its share an oversubscribed job gets done (contention model, 0..1]")(
         "csv", po::value(&csv_path), "also write the per-way metrics to this CSV file");
     po::variables_map vm;
