@@ -52,11 +52,11 @@ public:
         return s;
     }
     // As slurmctld takes a while: the Deregister's answer must wait for it.
-    std::string annotate(uint32_t id, const std::string &figures) override {
+    Annotated annotate(uint32_t id, const std::string &figures) override {
         std::this_thread::sleep_for(annotate_delay);
         std::lock_guard<std::mutex> lock(mu);
         annotated.push_back(std::to_string(id) + " " + figures);
-        return "";
+        return {};
     }
     std::chrono::milliseconds annotate_delay{0};
     std::mutex mu;

@@ -6,7 +6,8 @@
 # cores; a job killed before it ever acks, or while malld waits for its ack, does not wedge malld;
 # bad --malleable values are refused; malld --slurm ends a registration Slurm does not run; with
 # malld stopped a --malleable job still runs and the node stays up; an srun --mpi=pmix step runs
-# inside a malleable allocation; --malleable=MIN:MAX,weight=W reaches malld as the job's weight.
+# inside a malleable allocation; --malleable=MIN:MAX,weight=W reaches malld as the job's weight; a
+# job that completes carries malld's figures in its AdminComment and malld's history.
 # Label `system`.
 # Usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, jq)
 # Prints one PASS/FAIL/SKIP line per check; exits non-zero when any check fails. Always brings its
@@ -194,6 +195,12 @@ if wait_for $wait_default_s job_gone_and_released "slurm-$j3" && wait_for $wait_
    wait_for 10 all_threads_on "$j1_pid" 3 0-1; then
   pass "(4) scancel $j3: malld no longer lists slurm-$j3, nothing is reserved for it, job $j1 regrew to 0-1"
   pass "(3) malleable job $j3 ended ($(job_state "$j3")); job $j1 grew back to 0-1"
+  # Slurm finished the cancelled job before its task ended: its figures are in malld's history.
+  if wait_for 10 bash -c "'$mallctl' history --job slurm-$j3 --json | jq -e 'length == 1 and .[0].core_seconds > 0' >/dev/null"; then
+    pass "(12) cancelled job $j3's record is in mallctl history: $("$mallctl" history --job "slurm-$j3" --json | jq -c '.[0] | {reason, core_seconds, resizes}')"
+  else
+    fail "(12) no record of cancelled job $j3 in mallctl history: $("$mallctl" history --json | jq -c '[.[].job]')"
+  fi
 else
   fail "(4) after scancel $j3 (state $(job_state "$j3")): listed=$(job_listed "slurm-$j3" && echo yes || echo no) reserved='$(reserved_for "slurm-$j3")'"
   dump_job first "$j1"
@@ -233,6 +240,26 @@ if wait_for $wait_default_s job_final "$j5" && wait_for $wait_default_s job_fina
   pass "(4) scancel $j5 $j1: malld lists no job and reserves nothing"
 else
   fail "(4) after scancel $j5 $j1: $(status_json | jq -c '{reserved, jobs: [.jobs[].job]}')"
+fi
+
+# ---- 12. a job that completes has its figures in Slurm (AdminComment) and malld's history ----------
+# Alone on the node it holds both cores, one above its own: its lent core-seconds grow about one per
+# second. Its task exits 0 after 3 s; malld records the figures before Slurm completes the job.
+j12=$(submit accounted --malleable=1:2 -c 1 --wrap "exec $client --threads 2 --step-us 2000 --duration-s 3") ||
+  { fail "(12) sbatch refused the job: $(cat "$work/accounted.sbatch.err")"; exit 1; }
+if wait_for 60 job_final "$j12" && [ "$(job_state "$j12")" = COMPLETED ]; then
+  comment=$(scontrol show job "$j12" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+  record=$("$mallctl" history --job "slurm-$j12" --json | jq -c '.[0] // empty')
+  lent=$(jq -r '.lent_core_seconds // empty' <<<"$record")
+  if [[ $comment =~ mall:[^:]+:lent_core_s=([0-9.]+),core_s=([0-9.]+),resizes=([0-9]+),ack_timeouts=0,oversub_s=0\.0 ]] &&
+     awk -v c="${BASH_REMATCH[1]}" -v h="$lent" 'BEGIN { exit !(c > 1 && h != "" && c - h < 0.06 && h - c < 0.06) }'; then
+    pass "(12) job $j12 completed with AdminComment=$comment; mallctl history: lent $lent core-s"
+  else
+    fail "(12) job $j12: AdminComment='$comment', history record '$record'"
+    grep -E "AdminComment|slurm-$j12" "$MALL_CLUSTER_DIR/log/malld.log" | tail -n 5
+  fi
+else
+  fail "(12) job $j12 did not complete ($(job_state "$j12"))"; dump_job accounted "$j12"
 fi
 
 # ---- 4. a job killed while malld waits for its ack (shrinking for a new job) does not wedge malld ----

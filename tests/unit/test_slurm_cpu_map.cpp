@@ -46,7 +46,7 @@ std::string mapped(const Topology &topology, const std::string &cores, SlurmNode
 class NoQuery : public mall::SlurmQuery {
 public:
     mall::SlurmJobState query(uint32_t) override { return {}; }
-    std::string annotate(uint32_t, const std::string &) override { return "not asked"; }
+    Annotated annotate(uint32_t, const std::string &) override { return {"not asked", false}; }
 };
 
 mall::SlurmJobState running(uint32_t id, const std::string &cores, SlurmNodeShape slurm) {

@@ -34,11 +34,12 @@ public:
         s.detail = id % 2 ? "RUNNING" : "COMPLETED";
         return s;
     }
-    std::string annotate(uint32_t id, const std::string &figures) override {
+    Annotated annotate(uint32_t id, const std::string &figures) override {
         std::unique_lock<std::mutex> lock(mu);
         released.wait(lock, [this] { return !held; });
         annotated.push_back(std::to_string(id) + " " + figures);
-        return id == 13 ? "Job/step already completing or completed" : "";
+        if (id == 13) return {"Job has already finished", true};
+        return {};
     }
     std::vector<std::string> annotated;
     std::mutex mu;
@@ -154,7 +155,9 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
     EXPECT_EQ(done[0].job_id, 12u);
     EXPECT_EQ(done[0].error, "");
     EXPECT_EQ(done[1].job_id, 13u);
-    EXPECT_NE(done[1].error.find("completing"), std::string::npos);
+    EXPECT_NE(done[1].error.find("finished"), std::string::npos);
+    EXPECT_TRUE(done[1].finished);
+    EXPECT_FALSE(done[0].finished);
     EXPECT_FALSE(checker.annotating(12));
     EXPECT_FALSE(checker.annotating(13));
     std::lock_guard<std::mutex> lock(fake->mu);

@@ -139,9 +139,11 @@ void SlurmChecker::loop() {
                 auto [job_id, figures] = std::move(annotations_.front());
                 annotations_.pop_front();
                 lock.unlock();
-                SlurmAnnotation done{job_id, {}};
+                SlurmAnnotation done{job_id, {}, false};
                 try {
-                    done.error = query_->annotate(job_id, figures);
+                    const SlurmQuery::Annotated outcome = query_->annotate(job_id, figures);
+                    done.error = outcome.error;
+                    done.finished = outcome.finished;
                 } catch (const std::exception &e) {
                     done.error = e.what();
                 }
@@ -254,10 +256,18 @@ public:
     // may set it, users cannot change it (as they can Comment), and slurmdbd stores it with the
     // job (sacct -o AdminComment). slurmctld refuses updates once the job has finished, so malld
     // sends it as the job's last process ends (the Slurm plugin's task-exit waits for it).
-    std::string annotate(uint32_t job_id, const std::string &figures) override {
+    Annotated annotate(uint32_t job_id, const std::string &figures) override {
+        auto failed = [](const char *what) {
+            const int err = slurm_get_errno();
+            Annotated out;
+            out.finished = err == ESLURM_JOB_FINISHED || err == ESLURM_ALREADY_DONE || err == ESLURM_INVALID_JOB_ID;
+            out.error = std::string(what) + slurm_strerror(err);
+            if (err == ESLURM_ACCESS_DENIED || err == ESLURM_USER_ID_MISSING)
+                out.error += " (only root, SlurmUser or an operator may set AdminComment: run malld as root)";
+            return out;
+        };
         job_info_msg_t *info = nullptr;
-        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS)
-            return std::string("cannot load the job: ") + slurm_strerror(slurm_get_errno());
+        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) return failed("cannot load the job: ");
         std::string existing;
         if (info != nullptr && info->record_count > 0 && info->job_array[0].admin_comment != nullptr)
             existing = info->job_array[0].admin_comment;
@@ -267,9 +277,8 @@ public:
         slurm_init_job_desc_msg(&update);
         update.job_id = job_id;
         update.admin_comment = comment.data();
-        if (slurm_update_job(&update) != SLURM_SUCCESS)
-            return std::string("cannot set its AdminComment: ") + slurm_strerror(slurm_get_errno());
-        return "";
+        if (slurm_update_job(&update) != SLURM_SUCCESS) return failed("cannot set its AdminComment: ");
+        return {};
     }
 
 private:

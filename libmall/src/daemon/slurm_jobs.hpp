@@ -54,8 +54,12 @@ public:
     virtual ~SlurmQuery() = default;
     virtual SlurmJobState query(uint32_t job_id) = 0;  // may block (an RPC)
     // Records this node's figures for the job in Slurm (its AdminComment, see
-    // merge_admin_comment): "" on success, else the words of the failure. May block (RPCs).
-    virtual std::string annotate(uint32_t job_id, const std::string &figures) = 0;
+    // merge_admin_comment). May block (RPCs).
+    struct Annotated {
+        std::string error;      // empty on success, else the failure's words
+        bool finished = false;  // refused because slurmctld had finished the job (e.g. scancel)
+    };
+    virtual Annotated annotate(uint32_t job_id, const std::string &figures) = 0;
 };
 
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
@@ -69,6 +73,7 @@ std::string admin_comment_figures(const nlohmann::json &end_event);
 struct SlurmAnnotation {
     uint32_t job_id = 0;
     std::string error;
+    bool finished = false;  // SlurmQuery::Annotated::finished
 };
 
 // libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.

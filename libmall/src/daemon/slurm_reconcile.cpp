@@ -26,12 +26,15 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
 
 void SlurmReconciler::take_annotations() {
     for (const SlurmAnnotation &done : checker_.take_annotations()) {
+        const std::string job = slurm_job_name(done.job_id);
         if (done.error.empty()) {
-            log_debug("recorded " + slurm_job_name(done.job_id) + "'s figures in its Slurm AdminComment");
+            log_debug("recorded " + job + "'s figures in its Slurm AdminComment");
             annotation_error_logged_.clear();
+        } else if (done.finished) {  // scancel, a time limit: Slurm ends the job before its tasks
+            log_info("Slurm had finished " + job + " before its tasks ended (cancelled or killed): its figures "
+                     "are in malld's history only (" + done.error + ")");
         } else if (done.error != annotation_error_logged_) {
-            log_warn("cannot record " + slurm_job_name(done.job_id) + "'s figures in Slurm: " + done.error +
-                     " (malld's history file has them; malld must run as root or SlurmUser to set AdminComment)");
+            log_warn("cannot record " + job + "'s figures in Slurm: " + done.error + " (malld's history has them)");
             annotation_error_logged_ = done.error;
         }
     }

@@ -172,7 +172,8 @@ const Command kCommands[] = {
      "  HH:MM:SS.mmm  EVENT        JOB           details\n"
      "Events: register, publish (a new allocation: generation, cpus and their count), ack (the\n"
      "job applied it: latency from publication), ack_timeout, enforce (the cpuset was written),\n"
-     "end, policy, reclaim, release, pin.\n"
+     "end (with the job's accounting: lent and held core-seconds, resizes, ack timeouts), policy,\n"
+     "reclaim, release, pin.\n"
      "\n"
      "Options:\n"
      "  --json          print each event as one JSON object per line\n"
@@ -421,10 +422,26 @@ std::string format_event(const json &e) {
     if (event == "ack_timeout") parts.push_back("no ack within the timeout: enforced anyway");
     if (has("reason")) parts.push_back(field_string(e, "reason"));
     if (has("policy")) parts.push_back("policy " + field_string(e, "policy"));
+    // A job's end carries its accounting: one short summary (--json has every figure).
+    if (event == "end" && has("lent_core_seconds") && e["lent_core_seconds"].is_number()) {
+        auto number = [&](const char *k) { return e.contains(k) && e[k].is_number() ? e[k].get<double>() : 0.0; };
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "after %.1f s: lent %.1f of %.1f core-s, %.0f resizes, %.0f ack timeouts",
+                      number("duration_seconds"), number("lent_core_seconds"), number("core_seconds"),
+                      number("resizes"), number("ack_timeouts"));
+        parts.push_back(buf);
+        if (number("oversubscribed_seconds") > 0) {
+            std::snprintf(buf, sizeof buf, "%.1f s oversubscribed", number("oversubscribed_seconds"));
+            parts.push_back(buf);
+        }
+    }
 
     // Anything else the event carries, so nothing is hidden from the reader.
     static const char *known[] = {"event", "time", "job", "generation", "min", "max", "pids", "uid",
-                                  "weight", "cpus", "ncpus", "growing", "latency_us", "reason", "policy"};
+                                  "weight", "cpus", "ncpus", "growing", "latency_us", "reason", "policy",
+                                  "duration_seconds", "core_seconds", "lent_core_seconds",
+                                  "oversubscribed_seconds", "resizes", "ack_timeouts", "acks",
+                                  "ack_latency_seconds_sum"};
     for (auto it = e.begin(); it != e.end(); ++it) {
         if (it->is_null() || (it->is_string() && it->get<std::string>().empty())) continue;
         if (std::find_if(std::begin(known), std::end(known),
