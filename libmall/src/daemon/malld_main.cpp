@@ -296,6 +296,9 @@ int main(int argc, char **argv) {
     char host_name[256] = {};
     ::gethostname(host_name, sizeof host_name - 1);
     const std::string short_host = std::string(host_name).substr(0, std::string(host_name).find('.'));
+    // The node's name in history records: Slurm's name for it when it has one (--slurm-node: nodes
+    // that share a host name, as the local cluster's do, stay apart), else the short host name.
+    std::string node_name = short_host;
 
     std::unique_ptr<mall::SlurmQuery> slurm_query;
     std::string slurm_note;  // what the Slurm query connects to, logged at start-up
@@ -320,6 +323,7 @@ int main(int argc, char **argv) {
         } else {
             node = short_host;
         }
+        node_name = node;
         std::string slurm_why;
         slurm_query = mall::make_libslurm_query(node, &slurm_why);
         if (!slurm_query) {
@@ -368,7 +372,7 @@ int main(int argc, char **argv) {
     server_options.metrics_interval = std::chrono::seconds(metrics_interval);
     server_options.history_file = history_file;
     server_options.history_max_bytes = static_cast<uint64_t>(history_max_mib) << 20;
-    server_options.host = short_host;
+    server_options.host = node_name;
     if (!metrics_file.empty())
         mall::log_line(mall::LogLevel::Info, "metrics: " + metrics_file + " every " + std::to_string(metrics_interval) + " s");
     mall::log_line(mall::LogLevel::Info,
