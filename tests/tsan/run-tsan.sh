@@ -53,8 +53,10 @@ GROUPS (--only, comma-separated; default all)
             malld (whose own threads are checked too): test_restart, test_usage,
             test_two_jobs, and test_control_by_signal (mallctl signal against the C
             client's workers, libmall's handler and monitor; without its Eigen trainer
-            case, which is the pool group's code at TSan's speed). They need root and a
-            cpuset controller (else they skip).
+            case, which is the pool group's code at TSan's speed); test_slurm_jobs and
+            test_slurm_lookup (the Slurm checker's thread: queries and AdminComment
+            updates, and an in-process malld that holds a Deregister's answer for
+            them). They need root and a cpuset controller (else they skip).
     mpi     the MPI collective step: mpi_test_collective_step (mpirun -np 2 and -np 4
             of mall_train_mpi: libmall_mpi, the pool and libmall in every rank, with
             Open MPI's own threads beside them). Needs root (mpirun as root is
@@ -125,6 +127,8 @@ malld test_restart 300
 malld test_usage 300
 malld test_two_jobs 300
 malld test_control_by_signal 300 --gtest_filter=-*TrainDigits*
+malld test_slurm_jobs 120
+malld test_slurm_lookup 300
 mpi mpi_test_collective_step 900
 EOF
 }
