@@ -3,6 +3,10 @@
 // Event/Notify packets; every failure comes back as a code and in words that say what to do about it.
 #include "common/ctl_client.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -86,6 +90,34 @@ std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std:
     return CtlClient(UniqueFd(fd), socket_path);
 }
 
+namespace {
+
+// A large reply's JSON from the sealed memfd malld passed (proto::kBodyInFdField): exactly
+// `announced` bytes, at most proto::kMaxFdBody, sealed against writes, one JSON object.
+std::optional<nlohmann::json> read_body_fd(int fd, const nlohmann::json &announced, std::string *why) {
+    if (fd < 0) return *why = "no descriptor came with it", std::nullopt;
+    if (!announced.is_number_unsigned() || announced.get<uint64_t>() > proto::kMaxFdBody)
+        return *why = "its size is not a number up to " + std::to_string(proto::kMaxFdBody) + " bytes", std::nullopt;
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    struct stat st{};
+    if (seals < 0 || !(seals & F_SEAL_WRITE) || ::fstat(fd, &st) != 0 ||
+        static_cast<uint64_t>(st.st_size) != announced.get<uint64_t>())
+        return *why = "the descriptor is not a sealed file of the announced size", std::nullopt;
+    std::string text(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return *why = std::string("reading it failed: ") + std::strerror(errno), std::nullopt;
+        done += static_cast<size_t>(n);
+    }
+    nlohmann::json body = nlohmann::json::parse(text, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return *why = "it is not a JSON object", std::nullopt;
+    return body;
+}
+
+}  // namespace
+
 CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::chrono::milliseconds timeout) {
     try {
         const char *what = proto::type_name(type);
@@ -129,7 +161,9 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
                 return transport_failure(MALL_ERR_NODAEMON, std::string("waiting for malld's reply failed: ") +
                                                                 std::strerror(err));
             }
-            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, nullptr, true);
+            int passed = -1;
+            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, &passed, true);
+            UniqueFd body_fd(passed);  // a large reply's body (proto::kBodyInFdField)
             if (n == 0)
                 return transport_failure(MALL_ERR_NODAEMON, std::string("malld at ") + path_ +
                                                                 " closed the connection before answering the " +
@@ -155,6 +189,12 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
             const bool refused_connection = reply->request_id == proto::kConnectionRefusalId;
             if (reply->request_id != msg.request_id && !refused_connection) continue;
 
+            if (auto size = reply->body.find(proto::kBodyInFdField); size != reply->body.end()) {
+                std::string body_error;
+                auto large = read_body_fd(body_fd.get(), *size, &body_error);
+                if (!large) return transport_failure(MALL_ERR_PROTOCOL, "cannot read malld's large reply: " + body_error);
+                reply->body = std::move(*large);
+            }
             proto::ReplyOutcome outcome = proto::read_reply(reply->body, what);
             CtlResult result;
             result.body = std::move(reply->body);
@@ -189,7 +229,9 @@ std::optional<nlohmann::json> CtlClient::next_event(std::chrono::milliseconds ti
                 if (closed) *closed = true;
                 return std::nullopt;
             }
-            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, nullptr, true);
+            int passed = -1;
+            ssize_t n = recv_packet(fd_.get(), &data, proto::kMaxPacket, &passed, true);
+            UniqueFd body_fd(passed);  // a large reply's body (proto::kBodyInFdField)
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EMSGSIZE)) continue;
             if (n <= 0) {
                 if (closed) *closed = true;

@@ -22,6 +22,11 @@ constexpr uint16_t kVersion = 1;
 constexpr size_t kHeaderSize = 16;
 constexpr size_t kMaxPayload = 64 * 1024;
 constexpr size_t kMaxPacket = kHeaderSize + kMaxPayload;
+// A reply whose JSON is over kMaxPayload (the status of a node with many jobs) travels in a
+// sealed memfd passed with the packet; the packet's body is {"ok": true, kBodyInFdField: <bytes>}.
+// Readers accept such bodies up to kMaxFdBody.
+constexpr const char *kBodyInFdField = "body_in_fd";
+constexpr size_t kMaxFdBody = 64ull << 20;
 
 enum class Type : uint16_t {
     // requests (client -> malld). Who may send each (admin / owner / attached / any) is decided in

@@ -3,6 +3,8 @@
 #include "connections.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -57,10 +59,20 @@ bool Connections::send_message(Connection &c, proto::Type type, uint32_t request
     msg.request_id = request_id;
     msg.body = body;
     std::string data;
+    UniqueFd body_fd;  // a reply too large for a packet: its JSON, in a sealed memfd
     try {
         data = proto::encode(msg);
     } catch (const std::exception &e) {
-        msg.body = proto::error_reply(MALL_ERR_SYSTEM, std::string("reply too large: ") + e.what());
+        std::string why = e.what();
+        if (type == proto::Type::Reply && pass_fd < 0) {
+            const std::string json = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+            body_fd = sealed_memfd("mall-reply", json, &why);
+            if (body_fd) {
+                msg.body = {{"ok", true}, {proto::kBodyInFdField, json.size()}};
+                pass_fd = body_fd.get();
+            }
+        }
+        if (!body_fd) msg.body = proto::error_reply(MALL_ERR_SYSTEM, "reply too large: " + why);
         data = proto::encode(msg);
     }
     if (c.outbox.empty()) {
@@ -94,6 +106,24 @@ bool Connections::send_message(Connection &c, proto::Type type, uint32_t request
         c.want_write = true;
     }
     return true;
+}
+
+UniqueFd Connections::sealed_memfd(const char *name, const std::string &data, std::string *why) {
+    UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    size_t done = 0;
+    while (fd && done < data.size()) {
+        const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+    }
+    // Sealed: the reader may trust the size it is told and that nobody changes the bytes.
+    if (!fd || done != data.size() ||
+        ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        *why = std::string("cannot put a ") + std::to_string(data.size()) + "-byte reply in a memfd: " + std::strerror(errno);
+        return UniqueFd();
+    }
+    return fd;
 }
 
 bool Connections::watch_for(Connection &c, uint32_t events) {

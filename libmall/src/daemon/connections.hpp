@@ -92,6 +92,8 @@ private:
     bool send_message(Connection &c, proto::Type type, uint32_t request_id, const nlohmann::json &body,
                       int pass_fd, bool droppable);
     // Changes the events epoll watches on c; on failure gives up on c (false).
+    // A memfd holding `data`, sealed against any change; empty with *why on failure.
+    static UniqueFd sealed_memfd(const char *name, const std::string &data, std::string *why);
     bool watch_for(Connection &c, uint32_t events);
     // Marks c closing and logs why (rate-limited): it cannot be served correctly any more.
     void give_up(Connection &c, const std::string &why);
