@@ -67,7 +67,7 @@ wait_for() {
   shift 2
   deadline=$((SECONDS + seconds))
   until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
+    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what$(cat "$tmp/why" 2>/dev/null)"
     sleep 0.2
   done
 }
@@ -86,28 +86,31 @@ expand_cpus() {
   echo "${out[*]}"
 }
 
+# mismatch WORDS: why a check failed, for wait_for's message.
+mismatch() { echo " (last seen: $*)" >"$tmp/why"; return 1; }
 # Every job's row agrees with malld's status: its count/min-max, a bar with '#' exactly at its cpus
-# (one cell per cpu of the pool), its threads, a lent figure. Prints the first mismatch.
+# (one cell per cpu of the pool), its threads, an ack latency, a lent figure. Else mismatch says how.
 rows_match_status() {
   local status screen pool job ncpus min max cpus threads row bar want cpu held
-  status=$(status_json) || return 1
+  rm -f "$tmp/why"
+  status=$(status_json) || { mismatch "mallctl status --json failed"; return 1; }
   screen=$(pane)
   pool=$(jq -r .pool <<<"$status")
   while IFS=$'\t' read -r job ncpus min max cpus threads; do
     row=$(awk -v job="$job" '$1 == job' <<<"$screen")
-    [ -n "$row" ] || { echo "no row for $job" >&2; return 1; }
+    [ -n "$row" ] || { mismatch "no row for $job"; return 1; }
     set -- $row
-    [ "$3" = "$ncpus/$min-$max" ] || { echo "$job: CPUS '$3', status says $ncpus/$min-$max" >&2; return 1; }
+    [ "$3" = "$ncpus/$min-$max" ] || { mismatch "$job: CPUS '$3', status says $ncpus/$min-$max"; return 1; }
     want=""
     for cpu in $(expand_cpus "$pool"); do
       held=.
       for c in $(expand_cpus "$cpus"); do [ "$c" = "$cpu" ] && held='#'; done
       want+=$held
     done
-    [ "$4" = "$want" ] || { echo "$job: bar '$4', cpus $cpus of pool $pool want '$want'" >&2; return 1; }
-    [ "$5" = "$threads" ] || { echo "$job: THREADS '$5', status says $threads" >&2; return 1; }
-    [[ $6 =~ ^(-|[0-9.]+(µs|ms|s))$ ]] || { echo "$job: ACK '$6' is not a latency" >&2; return 1; }
-    [[ $7 =~ ^[0-9]+\.[0-9]$ ]] || { echo "$job: LENT-S '$7' is not a figure" >&2; return 1; }
+    [ "$4" = "$want" ] || { mismatch "$job: bar '$4', cpus $cpus of pool $pool want '$want'"; return 1; }
+    [ "$5" = "$threads" ] || { mismatch "$job: THREADS '$5', status says $threads"; return 1; }
+    [[ $6 =~ ^(-|[0-9.]+(µs|ms|s))$ ]] || { mismatch "$job: ACK '$6' is not a latency"; return 1; }
+    [[ $7 =~ ^[0-9]+\.[0-9]$ ]] || { mismatch "$job: LENT-S '$7' is not a figure"; return 1; }
   done < <(jq -r '.jobs[] | [.job, .ncpus, .min, .max, .cpus, .active_threads] | @tsv' <<<"$status")
   return 0
 }
@@ -234,7 +237,10 @@ pane | head -2
 
 # q quits and gives the terminal back: exit 0, canonical mode, the main screen, the cursor shown.
 check_restored() {  # check_restored HOW CODE
-  wait_for 5 "top to exit after $1" pane_has "^EXITED:"
+  local shell_pid
+  shell_pid=$(pane_format '#{pane_pid}')
+  wait_for 5 "mallctl to exit after $1" eval "! pgrep -P $shell_pid -x mallctl >/dev/null"
+  wait_for 5 "the shell to print top's exit status after $1 (on the main screen)" pane_has "^EXITED:"
   pane_has "^EXITED:$2\$" || fail "after $1 top should exit $2"
   wait_for 5 "the pane to report the terminal's mode" pane_has '^MODE:'
   pane_has '^MODE:icanon$' || fail "after $1 the terminal is left without canonical mode (-icanon)"
