@@ -210,6 +210,20 @@ keys h
 wait_for 5 "h again to hide the keys" eval 'pane | tail -1 | grep -q "^sort: name  "'
 echo "top_check: ok: keys r, s and h"
 
+# A smaller terminal (SIGWINCH): lines cut at its width (the footer, 47 columns, would wrap on the
+# last row and scroll the header away), the rows that do not fit counted.
+"${TMUX_CMD[@]}" resize-window -t top -x 40 -y 6
+wait_for 5 "a 6-line terminal to show '… 2 more'" pane_has '^… 2 more$'
+while IFS= read -r line; do  # ${#line} counts characters (a UTF-8 locale), as the terminal does
+  [ "${#line}" -le 40 ] || fail "a line is wider than the 40-column terminal: $line"
+done < <(pane)
+pane | head -1 | grep -qE '^mall top — .{25,}$' || fail "the first line should be the header, cut at 40 columns"
+pane | tail -1 | grep -q '^sort: name  ' || fail "the last line should be the footer, cut at 40 columns"
+show_pane
+"${TMUX_CMD[@]}" resize-window -t top -x 120 -y 30
+wait_for 5 "both rows back in a 30-line terminal" eval 'pane_has "^alpha " && pane_has "^beta " && pane_lacks "more\$"'
+echo "top_check: ok: a resize cuts the lines and counts the rows left out"
+
 # A job that ends vanishes; alpha grows to both cpus and lends; the admin's thread count shows.
 kill -TERM "$beta_pid"
 wait "$beta_pid" 2>/dev/null || true
