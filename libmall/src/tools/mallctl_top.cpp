@@ -275,8 +275,8 @@ struct Frame {
 };
 
 struct FrameInput {
-    const json *status = nullptr;  // malld's status, or null when unreachable
-    std::string unreachable;       // why malld could not be reached
+    const json *status = nullptr;  // malld's status, or null when there is none
+    std::string no_status;         // then why: "malld unreachable: ..." or "malld refused: ..."
     double last_answer = 0;        // epoch of malld's last status; 0: none yet
     double now = 0;
     SortKey sort = SortKey::Name;
@@ -360,7 +360,7 @@ std::string header_line(const FrameInput &in) {
     const std::string dash = std::string(" ") + in.glyphs.dash + " ";
     std::string line = "mall top" + dash + host + dash + local_clock(in.now) + "   ";
     if (!in.status) {
-        line += "malld unreachable: " + in.unreachable + "; retrying every " + format("%g", in.interval_s) + " s";
+        line += in.no_status + "; retrying every " + format("%g", in.interval_s) + " s";
         return line;
     }
     const json &s = *in.status;
@@ -635,7 +635,8 @@ int run_live(const TopOptions &options, const StatusFetcher &fetch_status) {
             if (Clock::now() >= next_fetch) {
                 Fetched f = fetch_quietly(fetch_status);
                 status = std::move(f.status);
-                in.unreachable = f.why;
+                if (!status)
+                    in.no_status = (f.exit_code == kExitUnreachable ? "malld unreachable: " : "no status: ") + f.why;
                 if (status) in.last_answer = epoch_now();
                 next_fetch = Clock::now() + interval;
             }
