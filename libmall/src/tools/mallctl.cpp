@@ -1,6 +1,6 @@
 // mallctl.cpp — the administrator's command line for malld: status, set, policy, reclaim,
-// release, watch; metrics and history (tools/mallctl_reports.cpp); and signal
-// (tools/mallctl_signal.cpp), which talks to a process, not to malld.
+// release, watch; metrics and history (tools/mallctl_reports.cpp); top (tools/mallctl_top.cpp);
+// and signal (tools/mallctl_signal.cpp), which talks to a process, not to malld.
 // Validates every argument (cpu lists included) locally before sending anything.
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <sys/time.h>
@@ -33,6 +33,7 @@
 #include "tools/exit_codes.hpp"
 #include "tools/mallctl_reports.hpp"
 #include "tools/mallctl_signal.hpp"
+#include "tools/mallctl_top.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -188,6 +189,7 @@ const Command kCommands[] = {
      "  mallctl watch --timeout-s 10\n"},
     {"metrics", kMetricsSynopsis, kMetricsSummary, kMetricsDetails},
     {"history", kHistorySynopsis, kHistorySummary, kHistoryDetails},
+    {"top", kTopSynopsis, kTopSummary, kTopDetails},
     {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails},
 };
 
@@ -239,7 +241,7 @@ void print_main_help(std::ostream &out) {
            "  --version       print the version\n"
            "\n"
            "CPU lists use the Linux list format: \"0-3,8\" (ascending or not, no spaces).\n"
-           "status, watch, metrics and history are open to everyone; set, policy, reclaim and\n"
+           "status, watch, metrics, history and top are open to everyone; set, policy, reclaim and\n"
            "release need root or an admin uid of malld. signal talks to a process, not to malld:\n"
            "its owner or root may.\n"
            "\n"
@@ -812,6 +814,9 @@ const std::map<std::string, Handler> &handlers() {
          }},
         {"history", [](const Globals &g, const std::vector<std::string> &a) {
              return cmd_history(a, status_fetcher(g), [](const std::string &what) { return usage_error("history", what); });
+         }},
+        {"top", [](const Globals &g, const std::vector<std::string> &a) {
+             return cmd_top(a, status_fetcher(g), [](const std::string &what) { return usage_error("top", what); });
          }},
         {"signal", [](const Globals &, const std::vector<std::string> &a) {
              return cmd_signal(a, [](const std::string &what) { return usage_error("signal", what); });

@@ -1,0 +1,726 @@
+// mallctl_top.cpp — `mallctl top` (see mallctl_top.hpp). Three parts: a frame renderer (status
+// JSON in, lines of text out, no terminal involved), the live terminal (termios, alternate
+// screen, signals; an RAII guard that gives everything back), and the two loops: live (redraw on
+// a timer and on keys, retry while malld is away) and plain (--once / --batch N, no escapes).
+#include "tools/mallctl_top.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "common/cpuset.hpp"
+#include "tools/exit_codes.hpp"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+namespace mall::tools {
+
+const char *const kTopSynopsis = "top [--interval S] [--sort KEY] [--reverse] [--once | --batch N]";
+const char *const kTopSummary = "a live view of the pool and the jobs' cores, refreshed every second";
+const char *const kTopDetails =
+    "Shows malld's status as a live terminal view, redrawn every --interval seconds and at once\n"
+    "on a key. The header names the node, the time, malld's version, policy and backend; the\n"
+    "next line the pool, its free and reclaimed cpus, the jobs registered and ended, and the\n"
+    "node's lent core-seconds. Then one row per job:\n"
+    "  JOB      the job name                    UID   the owner's uid\n"
+    "  CPUS     the cpus it holds / its MIN-MAX limits, e.g. 2/1-4\n"
+    "  CORES    one cell per cpu of the pool, in order: # the job holds it, . it does not; a\n"
+    "           pool wider than the terminal is scaled (a cell covers several cpus: # all held,\n"
+    "           : some held)\n"
+    "  THREADS  the threads its processes were told to run\n"
+    "  ACK      its last acknowledgement latency (publication to ack); - before the first\n"
+    "  LENT-S   its lent core-seconds: cpus held above its guaranteed cpus (or its min) times\n"
+    "           the time held\n"
+    "  STATE    settled, or changing while a move waits for the job's ack; then \",pinned\"\n"
+    "           (mallctl set --cpus) and \",oversub\" (more threads than cpus after an ack timeout)\n"
+    "Lines are cut at the terminal's width; rows that do not fit end in a \"N more\" line. When\n"
+    "malld cannot be reached the header says so and top keeps trying until you quit.\n"
+    "\n"
+    "The terminal is given back as it was on every exit (q, Ctrl-C, SIGTERM, SIGHUP, an error).\n"
+    "When stdout is not a terminal, top prints one frame, as with --once, unless --batch is given.\n"
+    "\n"
+    "Options:\n"
+    "  --interval S   seconds between refreshes, 0.2 to 60 (default 1)\n"
+    "  --sort KEY     sort the jobs by name (A to Z), cpus, lent or ack (largest first);\n"
+    "                 default name\n"
+    "  --reverse      reverse the order\n"
+    "  --once         print one frame as plain text, without escape codes, and exit\n"
+    "  --batch N      print N frames as plain text, one every --interval, separated by blank\n"
+    "                 lines (as top -b -n N)\n"
+    "\n"
+    "Keys:\n"
+    "  q, Ctrl-C   quit\n"
+    "  s           sort by the next key: name, cpus, lent, ack\n"
+    "  r           reverse the order\n"
+    "  h, ?        show the keys in the footer\n"
+    "  any other   refresh now\n"
+    "\n"
+    "Exit status: 0 done; 2 usage error; 3 malld could not be reached (with --once or --batch; the\n"
+    "live view keeps trying).\n"
+    "\n"
+    "Anyone may run it.\n"
+    "\n"
+    "Examples:\n"
+    "  mallctl top\n"
+    "  mallctl top --interval 0.5 --sort lent\n"
+    "  mallctl top --once\n"
+    "  mallctl top --batch 5 --interval 2 > top.log\n";
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+enum class SortKey { Name, Cpus, Lent, Ack };
+constexpr SortKey kSortOrder[] = {SortKey::Name, SortKey::Cpus, SortKey::Lent, SortKey::Ack};
+
+const char *sort_name(SortKey key) {
+    switch (key) {
+    case SortKey::Name: return "name";
+    case SortKey::Cpus: return "cpus";
+    case SortKey::Lent: return "lent";
+    case SortKey::Ack: return "ack";
+    }
+    return "?";
+}
+
+SortKey next_sort(SortKey key) {
+    const size_t n = std::size(kSortOrder);
+    for (size_t i = 0; i < n; ++i)
+        if (kSortOrder[i] == key) return kSortOrder[(i + 1) % n];
+    return SortKey::Name;
+}
+
+struct TopOptions {
+    double interval_s = 1.0;
+    SortKey sort = SortKey::Name;
+    bool reversed = false;
+    bool once = false;
+    long batch = 0;  // 0: not given
+};
+
+constexpr double kMinInterval = 0.2, kMaxInterval = 60;
+constexpr long kMaxBatch = 1000000;
+
+// Parses the command's arguments; on a bad one returns the words for usage_error.
+std::optional<std::string> parse_options(const std::vector<std::string> &args, TopOptions *o) {
+    po::options_description options;
+    options.add_options()("interval", po::value<std::string>(), "")("sort", po::value<std::string>(), "")(
+        "reverse", po::bool_switch(), "")("once", po::bool_switch(), "")("batch", po::value<std::string>(), "");
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(args).options(options).run(), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        return std::string(e.what());
+    }
+    if (vm.count("interval")) {
+        const std::string text = vm["interval"].as<std::string>();
+        char *end = nullptr;
+        errno = 0;
+        const double s = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno != 0 || !(s >= kMinInterval && s <= kMaxInterval))
+            return "--interval must be a number of seconds from 0.2 to 60, e.g. --interval 0.5 (got '" + text + "')";
+        o->interval_s = s;
+    }
+    if (vm.count("sort")) {
+        const std::string text = vm["sort"].as<std::string>();
+        bool known = false;
+        for (SortKey key : kSortOrder)
+            if (text == sort_name(key)) o->sort = key, known = true;
+        if (!known) return "--sort takes name, cpus, lent or ack (got '" + text + "')";
+    }
+    o->reversed = vm["reverse"].as<bool>();
+    o->once = vm["once"].as<bool>();
+    if (vm.count("batch")) {
+        const std::string text = vm["batch"].as<std::string>();
+        char *end = nullptr;
+        errno = 0;
+        const long n = std::strtol(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxBatch)
+            return "--batch must be a number of frames from 1 to " + std::to_string(kMaxBatch) +
+                   ", e.g. --batch 3 (got '" + text + "')";
+        o->batch = n;
+    }
+    if (o->once && o->batch) return "give --once or --batch N, not both (--once is --batch 1)";
+    return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text. Lines are measured in columns, not bytes: the header's dashes and the "µs" are UTF-8
+// (one column each), and a terminal without UTF-8 gets ASCII instead.
+
+struct Glyphs {
+    const char *dash, *ellipsis, *micro;
+};
+constexpr Glyphs kUtf8Glyphs{"\u2014", "\u2026", "\u00b5s"};
+constexpr Glyphs kAsciiGlyphs{"-", "...", "us"};
+
+bool locale_is_utf8() {
+    for (const char *name : {"LC_ALL", "LC_CTYPE", "LANG"}) {
+        const char *value = std::getenv(name);
+        if (value == nullptr || *value == '\0') continue;  // the first one set decides, as in setlocale
+        std::string v = value;
+        std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+        return v.find("utf-8") != std::string::npos || v.find("utf8") != std::string::npos;
+    }
+    return false;
+}
+
+size_t columns(const std::string &s) {
+    size_t n = 0;
+    for (unsigned char c : s)
+        if ((c & 0xC0) != 0x80) ++n;  // count every byte but UTF-8 continuation bytes
+    return n;
+}
+
+// The first `width` columns of s (whole characters); width 0 means no limit.
+std::string fit(const std::string &s, size_t width) {
+    if (width == 0) return s;
+    size_t n = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
+        if (n++ == width) return s.substr(0, i);
+    }
+    return s;
+}
+
+std::string pad(const std::string &s, size_t width) {
+    const size_t n = columns(s);
+    return n >= width ? s : s + std::string(width - n, ' ');
+}
+
+std::string format(const char *fmt, double x) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, fmt, x);
+    return buffer;
+}
+
+std::string local_clock(double epoch) {
+    const time_t t = static_cast<time_t>(epoch);
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char buffer[16];
+    std::strftime(buffer, sizeof buffer, "%H:%M:%S", &tm);
+    return buffer;
+}
+
+double epoch_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The last ack latency: "850µs", "2.3ms", "45ms", "1.2s"; "-" when there is none (-1).
+std::string ack_text(double us, const Glyphs &g) {
+    if (!(us >= 0)) return "-";
+    if (us < 1000) return format("%.0f", us) + g.micro;
+    if (us < 10000) return format("%.1fms", us / 1000);
+    if (us < 1e6) return format("%.0fms", us / 1000);
+    return format("%.1fs", us / 1e6);
+}
+
+// Fields of malld's status, read defensively: a missing or mistyped field gives the fallback.
+std::string str_field(const json &j, const char *key, const std::string &fallback = "-") {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (it->is_string()) return it->get<std::string>().empty() ? fallback : it->get<std::string>();
+    return it->dump();
+}
+
+double num_field(const json &j, const char *key, double fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+bool bool_field(const json &j, const char *key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+// A cpu count from a field that is a list ("2-3") or a number.
+std::string cpu_count_field(const json &j, const char *key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return "-";
+    if (it->is_number()) return it->dump();
+    if (!it->is_string()) return "-";
+    auto cpus = CpuSet::parse(it->get<std::string>());
+    return cpus ? std::to_string(cpus->count()) : "-";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The frame: what one refresh shows, as lines, from malld's status (or why there is none).
+
+struct Frame {
+    std::vector<std::string> lines;  // header, table, "N more"
+    std::string footer;              // live view only: the sort and the keys
+};
+
+struct FrameInput {
+    const json *status = nullptr;  // malld's status, or null when there is none
+    std::string no_status;         // then why: "malld unreachable: ..." or "malld refused: ..."
+    double last_answer = 0;        // epoch of malld's last status; 0: none yet
+    double now = 0;
+    SortKey sort = SortKey::Name;
+    bool reversed = false;
+    bool live = false;             // the live view: footer, fit to the terminal
+    bool keys_help = false;        // the footer lists the keys
+    bool keys = false;             // keys can be read (stdin is a terminal)
+    double interval_s = 1;
+    size_t width = 0, height = 0;  // the terminal; 0: no limit
+    Glyphs glyphs = kAsciiGlyphs;
+};
+
+struct JobRow {
+    std::string name, uid, cpus_text, threads, state;
+    CpuSet cpus;
+    int ncpus = 0, min = 0, max = 0;
+    double ack_us = -1, lent = 0;
+};
+
+JobRow job_row(const json &j) {
+    JobRow r;
+    r.name = str_field(j, "job");
+    r.uid = str_field(j, "uid");
+    r.cpus_text = str_field(j, "cpus", "");
+    r.cpus = CpuSet::parse(r.cpus_text).value_or(CpuSet());
+    r.ncpus = static_cast<int>(num_field(j, "ncpus", r.cpus.count()));
+    r.min = static_cast<int>(num_field(j, "min", 0));
+    r.max = static_cast<int>(num_field(j, "max", 0));
+    r.threads = str_field(j, "active_threads");
+    r.ack_us = num_field(j, "last_ack_latency_us", -1);
+    r.lent = num_field(j, "lent_core_seconds", 0);
+    r.state = str_field(j, "state");
+    if (bool_field(j, "pinned")) r.state += ",pinned";
+    if (bool_field(j, "oversubscribed")) r.state += ",oversub";
+    return r;
+}
+
+void sort_rows(std::vector<JobRow> &rows, SortKey key, bool reversed) {
+    auto by = [key](const JobRow &a, const JobRow &b) {
+        switch (key) {  // largest first for the figures; ties by name
+        case SortKey::Name: break;
+        case SortKey::Cpus:
+            if (a.ncpus != b.ncpus) return a.ncpus > b.ncpus;
+            break;
+        case SortKey::Lent:
+            if (a.lent != b.lent) return a.lent > b.lent;
+            break;
+        case SortKey::Ack:
+            if (a.ack_us != b.ack_us) return a.ack_us > b.ack_us;
+            break;
+        }
+        return a.name < b.name;
+    };
+    std::stable_sort(rows.begin(), rows.end(), by);
+    if (reversed) std::reverse(rows.begin(), rows.end());
+}
+
+// The job's cores in `cells` cells over the pool's cpus (ascending): one cell per cpu when they
+// fit, else each cell covers a run of cpus: '#' all held, ':' some, '.' none.
+std::string core_bar(const CpuSet &held, const std::vector<int> &pool, size_t cells) {
+    const size_t n = pool.size();
+    if (n == 0) return "";
+    cells = std::max<size_t>(1, std::min(cells, n));
+    std::string bar;
+    for (size_t c = 0; c < cells; ++c) {
+        const size_t from = c * n / cells, to = (c + 1) * n / cells;
+        size_t count = 0;
+        for (size_t i = from; i < to; ++i) count += held.contains(pool[i]) ? 1 : 0;
+        bar += count == 0 ? '.' : count == to - from ? '#' : ':';
+    }
+    return bar;
+}
+
+std::string header_line(const FrameInput &in) {
+    std::string host;
+    if (in.status) host = str_field(*in.status, "host", "");
+    if (host.empty()) {
+        char name[256] = {};
+        if (::gethostname(name, sizeof name - 1) == 0) host = name;
+    }
+    const std::string dash = std::string(" ") + in.glyphs.dash + " ";
+    std::string line = "mall top" + dash + host + dash + local_clock(in.now) + "   ";
+    if (!in.status) {
+        line += in.no_status + "; retrying every " + format("%g", in.interval_s) + " s";
+        return line;
+    }
+    const json &s = *in.status;
+    return line + "malld " + str_field(s, "version") + ", policy " + str_field(s, "policy") + ", backend " +
+           str_field(s, "backend");
+}
+
+std::string pool_line(const json &s) {
+    const json node = s.contains("node") && s["node"].is_object() ? s["node"] : json::object();
+    const json jobs = s.contains("jobs") && s["jobs"].is_array() ? s["jobs"] : json::array();
+    const std::string pool = str_field(s, "pool");
+    const std::string reclaimed = str_field(s, "reclaimed");
+    std::string line = "POOL " + pool + " (" + cpu_count_field(s, "pool") + " cpus)";
+    line += "  FREE " + cpu_count_field(s, "free");
+    line += "  RECLAIMED " + (reclaimed == "-" ? std::string("0") : cpu_count_field(s, "reclaimed") + " (" + reclaimed + ")");
+    line += "  JOBS " + std::to_string(jobs.size());
+    line += "  ENDED " + str_field(node, "jobs_ended", "0");
+    line += "  LENT core-s total " + format("%.1f", num_field(node, "lent_core_seconds", 0));
+    return line;
+}
+
+std::string footer_line(const FrameInput &in) {
+    if (in.keys_help)
+        return "keys: q or Ctrl-C quit, s next sort (name, cpus, lent, ack), r reverse, h or ? this help, "
+               "any other key refreshes";
+    std::string line = std::string("sort: ") + sort_name(in.sort) + (in.reversed ? ", reversed" : "");
+    line += in.keys ? "   (s sort, r reverse, h keys, q quit)" : "   (keys need a terminal on stdin; Ctrl-C quits)";
+    return line;
+}
+
+Frame render_frame(const FrameInput &in) {
+    Frame frame;
+    if (in.live) frame.footer = footer_line(in);
+    auto &lines = frame.lines;
+    lines.push_back(header_line(in));
+    if (!in.status) {
+        lines.push_back(in.last_answer > 0 ? "no answer from malld since " + local_clock(in.last_answer)
+                                           : std::string("no answer from malld yet"));
+        return frame;
+    }
+    const json &s = *in.status;
+    lines.push_back(pool_line(s));
+    lines.push_back("");
+
+    std::vector<JobRow> rows;
+    if (s.contains("jobs") && s["jobs"].is_array())
+        for (const json &j : s["jobs"])
+            if (j.is_object()) rows.push_back(job_row(j));
+    if (rows.empty()) {
+        lines.push_back("no jobs registered");
+        return frame;
+    }
+    sort_rows(rows, in.sort, in.reversed);
+
+    const std::vector<int> pool = CpuSet::parse(str_field(s, "pool", "")).value_or(CpuSet()).to_vector();
+    // Columns: every one but CORES sized to its widest cell; CORES gets one cell per cpu, or
+    // what is left of the terminal's width when that is less.
+    enum { kJob, kUid, kCpus, kCores, kThreads, kAck, kLent, kState, kColumns };
+    const char *titles[kColumns] = {"JOB", "UID", "CPUS", "CORES", "THREADS", "ACK", "LENT-S", "STATE"};
+    std::vector<std::vector<std::string>> cells;
+    for (const JobRow &r : rows)
+        cells.push_back({r.name, r.uid, std::to_string(r.ncpus) + "/" + std::to_string(r.min) + "-" + std::to_string(r.max),
+                         "", r.threads, ack_text(r.ack_us, in.glyphs), format("%.1f", r.lent), r.state});
+    size_t width[kColumns];
+    size_t others = 0;
+    for (int c = 0; c < kColumns; ++c) {
+        width[c] = columns(titles[c]);
+        for (const auto &row : cells) width[c] = std::max(width[c], columns(row[c]));
+        if (c != kCores) others += width[c] + 2;
+    }
+    size_t bar_cells = pool.size();
+    if (in.width > 0 && others + bar_cells + 2 > in.width)
+        bar_cells = std::max<size_t>(std::min<size_t>(8, pool.size()), in.width > others + 2 ? in.width - others - 2 : 0);
+    for (size_t i = 0; i < rows.size(); ++i) cells[i][kCores] = core_bar(rows[i].cpus, pool, bar_cells);
+    width[kCores] = std::max(columns(titles[kCores]), bar_cells);
+
+    auto table_line = [&](const std::vector<std::string> &row) {
+        std::string line;
+        for (int c = 0; c < kColumns; ++c) line += c + 1 < kColumns ? pad(row[c], width[c] + 2) : row[c];
+        return line;
+    };
+    lines.push_back(table_line(std::vector<std::string>(std::begin(titles), std::end(titles))));
+
+    size_t shown = rows.size();
+    if (in.height > 0) {
+        const size_t used = lines.size() + (in.live ? 1 : 0);  // the footer has the last row
+        const size_t room = in.height > used ? in.height - used : 0;
+        if (room < rows.size()) shown = room > 0 ? room - 1 : 0;
+    }
+    for (size_t i = 0; i < shown; ++i) lines.push_back(table_line(cells[i]));
+    if (shown < rows.size() && in.height > lines.size() + (in.live ? 1 : 0))
+        lines.push_back(std::string(in.glyphs.ellipsis) + " " + std::to_string(rows.size() - shown) + " more");
+    return frame;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fetching. The fetcher explains a failure on std::cerr, which in the live view would scribble
+// over the screen: its words are caught and shown in the header instead.
+
+struct Fetched {
+    std::optional<json> status;
+    std::string why;  // when !status: the fetcher's first line, without "mallctl: "
+    int exit_code = kExitOk;
+};
+
+Fetched fetch_quietly(const StatusFetcher &fetch_status) {
+    std::ostringstream words;
+    struct Redirect {
+        std::streambuf *saved;
+        explicit Redirect(std::streambuf *to) : saved(std::cerr.rdbuf(to)) {}
+        ~Redirect() { std::cerr.rdbuf(saved); }
+    };
+    Fetched f;
+    {
+        Redirect redirect(words.rdbuf());
+        f.status = fetch_status(&f.exit_code);
+    }
+    if (!f.status) {
+        std::string first = words.str().substr(0, words.str().find('\n'));
+        if (first.rfind("mallctl: ", 0) == 0) first.erase(0, 9);
+        f.why = first.empty() ? "no status" : first;
+    }
+    return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The live terminal. Signal handlers only set flags; the loop acts on them.
+
+volatile sig_atomic_t g_stop_signal = 0;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT: leave
+volatile sig_atomic_t g_resized = 0;      // SIGWINCH: read the size again
+volatile sig_atomic_t g_suspend = 0;      // SIGTSTP (Ctrl-Z): give the terminal back, then stop
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_winch(int) { g_resized = 1; }
+extern "C" void on_tstp(int) { g_suspend = 1; }
+
+void write_all(int fd, const std::string &text) {
+    size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;  // the terminal is gone (EIO after a hangup): nothing left to draw on
+        done += static_cast<size_t>(n);
+    }
+}
+
+class LiveTerminal {
+public:
+    // Installs the handlers, then takes the terminal: alternate screen, hidden cursor, and when
+    // stdin is a terminal no echo and no line buffering (signals from keys such as Ctrl-C stay).
+    LiveTerminal() {
+        struct sigaction sa {};
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR and the loop sees the flag at once
+        for (size_t i = 0; i < std::size(kHandled); ++i) {
+            sa.sa_handler = kHandled[i] == SIGWINCH ? on_winch : kHandled[i] == SIGTSTP ? on_tstp : on_stop_signal;
+            ::sigaction(kHandled[i], &sa, &saved_actions_[i]);
+        }
+        keys_ = ::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved_termios_) == 0;
+        enter();
+        read_size();
+    }
+    ~LiveTerminal() {
+        leave();
+        for (size_t i = 0; i < std::size(kHandled); ++i) ::sigaction(kHandled[i], &saved_actions_[i], nullptr);
+    }
+    LiveTerminal(const LiveTerminal &) = delete;
+    LiveTerminal &operator=(const LiveTerminal &) = delete;
+
+    bool keys() const { return keys_; }
+    size_t width() const { return width_; }
+    size_t height() const { return height_; }
+
+    void read_size() {
+        winsize ws{};
+        if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) {
+            width_ = ws.ws_col;
+            height_ = ws.ws_row;
+        }
+    }
+
+    // Ctrl-Z: give the terminal back, stop as the default action would, take it again on SIGCONT.
+    void suspend() {
+        leave();
+        struct sigaction dfl {}, mine {};
+        sigemptyset(&dfl.sa_mask);
+        dfl.sa_handler = SIG_DFL;
+        ::sigaction(SIGTSTP, &dfl, &mine);
+        ::raise(SIGTSTP);  // stops here until SIGCONT
+        ::sigaction(SIGTSTP, &mine, nullptr);
+        enter();
+        read_size();
+    }
+
+    void draw(const Frame &frame) {
+        std::string out;
+        const size_t rows = height_;
+        for (size_t row = 1; row <= rows; ++row) {
+            std::string text;
+            if (row == rows) text = fit(frame.footer, width_ - 1);  // never the last cell: no scroll
+            else if (row <= frame.lines.size()) text = fit(frame.lines[row - 1], width_);
+            out += "\x1b[" + std::to_string(row) + ";1H" + text + "\x1b[K";
+        }
+        write_all(STDOUT_FILENO, out);
+    }
+
+    // A key, or 0 when none is waiting.
+    char read_key() {
+        if (!keys_) return 0;
+        char buffer[64];
+        const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+        if (n <= 0) return 0;
+        // An escape sequence (arrows, function keys) is one key that means nothing here; its
+        // letters must not be read as commands.
+        if (buffer[0] == '\x1b') return ' ';
+        return buffer[n - 1];
+    }
+
+private:
+    static constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGTSTP};
+
+    void enter() {
+        if (entered_) return;
+        if (keys_) {
+            termios raw = saved_termios_;
+            raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+            raw.c_cc[VMIN] = 0;
+            raw.c_cc[VTIME] = 0;
+            while (::tcsetattr(STDIN_FILENO, TCSANOW, &raw) != 0 && errno == EINTR) {}
+        }
+        write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J");
+        entered_ = true;
+    }
+
+    void leave() {
+        if (!entered_) return;
+        write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
+        if (keys_)
+            while (::tcsetattr(STDIN_FILENO, TCSADRAIN, &saved_termios_) != 0 && errno == EINTR) {}
+        entered_ = false;
+    }
+
+    bool keys_ = false, entered_ = false;
+    termios saved_termios_{};
+    struct sigaction saved_actions_[std::size(kHandled)] {};
+    size_t width_ = 80, height_ = 24;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The loops.
+
+int run_live(const TopOptions &options, const StatusFetcher &fetch_status) {
+    g_stop_signal = 0;
+    g_resized = 0;
+    g_suspend = 0;
+    int stop_signal = 0;
+    {
+        LiveTerminal term;
+        FrameInput in;
+        in.live = true;
+        in.keys = term.keys();
+        in.sort = options.sort;
+        in.reversed = options.reversed;
+        in.interval_s = options.interval_s;
+        in.glyphs = locale_is_utf8() ? kUtf8Glyphs : kAsciiGlyphs;
+        std::optional<json> status;
+        using Clock = std::chrono::steady_clock;
+        const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.interval_s));
+        auto next_fetch = Clock::now();
+        bool quit = false;
+        while (!quit && !g_stop_signal) {
+            if (Clock::now() >= next_fetch) {
+                Fetched f = fetch_quietly(fetch_status);
+                status = std::move(f.status);
+                if (!status)
+                    in.no_status = (f.exit_code == kExitUnreachable ? "malld unreachable: " : "no status: ") + f.why;
+                if (status) in.last_answer = epoch_now();
+                next_fetch = Clock::now() + interval;
+            }
+            if (g_suspend) {
+                g_suspend = 0;
+                term.suspend();
+            }
+            if (g_resized) {
+                g_resized = 0;
+                term.read_size();
+            }
+            if (g_stop_signal) break;
+            in.status = status ? &*status : nullptr;
+            in.now = epoch_now();
+            in.width = term.width();
+            in.height = term.height();
+            Frame frame;
+            try {
+                frame = render_frame(in);
+            } catch (const std::exception &e) {  // a status this mallctl cannot read: say so, go on
+                frame.lines = {header_line(in), std::string("cannot show malld's status: ") + e.what()};
+                frame.footer = footer_line(in);
+            }
+            term.draw(frame);
+
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_fetch - Clock::now());
+            pollfd p{STDIN_FILENO, POLLIN, 0};
+            const int ready = ::poll(&p, term.keys() ? 1 : 0, static_cast<int>(std::max<long>(0, left.count()) + 1));
+            if (ready <= 0 || !(p.revents & (POLLIN | POLLHUP))) continue;  // timeout, or a signal
+            const char key = term.read_key();
+            if (key == 0) {
+                if (p.revents & POLLHUP) quit = true;  // the terminal is gone
+                continue;
+            }
+            const bool was_help = in.keys_help;
+            in.keys_help = false;
+            switch (key) {
+            case 'q': case 'Q': case '\x03': quit = true; break;  // \x03: Ctrl-C without ISIG
+            case 's': in.sort = next_sort(in.sort); break;
+            case 'r': in.reversed = !in.reversed; break;
+            case 'h': case '?': in.keys_help = !was_help; break;
+            default: next_fetch = Clock::now(); break;  // any other key: refresh now
+            }
+        }
+        stop_signal = g_stop_signal;
+    }  // the terminal is given back here, before anything else is printed or raised
+    if (stop_signal != 0 && stop_signal != SIGINT) {
+        // SIGTERM, SIGHUP, SIGQUIT: end as the signal would have, now that the terminal is restored.
+        ::signal(stop_signal, SIG_DFL);
+        ::raise(stop_signal);
+    }
+    return kExitOk;  // q and Ctrl-C are the ordinary ways out
+}
+
+int run_plain(const TopOptions &options, long frames, const StatusFetcher &fetch_status) {
+    FrameInput in;
+    in.sort = options.sort;
+    in.reversed = options.reversed;
+    in.interval_s = options.interval_s;
+    in.glyphs = locale_is_utf8() ? kUtf8Glyphs : kAsciiGlyphs;
+    for (long i = 0; i < frames; ++i) {
+        if (i > 0) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_s));
+            std::cout << "\n";
+        }
+        int rc = kExitOk;
+        auto status = fetch_status(&rc);  // says why on stderr when it fails
+        if (!status) return rc;
+        in.status = &*status;
+        in.now = epoch_now();
+        for (const std::string &line : render_frame(in).lines) std::cout << line << "\n";
+        std::cout.flush();
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+int cmd_top(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error) {
+    TopOptions options;
+    if (auto why = parse_options(args, &options)) return usage_error(*why);
+    if (options.batch > 0) return run_plain(options, options.batch, fetch_status);
+    if (options.once || !::isatty(STDOUT_FILENO)) return run_plain(options, 1, fetch_status);
+    return run_live(options, fetch_status);
+}
+
+}  // namespace mall::tools
