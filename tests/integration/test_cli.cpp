@@ -534,5 +534,46 @@ TEST_F(Cli, WatchPrintsOneJsonLinePerEvent) {
     }
 }
 
+// A node with many jobs (a modelled 256-cpu node, 120 jobs): malld's status is far over the
+// protocol's 64 KiB packet payload, and comes whole through a sealed memfd: mallctl status --json,
+// metrics and top list every job.
+TEST(CliLargeStatus, ANodeWithHundredsOfJobsIsReportedWhole) {
+    MalldOptions options;
+    options.backend = "affinity";
+    options.cpus = "";
+    options.log_level = "warn";
+    options.extra_args = {"--topology", "pack:2 core:64 pu:2"};
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    constexpr int kJobs = 120;
+    std::vector<std::unique_ptr<Child>> tasks;
+    auto ctl = mall::CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    for (int i = 0; i < kJobs; ++i) {
+        tasks.push_back(std::make_unique<Child>(std::vector<std::string>{"/bin/sleep", "120"}));
+        json job{{"job", "many-jobs-on-a-big-node-" + std::to_string(i)}, {"uid", ::getuid()},
+                 {"pids", {tasks.back()->pid()}}, {"min", 1}, {"max", 2}};
+        auto r = ctl->request(mall::proto::Type::Register, job, 20s);
+        ASSERT_TRUE(r.ok) << "job " << i << ": " << r.error;
+    }
+    auto status = run_command(mallctl_argv(malld.socket(), {"status", "--json"}));
+    ASSERT_EQ(status.exit_code, 0) << status.err;
+    const json s = json::parse(status.out, nullptr, false);
+    ASSERT_FALSE(s.is_discarded());
+    EXPECT_EQ(s["jobs"].size(), static_cast<size_t>(kJobs));
+    EXPECT_GT(s.dump().size(), mall::proto::kMaxPayload) << "the status should need more than one packet";
+    auto metrics = run_command(mallctl_argv(malld.socket(), {"metrics"}));
+    ASSERT_EQ(metrics.exit_code, 0) << metrics.err;
+    size_t job_lines = 0;
+    for (size_t at = metrics.out.find("\nmall_job_cpus{"); at != std::string::npos;
+         at = metrics.out.find("\nmall_job_cpus{", at + 1))
+        ++job_lines;
+    EXPECT_EQ(job_lines, static_cast<size_t>(kJobs));
+    auto top = run_command(mallctl_argv(malld.socket(), {"top", "--once"}));
+    ASSERT_EQ(top.exit_code, 0) << top.err;
+    EXPECT_NE(top.out.find("JOBS " + std::to_string(kJobs)), std::string::npos) << top.out.substr(0, 400);
+}
+
 }  // namespace
 }  // namespace mall::test
