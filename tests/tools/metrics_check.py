@@ -4,7 +4,8 @@ malld (--metrics-file, affinity backend on cpus 0-1, so it needs no root), real 
 mallrun (mall_test_client: one that steps and acks, one that never steps, so a shrink times out),
 Prometheus' own parser (Debian's python3-prometheus-client) on both `mallctl metrics` and the
 file, every value compared with `mallctl status --json`; then `mallctl history` after the jobs
-end, and the node's totals across a malld restart. Bad flags exit 2 and change nothing.
+end, and the node's totals across a malld restart, also for a job that ends while malld is down.
+Bad flags exit 2 and change nothing.
 
 Usage: metrics_check.py BIN_DIR      (exit 0 pass, 1 fail; a 300 s watchdog fails a hang)
 """
@@ -35,8 +36,16 @@ HISTORY = os.path.join(TMP, "malld.history.jsonl")
 children = []
 
 
+MALLD_LOG = os.path.join(TMP, "malld.log")
+
+
 def fail(what):
     print(f"metrics_check: FAIL: {what}", file=sys.stderr)
+    try:  # what malld said last, to see why
+        with open(MALLD_LOG) as log:
+            print("--- malld's log (tail):\n" + "".join(log.readlines()[-20:]), file=sys.stderr)
+    except OSError:
+        pass
     sys.exit(1)
 
 
@@ -110,7 +119,8 @@ def wait_for(predicate, what, seconds=30):
 
 
 def start_malld():
-    proc = start(malld_argv(), stderr=subprocess.PIPE, text=True)
+    with open(MALLD_LOG, "a") as log:  # a file, never a pipe nobody reads (malld would block)
+        proc = start(malld_argv(), stderr=log)
     wait_for(lambda: os.path.exists(SOCKET) and mallctl("status", check_rc=False).returncode == 0,
              "malld to serve")
     return proc
@@ -175,7 +185,7 @@ def main():
         b, a = job(before, name), job(after, name)
         uid = str(a["uid"])
         check(uid == str(os.getuid()), f"{name}'s uid label {uid}")
-        labels = {"job": name, "uid": uid}
+        labels = {"mall_job": name, "uid": uid}
         check(value(samples, "mall_job_cpus", **labels) == a["ncpus"] == 1, f"{name}: mall_job_cpus")
         check(value(samples, "mall_job_lent_cpus", **labels) == a["lent_cpus"] == 0, f"{name}: lent cpus")
         check(value(samples, "mall_job_min_cpus", **labels) == 1 and value(samples, "mall_job_max_cpus", **labels) == 2,
@@ -192,15 +202,15 @@ def main():
         check(value(samples, "mall_job_ack_latency_seconds_bucket", le="+Inf", **labels) == count,
               f"{name}: +Inf bucket")
     # lazy held both cpus (one lent) before busy came: its lent core-seconds are above zero.
-    check(value(samples, "mall_job_lent_core_seconds_total", job="lazy", uid=str(os.getuid())) > 0,
+    check(value(samples, "mall_job_lent_core_seconds_total", mall_job="lazy", uid=str(os.getuid())) > 0,
           "lazy lent core-seconds")
     # lazy timed out on a shrink from 2 threads to 1 cpu: oversubscribed, and still so.
-    check(value(samples, "mall_job_ack_timeouts_total", job="lazy", uid=str(os.getuid())) >= 1, "lazy timeouts")
-    check(value(samples, "mall_job_oversubscribed", job="lazy", uid=str(os.getuid())) == 1, "lazy oversubscribed")
-    check(value(samples, "mall_job_oversubscribed_seconds_total", job="lazy", uid=str(os.getuid())) > 0,
+    check(value(samples, "mall_job_ack_timeouts_total", mall_job="lazy", uid=str(os.getuid())) >= 1, "lazy timeouts")
+    check(value(samples, "mall_job_oversubscribed", mall_job="lazy", uid=str(os.getuid())) == 1, "lazy oversubscribed")
+    check(value(samples, "mall_job_oversubscribed_seconds_total", mall_job="lazy", uid=str(os.getuid())) > 0,
           "lazy oversubscribed seconds")
     # busy acknowledged its changes: latency observed, last latency matches the status.
-    busy_labels = {"job": "busy", "uid": str(os.getuid())}
+    busy_labels = {"mall_job": "busy", "uid": str(os.getuid())}
     check(value(samples, "mall_job_ack_latency_seconds_count", **busy_labels) >= 1, "busy acks")
     last = value(samples, "mall_job_last_ack_latency_seconds", **busy_labels)
     check(0 < last < 0.5 and abs(last - job(after, "busy")["last_ack_latency_us"] / 1e6) < 1e-9,
@@ -261,11 +271,39 @@ def main():
     samples, _ = families(mallctl("metrics").stdout)
     check(value(samples, "mall_jobs_ended_total") == 2, "jobs ended after a restart")
     check(abs(value(samples, "mall_lent_core_seconds_total") - lent_total) < 1e-6, "lent total after a restart")
+
+    # A job that ends while malld is down keeps its figures: the next malld counts it as ended, its
+    # record says so, and no counter goes back.
+    away = start([f"{BIN}/mallrun", "--socket", SOCKET, "--malleable=1:2", "--job", "away", "--",
+                  client, "--threads", "2", "--step-us", "2000", "--duration-s", "60"],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: any(j["job"] == "away" and j["ncpus"] == 2 for j in status()["jobs"]), "away to hold 2 cpus")
+    time.sleep(1.0)
+    away_pids = job(status(), "away")["pids"]
+    samples, _ = families(mallctl("metrics").stdout)
+    lent_before_stop = value(samples, "mall_lent_core_seconds_total")
+    check(stop(malld) == 0, "malld's clean stop with a job running")
+    stop(away, signal.SIGKILL)
+    for pid in away_pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not any(os.path.exists(f"/proc/{pid}/stat") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+                             for pid in away_pids), "away's processes to end")
+    malld = start_malld()
+    samples, _ = families(mallctl("metrics").stdout)
+    check(value(samples, "mall_jobs_ended_total") == 3, "the job that ended while malld was away is counted")
+    lent_after = value(samples, "mall_lent_core_seconds_total")
+    check(lent_after >= lent_before_stop, f"lent total went back across the restart: {lent_before_stop} -> {lent_after}")
+    records = json.loads(mallctl("history", "--job", "away", "--json").stdout)
+    check(len(records) == 1 and records[0]["reason"] == "ended while malld was away" and
+          records[0]["lent_core_seconds"] >= 1, f"away's record {records}")
     stop(malld)
     # The history is readable without malld.
     r = subprocess.run([f"{BIN}/mallctl", "--socket", SOCKET, "history", "--file", HISTORY, "--json"],
                        capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0 and len(json.loads(r.stdout)) == 2, f"history --file: {r.returncode} {r.stderr}")
+    check(r.returncode == 0 and len(json.loads(r.stdout)) == 3, f"history --file: {r.returncode} {r.stderr}")
     r = subprocess.run([f"{BIN}/mallctl", "--socket", SOCKET, "history"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 3 and "--file" in r.stderr, f"history without malld: {r.returncode} {r.stderr}")
     print("metrics_check: ok")

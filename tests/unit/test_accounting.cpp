@@ -157,6 +157,44 @@ TEST_F(AccountingTest, OversubscriptionRunsFromTheTimeoutToTheLateAck) {
     EXPECT_NEAR(s["node"]["oversubscribed_seconds"].get<double>(), 4, 1e-6);
 }
 
+// After a late ack the processes run what the page says: a later timed-out grow (2 -> 4 cpus,
+// threads still 2) is no oversubscription, though the job once ran 4 threads.
+TEST_F(AccountingTest, ALateAckResetsWhatTheProcessesRun) {
+    NodeManager &nm = *manager_;
+    ASSERT_TRUE(nm.register_job(spec("a", 1, 4), at(0)).ok);
+    ASSERT_TRUE(nm.attach("a", 1).ok);  // 4 threads on 4 cpus
+    ASSERT_TRUE(nm.register_job(spec("b", 1, 4), at(1)).ok);
+    const uint64_t shrink = nm.find("a")->generation;
+    nm.tick(at(1) + 2000ms);             // the shrink times out: oversubscribed
+    nm.ack("a", 1, shrink, at(4));       // late: 2 threads on 2 cpus now
+    ASSERT_TRUE(nm.deregister_job("b", at(5)).ok);  // "a" grows to 4; this ack never comes
+    nm.tick(at(5) + 2000ms);
+    const nlohmann::json s = nm.status(at(10));
+    EXPECT_EQ(job_status(s, "a")["ack_timeouts"], 2);
+    EXPECT_EQ(job_status(s, "a")["oversubscribed"], false);
+    EXPECT_NEAR(job_status(s, "a")["oversubscribed_seconds"].get<double>(), 1, 1e-6);
+}
+
+// A saved job malld does not take back at a restart keeps its figures in the node's totals, with
+// an end event, so no counter goes back.
+TEST_F(AccountingTest, ASavedJobThatEndedWhileMalldWasAwayStaysInTheTotals) {
+    NodeManager &nm = *manager_;
+    Job saved;
+    saved.spec = spec("gone", 1, 4);
+    saved.published = saved.cpuset = cpus("0-3");
+    saved.registered_at = at(0);
+    saved.accounted_until = at(20);
+    saved.core_seconds = 80;
+    saved.lent_core_seconds = 60;
+    nm.close_saved_job(saved, "ended while malld was away");
+    EXPECT_EQ(nm.totals().jobs_ended, 1u);
+    EXPECT_NEAR(nm.totals().lent_core_seconds, 60, 1e-9) << "counted up to the saved moment, no further";
+    const auto ends = effects_.named("end");
+    ASSERT_EQ(ends.size(), 1u);
+    EXPECT_EQ(ends[0]["reason"], "ended while malld was away");
+    EXPECT_NEAR(ends[0]["duration_seconds"].get<double>(), 20, 1e-6);
+}
+
 TEST_F(AccountingTest, ATimedOutGrowIsNotOversubscription) {
     NodeManager &nm = *manager_;
     ASSERT_TRUE(nm.register_job(spec("a", 1, 4), at(0)).ok);

@@ -119,7 +119,7 @@ TEST(PrometheusText, EveryMetricOnceWithValuesFromTheStatus) {
     EXPECT_EQ(p.at("mall_jobs"), 2);
     EXPECT_EQ(p.at("mall_free_cpus"), 0);
     EXPECT_EQ(p.at("mall_info{version=\"0.3.0\",policy=\"equal\",backend=\"affinity\"}"), 1);
-    const std::string a = "{job=\"train-a\",uid=\"1000\"}", b = "{job=\"train-b\",uid=\"1001\"}";
+    const std::string a = "{mall_job=\"train-a\",uid=\"1000\"}", b = "{mall_job=\"train-b\",uid=\"1001\"}";
     const auto &ja = status["jobs"][0];
     EXPECT_EQ(p.at("mall_job_cpus" + a), ja["ncpus"].get<double>());
     EXPECT_EQ(p.at("mall_job_lent_cpus" + a), ja["lent_cpus"].get<double>());
@@ -137,21 +137,21 @@ TEST(PrometheusText, EveryMetricOnceWithValuesFromTheStatus) {
     for (const auto &bound : status["histogram_bounds_seconds"]) {
         std::ostringstream le;
         le << bound.get<double>();
-        const double v = p.at("mall_job_ack_latency_seconds_bucket{job=\"train-a\",uid=\"1000\",le=\"" + le.str() + "\"}");
+        const double v = p.at("mall_job_ack_latency_seconds_bucket{mall_job=\"train-a\",uid=\"1000\",le=\"" + le.str() + "\"}");
         EXPECT_GE(v, previous);
         previous = v;
     }
-    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{job=\"train-a\",uid=\"1000\",le=\"+Inf\"}"), 1);
+    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{mall_job=\"train-a\",uid=\"1000\",le=\"+Inf\"}"), 1);
     EXPECT_EQ(p.at("mall_ack_latency_seconds_bucket{le=\"+Inf\"}"), p.at("mall_ack_latency_seconds_count"));
-    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{job=\"train-a\",uid=\"1000\",le=\"0.0025\"}"), 1);
-    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{job=\"train-a\",uid=\"1000\",le=\"0.001\"}"), 0);
+    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{mall_job=\"train-a\",uid=\"1000\",le=\"0.0025\"}"), 1);
+    EXPECT_EQ(p.at("mall_job_ack_latency_seconds_bucket{mall_job=\"train-a\",uid=\"1000\",le=\"0.001\"}"), 0);
 }
 
 TEST(PrometheusText, LabelValuesAreEscapedAndOldStatusesLoseOnlyWhatTheyLack) {
     nlohmann::json status = {{"pool", "0-1"}, {"free", "1"}, {"policy", "equal"},
                              {"jobs", {{{"job", "we\"ird\\job"}, {"uid", 5}, {"ncpus", 1}}}}};
     const std::string text = render_prometheus(status);
-    EXPECT_NE(text.find("mall_job_cpus{job=\"we\\\"ird\\\\job\",uid=\"5\"} 1\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("mall_job_cpus{mall_job=\"we\\\"ird\\\\job\",uid=\"5\"} 1\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("mall_lent_core_seconds_total "), std::string::npos) << "invented a value";
     EXPECT_EQ(text.find("_bucket"), std::string::npos) << "histograms without bounds";
     EXPECT_THROW(render_prometheus(nlohmann::json::object()), std::invalid_argument);
@@ -208,12 +208,15 @@ TEST_F(HistoryFile, SkipsTornAndForeignLinesAndCountsThem) {
     std::string error;
     ASSERT_TRUE(append_history(path_, history_record(end_event("a", 1000), "n"), 1 << 20, &error));
     std::ofstream(path_, std::ios::app) << "{\"format\": \"mall-history-1\", \"job\": \"torn\n"
-                                        << "{\"something\": \"else\"}\n";
+                                        << "{\"something\": \"else\"}\n"
+                                        << "{\"format\": \"mall-history-1\", \"job\": 7, \"time\": 1}\n"
+                                        << "{\"format\": \"mall-history-1\", \"job\": \"x\", \"time\": 1, "
+                                           "\"lent_core_seconds\": \"many\"}\n";
     ASSERT_TRUE(append_history(path_, history_record(end_event("b", 2000), "n"), 1 << 20, &error));
     auto read = read_history(path_, &error);
     ASSERT_TRUE(read) << error;
     EXPECT_EQ(read->records.size(), 2u);
-    EXPECT_EQ(read->skipped_lines, 2u);
+    EXPECT_EQ(read->skipped_lines, 4u);
     EXPECT_TRUE(read_history(dir_ + "/none.jsonl", &error)) << "a missing file is an empty history";
 }
 

@@ -164,3 +164,35 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
     ASSERT_EQ(fake->annotated.size(), 2u);
     EXPECT_EQ(fake->annotated[0], "12 lent_core_s=1.0");
 }
+
+// Two nodes of one job record their figures at the same moment: each read-merge-write that another
+// node's write undid is tried again, so both segments end up in the field.
+TEST(SlurmAdminComment, ANodeWhoseSegmentWasOverwrittenTriesAgain) {
+    std::string field = "set by the site";
+    int writes = 0;
+    auto load = [&](std::string *comment) {
+        *comment = field;
+        return true;
+    };
+    // node2 read the field before node1's first write and writes right after it: node1's segment
+    // is lost once.
+    auto store = [&](const std::string &comment) {
+        field = comment;
+        if (++writes == 1) field = mall::merge_admin_comment("set by the site", "node2", "x=2");
+        return true;
+    };
+    EXPECT_EQ(mall::update_admin_comment(load, store, "node1", "x=1"), mall::CommentUpdate::Kept);
+    EXPECT_EQ(writes, 2);
+    EXPECT_EQ(field, "set by the site;mall:node2:x=2;mall:node1:x=1");
+    // A writer that always wins: given up after the attempts, never a loop.
+    int tries = 0;
+    auto always_lost = [&](const std::string &) {
+        ++tries;
+        field = "someone else";
+        return true;
+    };
+    EXPECT_EQ(mall::update_admin_comment(load, always_lost, "node1", "x=1", 3), mall::CommentUpdate::Lost);
+    EXPECT_EQ(tries, 3);
+    auto refused = [](const std::string &) { return false; };
+    EXPECT_EQ(mall::update_admin_comment(load, refused, "node1", "x=1"), mall::CommentUpdate::Failed);
+}

@@ -45,7 +45,9 @@ bool replace_file_atomically(const std::string &path, const std::string &text, u
         if (error) *error = what + ": " + std::strerror(err);
         return false;
     };
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    // A new file of ours, never one planted under that name (the folder may be shared).
+    ::unlink(temp.c_str());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0) return fail("cannot create " + temp);
     // The umask must not narrow the mode a reader (node_exporter, another user) relies on.
     if (::fchmod(fd, mode) != 0) {

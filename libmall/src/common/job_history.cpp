@@ -56,6 +56,22 @@ bool append_history(const std::string &path, const nlohmann::json &record, uint6
 
 namespace {
 
+// A history record: an object of our format with a job name, a time, and numbers where figures go
+// (readers take them without further checks).
+bool is_record(const nlohmann::json &r) {
+    if (!r.is_object()) return false;
+    auto is = [&](const char *field, auto check) { return r.contains(field) && check(r[field]); };
+    auto number = [](const nlohmann::json &v) { return v.is_number(); };
+    auto text = [](const nlohmann::json &v) { return v.is_string(); };
+    if (!is("format", text) || r["format"] != kHistoryFormat || !is("job", text) || !is("time", number)) return false;
+    for (const char *field : {"duration_seconds", "core_seconds", "lent_core_seconds", "oversubscribed_seconds",
+                              "resizes", "ack_timeouts", "acks", "min", "max", "uid", "started"})
+        if (r.contains(field) && !r[field].is_number()) return false;
+    for (const char *field : {"reason", "host", "guaranteed"})
+        if (r.contains(field) && !r[field].is_string()) return false;
+    return true;
+}
+
 // Returns false when the file exists but cannot be read.
 bool read_lines(const std::string &path, HistoryRead &out, std::string *error) {
     std::ifstream in(path);
@@ -68,8 +84,7 @@ bool read_lines(const std::string &path, HistoryRead &out, std::string *error) {
     while (std::getline(in, line)) {
         if (line.empty()) continue;
         nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-        if (record.is_discarded() || !record.is_object() || record.value("format", "") != kHistoryFormat ||
-            !record.contains("job") || !record["time"].is_number()) {
+        if (!is_record(record)) {
             ++out.skipped_lines;
             continue;
         }

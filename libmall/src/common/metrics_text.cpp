@@ -171,7 +171,7 @@ const std::vector<Metric> &metrics() {
 std::string job_labels(const json &job) {
     std::string name = job.value("job", std::string());
     std::string uid = job.contains("uid") && job["uid"].is_number() ? std::to_string(job["uid"].get<uint64_t>()) : "";
-    return "job=\"" + label_value(name) + "\",uid=\"" + label_value(uid) + "\"";
+    return "mall_job=\"" + label_value(name) + "\",uid=\"" + label_value(uid) + "\"";
 }
 
 // A histogram {counts, sum, count} with `bounds`: cumulative buckets, sum and count.

@@ -4,7 +4,8 @@
 //
 // Contract: every metric has its # HELP and # TYPE lines once, names follow Prometheus' rules
 // (mall_ prefix, base units in the name: _seconds, _cpus; counters end in _total), per-job
-// series carry the labels job="…" and uid="…" (values escaped), histograms give cumulative
+// series carry the labels mall_job="…" and uid="…" (values escaped; not "job", which Prometheus
+// sets to the scrape job and would rename to exported_job), histograms give cumulative
 // _bucket{le=…} series ending in le="+Inf", then _sum and _count. No timestamps (the textfile
 // collector refuses them). Fields a status lacks (an older malld) are left out, never invented.
 // The metric names and their meanings are listed in metric_catalog() (README "Metrics").

@@ -3,6 +3,8 @@
 #include "connections.hpp"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <sys/epoll.h>
@@ -64,7 +66,15 @@ bool Connections::send_message(Connection &c, proto::Type type, uint32_t request
         data = proto::encode(msg);
     } catch (const std::exception &e) {
         std::string why = e.what();
-        if (type == proto::Type::Reply && pass_fd < 0) {
+        // One large reply per connection at a time: each memfd holds a whole status that neither
+        // the socket's buffer nor the outbox counts, so a client that asks and never reads could
+        // otherwise make malld pin one per request. A reply still unread (queued in the socket,
+        // SIOCOUTQ, or in the outbox) means this one is refused with words.
+        int unread = 0;
+        const bool earlier_unread = !c.outbox.empty() || (::ioctl(c.fd.get(), SIOCOUTQ, &unread) == 0 && unread > 0);
+        if (type == proto::Type::Reply && pass_fd < 0 && earlier_unread) {
+            why = "malld's earlier reply on this connection is still unread; read it before asking again";
+        } else if (type == proto::Type::Reply && pass_fd < 0) {
             const std::string json = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
             body_fd = sealed_memfd("mall-reply", json, &why);
             if (body_fd) {

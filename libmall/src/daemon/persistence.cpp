@@ -142,14 +142,26 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         const std::string gone_text =
             "pids " + pid_list_text(gone) + " are gone" +
             (reused ? " (" + std::to_string(reused) + " now belong to other processes)" : "");
+        // Accounting goes on from where it was: the job held the same cpus while malld was away
+        // (nobody else changes them), so its integrals run on from the saved moment.
+        const TimePoint now = Clock::now();
+        Job job = sj.job;
+        if (sj.has_times) {
+            job.registered_at = steady_time(sj.times.registered_at, now);
+            job.accounted_until = steady_time(sj.times.accounted_until, now);
+            if (sj.times.oversubscribed_since)
+                job.oversubscribed_since = steady_time(*sj.times.oversubscribed_since, now);
+        } else {
+            job.registered_at = job.accounted_until = now;
+        }
         if (live.empty()) {
             log_info("job " + id + " ended while malld was away (" + gone_text +
                      "); removing its cgroup");
+            manager.close_saved_job(job, "ended while malld was away");  // the totals keep its figures
             backend.remove(id);
             dropped_any = true;
             continue;
         }
-        Job job = sj.job;
         if (!valid_weight(job.spec.weight)) {
             log_warn("job " + id + " was saved with weight " + std::to_string(job.spec.weight) +
                      " (an older malld's bound); it now has " + std::to_string(kMaxWeight) +
@@ -159,19 +171,17 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         job.spec.pids = live;
         job.attachments.clear();
         job.awaiting_ack = false;
-        // Accounting goes on from where it was: the job held the same cpus while malld was away
-        // (nobody else changes them), so its integrals run on from the saved moment.
-        const TimePoint now = Clock::now();
-        if (sj.has_times) {
-            job.registered_at = steady_time(sj.times.registered_at, now);
-            job.accounted_until = steady_time(sj.times.accounted_until, now);
-            if (sj.times.oversubscribed_since)
-                job.oversubscribed_since = steady_time(*sj.times.oversubscribed_since, now);
-        } else {
-            job.registered_at = job.accounted_until = now;
+        // Its processes reattach and read the page as it is: no ack is owed any more, so an
+        // oversubscription from before the restart is over (counted up to the saved moment).
+        if (job.oversubscribed_since) {
+            if (job.accounted_until > *job.oversubscribed_since)
+                job.oversubscribed_seconds +=
+                    std::chrono::duration<double>(job.accounted_until - *job.oversubscribed_since).count();
+            job.oversubscribed_since.reset();
         }
         Outcome outcome = manager.adopt(job);
         if (!outcome.ok) {
+            manager.close_saved_job(job, "not re-adopted");  // no longer malld's: the totals keep its figures
             log_error("cannot re-adopt job " + id + ": " + outcome.error +
                       "; its processes keep running without malleability (cgroup removed)");
             backend.remove(id);
@@ -239,6 +249,7 @@ void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool
     for (const auto &[name, job] : manager.jobs()) {
         SavedJob saved;
         saved.job = job;
+        NodeManager::account(saved.job, now);  // the figures as of this save
         for (pid_t pid : job.spec.pids) saved.pids.push_back({pid, pids.start_time(pid).value_or(0)});
         saved.cgroups = backend.cgroups_of(name);
         saved.times.registered_at = wall_time(job.registered_at, now);

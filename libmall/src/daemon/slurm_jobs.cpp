@@ -10,6 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
 #include <utility>
 
 #include "../common/quiet_thread.hpp"
@@ -85,6 +88,26 @@ std::string admin_comment_figures(const nlohmann::json &end_event) {
     return "lent_core_s=" + real("lent_core_seconds") + ",core_s=" + real("core_seconds") +
            ",resizes=" + count("resizes") + ",ack_timeouts=" + count("ack_timeouts") +
            ",oversub_s=" + real("oversubscribed_seconds");
+}
+
+CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &load,
+                                   const std::function<bool(const std::string &)> &store, const std::string &node,
+                                   const std::string &figures, int attempts) {
+    const std::string segment = "mall:" + node + ":" + figures;
+    std::minstd_rand jitter(static_cast<unsigned>(::getpid()) ^
+                            static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+        if (attempt > 0)  // another node wrote between our read and write: try again a little later
+            std::this_thread::sleep_for(std::chrono::milliseconds(20 + jitter() % 100));
+        std::string comment;
+        if (!load(&comment)) return CommentUpdate::Failed;
+        if (!store(merge_admin_comment(comment, node, figures))) return CommentUpdate::Failed;
+        if (!load(&comment)) return CommentUpdate::Failed;
+        // Kept when the field, read back, holds our segment whole (as a ';'-separated part).
+        const std::string padded = ";" + comment + ";";
+        if (padded.find(";" + segment + ";") != std::string::npos) return CommentUpdate::Kept;
+    }
+    return CommentUpdate::Lost;
 }
 
 void SlurmChecker::annotate(uint32_t job_id, std::string figures) {
@@ -266,18 +289,37 @@ public:
                 out.error += " (only root, SlurmUser or an operator may set AdminComment: run malld as root)";
             return out;
         };
-        job_info_msg_t *info = nullptr;
-        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) return failed("cannot load the job: ");
-        std::string existing;
-        if (info != nullptr && info->record_count > 0 && info->job_array[0].admin_comment != nullptr)
-            existing = info->job_array[0].admin_comment;
-        if (info != nullptr) slurm_free_job_info_msg(info);
-        std::string comment = merge_admin_comment(existing, node_, figures);
-        job_desc_msg_t update;
-        slurm_init_job_desc_msg(&update);
-        update.job_id = job_id;
-        update.admin_comment = comment.data();
-        if (slurm_update_job(&update) != SLURM_SUCCESS) return failed("cannot set its AdminComment: ");
+        Annotated out;
+        auto load = [&](std::string *comment) {
+            job_info_msg_t *info = nullptr;
+            if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+                out = failed("cannot load the job: ");
+                return false;
+            }
+            comment->clear();
+            if (info != nullptr && info->record_count > 0 && info->job_array[0].admin_comment != nullptr)
+                *comment = info->job_array[0].admin_comment;
+            if (info != nullptr) slurm_free_job_info_msg(info);
+            return true;
+        };
+        auto store = [&](const std::string &comment) {
+            std::string text = comment;
+            job_desc_msg_t update;
+            slurm_init_job_desc_msg(&update);
+            update.job_id = job_id;
+            update.admin_comment = text.data();
+            if (slurm_update_job(&update) == SLURM_SUCCESS) return true;
+            out = failed("cannot set its AdminComment: ");
+            return false;
+        };
+        switch (update_admin_comment(load, store, node_, figures)) {
+            case CommentUpdate::Kept: return {};
+            case CommentUpdate::Failed: return out;
+            case CommentUpdate::Lost:
+                return {"other nodes kept replacing the AdminComment (each try read it, added this node's "
+                        "segment and wrote it back); the figures are in malld's history", false};
+        }
+        return out;
         return {};
     }
 

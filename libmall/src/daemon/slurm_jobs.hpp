@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,15 @@ public:
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
 // separated by ';', an older segment of the same node is replaced, other text is kept as it was.
 std::string merge_admin_comment(const std::string &existing, const std::string &node, const std::string &figures);
+// Puts this node's segment into a job's AdminComment with `load` (read the field) and `store`
+// (write it) as slurmctld allows: read, merge, write, then read back. Nodes of one job update it
+// at about the same moment and the last write wins, so when the segment is not there on reading
+// back, it tries again after a short random pause, `attempts` times in all. Failed: load or store
+// said no (their own words say why).
+enum class CommentUpdate { Kept, Failed, Lost };
+CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &load,
+                                   const std::function<bool(const std::string &)> &store, const std::string &node,
+                                   const std::string &figures, int attempts = 5);
 // The figures malld records for an ended job, from its "end" event:
 // "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=0,oversub_s=0.0".
 std::string admin_comment_figures(const nlohmann::json &end_event);

@@ -550,14 +550,15 @@ po::variables_map parse_command(const std::vector<std::string> &args,
 }
 
 // malld's status object (for status, and the reporting commands of tools/mallctl_reports.cpp).
-StatusFetcher status_fetcher(const Globals &g) {
-    return [socket = g.socket](int *exit_code) -> std::optional<json> {
+// `timeout` bounds the request (a live view asks again soon, so it waits less than a script).
+StatusFetcher status_fetcher(const Globals &g, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    return [socket = g.socket, timeout](int *exit_code) -> std::optional<json> {
         Session s(socket);
         if (!s.connect()) {
             *exit_code = kExitUnreachable;
             return std::nullopt;
         }
-        auto body = s.request(mall::proto::Type::Status, json::object(), exit_code, std::chrono::seconds(10));
+        auto body = s.request(mall::proto::Type::Status, json::object(), exit_code, timeout);
         if (body) body->erase("ok");
         return body;
     };
@@ -816,7 +817,9 @@ const std::map<std::string, Handler> &handlers() {
              return cmd_history(a, status_fetcher(g), [](const std::string &what) { return usage_error("history", what); });
          }},
         {"top", [](const Globals &g, const std::vector<std::string> &a) {
-             return cmd_top(a, status_fetcher(g), [](const std::string &what) { return usage_error("top", what); });
+             // A stuck malld holds top's keys (q, Ctrl-C) only as long as one request may wait.
+             return cmd_top(a, status_fetcher(g, std::chrono::seconds(2)),
+                            [](const std::string &what) { return usage_error("top", what); });
          }},
         {"signal", [](const Globals &, const std::vector<std::string> &a) {
              return cmd_signal(a, [](const std::string &what) { return usage_error("signal", what); });

@@ -421,7 +421,7 @@ void NodeManager::detach(const std::string &job, uint64_t attach_id, TimePoint n
         finish_transition(j, now, false);
         advance(now);
     } else {
-        end_oversubscription(j, now);  // the late process left
+        caught_up(j, now);  // the late process left
     }
 }
 
@@ -437,7 +437,7 @@ void NodeManager::ack(const std::string &job, uint64_t attach_id, uint64_t gener
         finish_transition(j, now, false);
         advance(now);
     } else {
-        end_oversubscription(j, now);  // a late ack after the timeout
+        caught_up(j, now);  // a late ack after the timeout
     }
 }
 

@@ -287,9 +287,16 @@ public:
     // "oversubscribed_seconds", "duration_seconds", ...}; what its "end" event carries.
     nlohmann::json accounting(const Job &job, TimePoint now) const;
     const NodeTotals &totals() const { return totals_; }
+    // Brings the job's accounting integrals up to `now` (before its published cpus change, and on
+    // a copy malld saves, so the state file holds them as of the save).
+    static void account(Job &job, TimePoint now);
     void set_totals(const NodeTotals &totals) { totals_ = totals; }  // restart
     // A reclaim request was answered after `seconds` (timed_out: its cpus were still held).
     void record_reclaim(double seconds, bool timed_out);
+    // A saved job malld does not take back at a restart (its processes ended while malld was
+    // down, or it cannot be re-adopted): its figures up to its saved accounted_until join the
+    // totals and its "end" event (with `reason`) is reported, so the node's counters never go back.
+    void close_saved_job(const Job &job, const char *reason);
 
     // --- restart: re-adopt a job exactly as it was (no effects are issued) ---
     Outcome adopt(const Job &job);
@@ -303,10 +310,11 @@ private:
     // Removes a job, adds its accounting to the node's totals, reports its end ("deregistered",
     // "exited", "released", with its accounting) and its removal; the caller replans.
     void end_job(const std::string &job, const char *reason, TimePoint now);
-    // Brings the job's accounting integrals up to `now` (before its published cpus change).
-    static void account(Job &job, TimePoint now);
-    // Ends the job's oversubscription once its processes acked the current generation or left.
-    static void end_oversubscription(Job &job, TimePoint now);
+    // Once its processes acked the current generation (or left): what they run is what the page
+    // says (acked_threads), and an oversubscription ends.
+    static void caught_up(Job &job, TimePoint now);
+    // Adds an ended job's accounting up to `until` to the totals and reports its "end" event.
+    void close_accounts(const Job &job, const char *reason, TimePoint until);
     void advance(TimePoint now);  // move every job toward its target as far as the protocol allows
     void finish_transition(Job &job, TimePoint now, bool timed_out);
     void publish_step(Job &job, const CpuSet &next, TimePoint now);  // the next generation: next, with its thread count and flag

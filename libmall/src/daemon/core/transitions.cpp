@@ -87,8 +87,14 @@ std::map<std::string, CpuSet> NodeManager::plan(TimePoint now) const {
 void NodeManager::end_job(const std::string &job, const char *reason, TimePoint now) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return;
-    const Job &ended = it->second;
-    const nlohmann::json account = accounting(ended, now);
+    close_accounts(it->second, reason, now);
+    jobs_.erase(it);
+    targets_.erase(job);
+    effects_.job_removed(job);
+}
+
+void NodeManager::close_accounts(const Job &ended, const char *reason, TimePoint until) {
+    const nlohmann::json account = accounting(ended, until);
     ++totals_.jobs_ended;
     totals_.core_seconds += account["core_seconds"].get<double>();
     totals_.lent_core_seconds += account["lent_core_seconds"].get<double>();
@@ -96,7 +102,7 @@ void NodeManager::end_job(const std::string &job, const char *reason, TimePoint 
     // The end event is the job's record (malld's history file keeps it): who, what it was
     // promised, and what it got.
     nlohmann::json ev = make_event("end");
-    ev["job"] = job;
+    ev["job"] = ended.spec.id;
     ev["reason"] = reason;
     ev["uid"] = ended.spec.uid;
     ev["min"] = ended.spec.min;
@@ -104,10 +110,12 @@ void NodeManager::end_job(const std::string &job, const char *reason, TimePoint 
     ev["guaranteed"] = ended.spec.guaranteed.to_string();
     if (ended.spec.container) ev["container"] = true;
     ev.update(account);
-    jobs_.erase(it);
-    targets_.erase(job);
     effects_.event(ev);
-    effects_.job_removed(job);
+}
+
+void NodeManager::close_saved_job(const Job &job, const char *reason) {
+    if (jobs_.count(job.spec.id) != 0) return;  // a job the core runs ends through end_job
+    close_accounts(job, reason, job.accounted_until);
 }
 
 void NodeManager::account(Job &job, TimePoint now) {
@@ -118,9 +126,11 @@ void NodeManager::account(Job &job, TimePoint now) {
     job.accounted_until = now;
 }
 
-void NodeManager::end_oversubscription(Job &job, TimePoint now) {
-    if (!job.oversubscribed_since) return;
+void NodeManager::caught_up(Job &job, TimePoint now) {
     if (!job.attachments.empty() && job.acked_generation() < job.generation) return;
+    // Its processes run what the page says now: a later timeout is measured against that.
+    if (!job.attachments.empty()) job.acked_threads = job.active_threads();
+    if (!job.oversubscribed_since) return;
     if (now > *job.oversubscribed_since)
         job.oversubscribed_seconds += std::chrono::duration<double>(now - *job.oversubscribed_since).count();
     job.oversubscribed_since.reset();
@@ -275,7 +285,7 @@ void NodeManager::finish_transition(Job &job, TimePoint now, bool timed_out) {
             std::chrono::duration<double, std::micro>(now - job.publish_time).count();
         job.ack_latency.observe(job.last_ack_latency_us / 1e6);
         totals_.ack_latency.observe(job.last_ack_latency_us / 1e6);
-        end_oversubscription(job, now);
+        caught_up(job, now);
         nlohmann::json ev = make_event("ack");
         ev["job"] = job.spec.id;
         ev["generation"] = job.generation;
