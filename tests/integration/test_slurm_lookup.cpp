@@ -58,6 +58,10 @@ public:
         annotated.push_back(std::to_string(id) + " " + figures);
         return {};
     }
+    // malld's thread destroys the fake (with the Server) after the test read `annotated` under
+    // `mu`: taking it here orders that read before the destruction (ThreadSanitizer sees no order
+    // in the SIGTERM that stops the server).
+    ~FakeSlurm() override { std::lock_guard<std::mutex> lock(mu); }
     std::chrono::milliseconds annotate_delay{0};
     std::mutex mu;
     std::vector<std::string> annotated;
