@@ -105,18 +105,7 @@ nlohmann::json to_json_value(const DurationHistogram &histogram) { return histog
 nlohmann::json to_json_value(const std::optional<double> &seconds) {
     return seconds ? nlohmann::json(*seconds) : nlohmann::json(nullptr);
 }
-nlohmann::json to_json_value(const NodeTotals &t) {
-    return {{"jobs_ended", t.jobs_ended},
-            {"core_seconds", t.core_seconds},
-            {"lent_core_seconds", t.lent_core_seconds},
-            {"oversubscribed_seconds", t.oversubscribed_seconds},
-            {"resizes", t.resizes},
-            {"ack_timeouts", t.ack_timeouts},
-            {"ack_latency_seconds", t.ack_latency.to_json()},
-            {"reclaims", t.reclaims},
-            {"reclaim_timeouts", t.reclaim_timeouts},
-            {"reclaim_duration_seconds", t.reclaim_duration.to_json()}};
-}
+nlohmann::json to_json_value(const NodeTotals &t) { return t.to_json(); }
 nlohmann::json to_json_value(const std::vector<SavedJob> &jobs);
 template <class T>
 nlohmann::json to_json_value(const T &value) {

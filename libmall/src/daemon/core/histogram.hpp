@@ -40,9 +40,7 @@ public:
     uint64_t count() const { return count_; }
     double sum() const { return sum_; }
     const std::array<uint64_t, kBuckets> &counts() const { return counts_; }
-    bool operator==(const DurationHistogram &other) const {
-        return counts_ == other.counts_ && sum_ == other.sum_ && count_ == other.count_;
-    }
+    bool operator==(const DurationHistogram &) const = default;
 
     nlohmann::json to_json() const {
         return {{"counts", counts_}, {"sum", sum_}, {"count", count_}};

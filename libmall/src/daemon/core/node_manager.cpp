@@ -566,18 +566,7 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
     out["ack_timeout_ms"] = ack_timeout_.count();
     out["histogram_bounds_seconds"] = kDurationBounds;
     // The node's totals: ended jobs' accounting plus the running jobs' up to `now`.
-    nlohmann::json node = {
-        {"jobs_ended", totals_.jobs_ended},
-        {"core_seconds", totals_.core_seconds},
-        {"lent_core_seconds", totals_.lent_core_seconds},
-        {"oversubscribed_seconds", totals_.oversubscribed_seconds},
-        {"resizes", totals_.resizes},
-        {"ack_timeouts", totals_.ack_timeouts},
-        {"ack_latency_seconds", totals_.ack_latency.to_json()},
-        {"reclaims", totals_.reclaims},
-        {"reclaim_timeouts", totals_.reclaim_timeouts},
-        {"reclaim_duration_seconds", totals_.reclaim_duration.to_json()},
-    };
+    nlohmann::json node = totals_.to_json();
     nlohmann::json jobs = nlohmann::json::array();
     for (const Job *job : in_registration_order<const Job *>(jobs_)) {
         const nlohmann::json account = accounting(*job, now.value_or(job->accounted_until));

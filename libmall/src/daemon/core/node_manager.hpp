@@ -192,12 +192,20 @@ struct NodeTotals {
     uint64_t reclaims = 0;              // reclaim requests answered (cpus free, or timed out)
     uint64_t reclaim_timeouts = 0;      // of those, the ones whose cpus stayed held past the wait
     DurationHistogram reclaim_duration; // from request to reply
-    bool operator==(const NodeTotals &o) const {
-        return jobs_ended == o.jobs_ended && core_seconds == o.core_seconds &&
-               lent_core_seconds == o.lent_core_seconds && oversubscribed_seconds == o.oversubscribed_seconds &&
-               resizes == o.resizes && ack_timeouts == o.ack_timeouts && ack_latency == o.ack_latency &&
-               reclaims == o.reclaims && reclaim_timeouts == o.reclaim_timeouts &&
-               reclaim_duration == o.reclaim_duration;
+    bool operator==(const NodeTotals &) const = default;
+    // The totals as `mallctl status --json` ("node", before running jobs are added) and the state
+    // file ("totals") write them: one field list for both.
+    nlohmann::json to_json() const {
+        return {{"jobs_ended", jobs_ended},
+                {"core_seconds", core_seconds},
+                {"lent_core_seconds", lent_core_seconds},
+                {"oversubscribed_seconds", oversubscribed_seconds},
+                {"resizes", resizes},
+                {"ack_timeouts", ack_timeouts},
+                {"ack_latency_seconds", ack_latency.to_json()},
+                {"reclaims", reclaims},
+                {"reclaim_timeouts", reclaim_timeouts},
+                {"reclaim_duration_seconds", reclaim_duration.to_json()}};
     }
 };
 
