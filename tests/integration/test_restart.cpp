@@ -210,5 +210,67 @@ TEST(Restart, CleanStopKeepsStateAndRestartReadopts) {
         << status_text(malld);
 }
 
+// Accounting across restarts, as an admin reads it: a job of min 1 on the two-cpu pool is lent one
+// cpu, so its lent core-seconds follow its duration, once — a restart neither counts the time
+// before the last save twice nor loses it.
+double lent_seconds(const json &job) { return job.value("lent_core_seconds", -1.0); }
+double duration_seconds(const json &job) { return job.value("duration_seconds", -1.0); }
+
+TEST(Restart, AccountingCountsTheTimeBeforeACleanStopOnce) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
+        << status_text(malld);
+    // Time passes with no change, so nothing is saved until the stop.
+    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 3; }, 20s))
+        << status_text(malld);
+    EXPECT_EQ(malld.stop(), 0);
+    ASSERT_TRUE(malld.restart(&error)) << error;
+    auto after = job_status(malld.socket(), "a");
+    ASSERT_TRUE(after) << status_text(malld);
+    EXPECT_GE(lent_seconds(*after), 3) << after->dump();
+    // One cpu lent all along: the lent core-seconds are the duration, up to the moments between
+    // registration and the first growth, and between the two reads.
+    EXPECT_LE(lent_seconds(*after), duration_seconds(*after) + 0.5) << "counted twice: " << after->dump();
+    EXPECT_NEAR(after->value("core_seconds", -1.0), 2 * duration_seconds(*after), 1.5) << after->dump();
+}
+
+TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    MalldOptions options;
+    options.extra_args = {"--checkpoint-interval", "1"};
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
+        << status_text(malld);
+    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 4; }, 20s))
+        << status_text(malld);
+
+    auto running = job_status(malld.socket(), "a");
+    ASSERT_TRUE(running);
+    const auto pids = job_pids(*running);
+    ASSERT_EQ(pids.size(), 1u) << running->dump();
+
+    // malld dies with no chance to save; the job ends while it is down.
+    malld.kill9();
+    ASSERT_EQ(::kill(pids[0], SIGTERM), 0);
+    EXPECT_EQ(a.wait_exit(20s), 0);
+    ASSERT_TRUE(malld.restart(&error)) << error;
+    EXPECT_FALSE(job_status(malld.socket(), "a")) << "the ended job was re-adopted:\n" << status_text(malld);
+
+    auto history = run_command(mallctl_argv(malld.socket(), {"history", "--job", "a", "--json"}));
+    ASSERT_EQ(history.exit_code, 0) << history.out << history.err;
+    auto records = json::parse(history.out, nullptr, false);
+    ASSERT_TRUE(records.is_array() && records.size() == 1) << history.out;
+    // The last checkpoint came at most a second (and a loop turn) before the kill.
+    EXPECT_GE(lent_seconds(records[0]), 3) << "accounting since the last change was lost: " << records[0].dump();
+    EXPECT_LE(lent_seconds(records[0]), duration_seconds(records[0]) + 0.5) << records[0].dump();
+}
+
 }  // namespace
 }  // namespace mall::test

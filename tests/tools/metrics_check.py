@@ -144,7 +144,8 @@ def main():
     for bad, words in ((["--metrics-file", "/nonexistent-folder/x.prom"], "does not exist"),
                        (["--metrics-interval", "0"], "between 1 and 3600"),
                        (["--history-file", TMP + "/"], "must name a file"),
-                       (["--history-max-mib", "0"], "between 1 and 4096")):
+                       (["--history-max-mib", "0"], "between 1 and 4096"),
+                       (["--checkpoint-interval", "3601"], "between 1 and 3600")):
         r = subprocess.run([f"{BIN}/malld", "--socket", SOCKET, "--backend", "affinity", *bad],
                            capture_output=True, text=True, timeout=30)
         check(r.returncode == 2 and words in r.stderr, f"malld {bad}: exit {r.returncode}, {r.stderr!r}")

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../common/cpuset.hpp"
@@ -183,6 +184,10 @@ int main(int argc, char **argv) {
          "<state-dir>/malld.history.jsonl)")
         ("history-max-mib", po::value<int>()->default_value(16),
          "size at which the history file is rotated to <file>.1, replacing an older one (1-4096)")
+        ("checkpoint-interval", po::value<int>()->default_value(60),
+         "while jobs run, seconds between rewrites of the state file that save their accounting "
+         "figures (it is also saved at every change and at a clean stop): after a SIGKILL or an "
+         "OOM kill of malld, the jobs that end before it restarts lose at most this much (1-3600)")
         ("log-level", po::value(&log_level_text)->default_value("info"),
          "error|warn|info|debug")
         ("socket-mode", po::value(&socket_mode_text)->default_value("0666"),
@@ -262,14 +267,25 @@ int main(int argc, char **argv) {
     }
     if (state_dir.empty()) state_dir = folder_of(socket_path);
 
+    // Integer options with bounds: one check and one message for each.
+    auto out_of_range = [&](const char *option, int low, int high) -> std::string {
+        if (!vm.count(option)) return "";
+        const int value = vm[option].as<int>();
+        if (value >= low && value <= high) return "";
+        return std::string("--") + option + " must be between " + std::to_string(low) + " and " +
+               std::to_string(high) + " (got " + std::to_string(value) + ")";
+    };
+    for (const auto &[option, low, high] :
+         {std::tuple<const char *, int, int>{"metrics-interval", 1, 3600},
+          {"history-max-mib", 1, 4096},
+          {"checkpoint-interval", 1, 3600},
+          {"slurm-interval-s", 1, 3600},
+          {"max-connections-per-user", 1, mall::kMaxDaemonConnections}})
+        if (auto why = out_of_range(option, low, high); !why.empty()) return usage_error(why);
+
     std::string metrics_file, history_file = state_dir + "/malld.history.jsonl";
     const int metrics_interval = vm["metrics-interval"].as<int>();
-    if (metrics_interval < 1 || metrics_interval > 3600)
-        return usage_error("--metrics-interval must be between 1 and 3600 seconds (got " +
-                           std::to_string(metrics_interval) + ")");
     const int history_max_mib = vm["history-max-mib"].as<int>();
-    if (history_max_mib < 1 || history_max_mib > 4096)
-        return usage_error("--history-max-mib must be between 1 and 4096 (got " + std::to_string(history_max_mib) + ")");
     // Both files are written by malld as it runs: their folders must exist now, so a typo fails
     // here instead of as a log line an hour later.
     auto check_folder = [&](const char *option, const std::string &path) -> std::string {
@@ -303,19 +319,8 @@ int main(int argc, char **argv) {
     std::unique_ptr<mall::SlurmQuery> slurm_query;
     std::string slurm_note;  // what the Slurm query connects to, logged at start-up
     int max_connections_per_user = 0;  // 0: from the pool, once it is known
-    if (vm.count("max-connections-per-user")) {
-        max_connections_per_user = vm["max-connections-per-user"].as<int>();
-        if (max_connections_per_user < 1 || max_connections_per_user > mall::kMaxDaemonConnections) {
-            std::cerr << "malld: --max-connections-per-user must be between 1 and " << mall::kMaxDaemonConnections
-                      << " (got " << max_connections_per_user << ")\n";
-            return kExitUsage;
-        }
-    }
+    if (vm.count("max-connections-per-user")) max_connections_per_user = vm["max-connections-per-user"].as<int>();
     const int slurm_interval = vm["slurm-interval-s"].as<int>();
-    if (slurm_interval < 1 || slurm_interval > 3600) {
-        std::cerr << "malld: --slurm-interval-s must be between 1 and 3600 (got " << slurm_interval << ")\n";
-        return kExitUsage;
-    }
     if (vm["slurm"].as<bool>()) {
         std::string node;
         if (vm.count("slurm-node")) {
@@ -372,6 +377,7 @@ int main(int argc, char **argv) {
     server_options.metrics_interval = std::chrono::seconds(metrics_interval);
     server_options.history_file = history_file;
     server_options.history_max_bytes = static_cast<uint64_t>(history_max_mib) << 20;
+    server_options.checkpoint_interval = std::chrono::seconds(vm["checkpoint-interval"].as<int>());
     server_options.host = node_name;
     if (!metrics_file.empty())
         mall::log_line(mall::LogLevel::Info, "metrics: " + metrics_file + " every " + std::to_string(metrics_interval) + " s");

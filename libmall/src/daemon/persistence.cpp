@@ -253,7 +253,7 @@ void Persistence::save_if_changed(const NodeManager &manager, const CpuSet &pool
         for (pid_t pid : job.spec.pids) saved.pids.push_back({pid, pids.start_time(pid).value_or(0)});
         saved.cgroups = backend.cgroups_of(name);
         saved.times.registered_at = wall_time(job.registered_at, now);
-        saved.times.accounted_until = wall_time(job.accounted_until, now);
+        saved.times.accounted_until = wall_time(saved.job.accounted_until, now);  // the figures' moment
         if (job.oversubscribed_since) saved.times.oversubscribed_since = wall_time(*job.oversubscribed_since, now);
         saved.has_times = true;
         state.jobs.push_back(std::move(saved));

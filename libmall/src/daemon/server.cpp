@@ -261,6 +261,7 @@ int Server::next_timeout_ms() const {
         if (idle_candidate(c, waiting)) consider(c.last_activity + kIdleTimeout);
     if (slurm_) consider(slurm_->next_check());
     consider(next_metrics_write_);
+    consider(next_accounting_checkpoint_);
     for (const auto &[name, job] : manager_->jobs())
         if (job.spec.container) {
             consider(next_container_scan_);
@@ -321,8 +322,19 @@ void Server::after_events() {
         for (uint64_t id : closing) close_connection(id);
         handlers_->process_pending(Clock::now());
     }
-    persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_);
+    save_state(Clock::now());
     if (next_metrics_write_ && Clock::now() >= *next_metrics_write_) write_metrics(Clock::now());
+}
+
+void Server::save_state(TimePoint now) {
+    if (manager_->jobs().empty()) {
+        next_accounting_checkpoint_.reset();
+        persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_);
+        return;
+    }
+    const bool checkpoint = next_accounting_checkpoint_ && now >= *next_accounting_checkpoint_;
+    if (!next_accounting_checkpoint_ || checkpoint) next_accounting_checkpoint_ = now + options_.checkpoint_interval;
+    persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_, checkpoint);
 }
 
 void Server::write_metrics(TimePoint now) {

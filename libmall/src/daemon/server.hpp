@@ -48,6 +48,10 @@ struct ServerOptions {
     // --history-file: each finished job's record (common/job_history.hpp); empty: none.
     std::string history_file;
     uint64_t history_max_bytes = 16ull << 20;
+    // --checkpoint-interval: while jobs run, the state file (and so their accounting) is rewritten
+    // at least this often, so a SIGKILL or an OOM kill of malld loses at most this much of the
+    // figures of jobs that end before it restarts.
+    std::chrono::seconds checkpoint_interval{60};
     std::string host;  // the node's name in history records
 };
 
@@ -92,6 +96,9 @@ private:
     int next_timeout_ms() const;
     bool idle_candidate(const Connection &c, const std::set<uint64_t> &waiting) const;
     void stop_cleanly();
+    // Saves the state when it changed, and every --checkpoint-interval while jobs run (their
+    // figures grow with no event to save them).
+    void save_state(TimePoint now);
     // Rewrites --metrics-file when it is due (and at start-up); failures are logged once each.
     void write_metrics(TimePoint now);
     // A job ended: its record goes to --history-file.
@@ -115,6 +122,7 @@ private:
     std::chrono::seconds slurm_interval_{0};
     TimePoint next_container_scan_{};
     std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
+    std::optional<TimePoint> next_accounting_checkpoint_;  // set while the core has jobs
     std::string last_metrics_error_, last_history_error_;  // each distinct failure is logged once
 
     // Built in start() (persistence_ first, to read the state; slurm_ if enable_slurm_checks() ran);
