@@ -12,18 +12,12 @@
 
 #include "common/metrics_text.hpp"
 #include "daemon/core/node_manager.hpp"
+#include "support/core_effects.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-class NullEffects : public mall::Effects {
-public:
-    bool enforce(const std::string &, const mall::CpuSet &, bool, std::string *) override { return true; }
-    void publish(const std::string &, uint64_t, const mall::CpuSet &, int, bool) override {}
-    void job_removed(const std::string &) override {}
-    void event(const nlohmann::json &) override {}
-};
 
 // A 256-cpu node (2 packages x 64 cores x 2 threads) with `jobs` registered jobs, each acked once.
 struct Node {
@@ -45,7 +39,7 @@ struct Node {
         for (const auto &[id, job] : manager->jobs())
             manager->ack(id, job.attachments.begin()->first, job.generation, start + 3ms);
     }
-    NullEffects effects;
+    mall::test::EventLogEffects effects;
     std::unique_ptr<mall::Topology> topology;
     std::unique_ptr<mall::NodeManager> manager;
     mall::TimePoint start = mall::Clock::now();

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "daemon/core/node_manager.hpp"
+#include "support/core_effects.hpp"
 #include "support/unit_helpers.hpp"
 #include "support/watchdog.h"
 
@@ -18,21 +19,6 @@ namespace {
 using mall::test::cpus;
 MALL_TEST_WATCHDOG(60);
 
-class QuietEffects : public Effects {
-public:
-    bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
-    void publish(const std::string &, uint64_t, const CpuSet &, int, bool) override {}
-    void job_removed(const std::string &) override {}
-    void event(const nlohmann::json &ev) override { events.push_back(ev); }
-    std::optional<double> event_time() override { return 1.7e9; }
-    std::vector<nlohmann::json> named(const std::string &name) const {
-        std::vector<nlohmann::json> out;
-        for (const auto &ev : events)
-            if (ev["event"] == name) out.push_back(ev);
-        return out;
-    }
-    std::vector<nlohmann::json> events;
-};
 
 class AccountingTest : public ::testing::Test {
 protected:
@@ -43,14 +29,7 @@ protected:
         manager_ = std::make_unique<NodeManager>(*topology_, cpus("0-3"), PolicyKind::Equal, 2000ms, effects_);
     }
     static JobSpec spec(const std::string &id, int min, int max, const std::string &guaranteed = "") {
-        JobSpec s;
-        s.id = id;
-        s.uid = 1000;
-        s.min = min;
-        s.max = max;
-        s.guaranteed = cpus(guaranteed);
-        s.pids = {static_cast<pid_t>(100 + id.size())};
-        return s;
+        return test::job_spec(id, min, max, cpus(guaranteed), {static_cast<pid_t>(100 + id.size())});
     }
     const nlohmann::json &job_status(const nlohmann::json &status, const std::string &id) {
         for (const auto &j : status["jobs"])
@@ -61,7 +40,7 @@ protected:
     }
     TimePoint at(double seconds) { return t0_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)); }
 
-    QuietEffects effects_;
+    test::EventLogEffects effects_;
     std::unique_ptr<Topology> topology_;
     std::unique_ptr<NodeManager> manager_;
     TimePoint t0_ = Clock::now();

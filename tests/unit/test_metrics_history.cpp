@@ -16,6 +16,7 @@
 #include "common/job_history.hpp"
 #include "common/metrics_text.hpp"
 #include "daemon/core/node_manager.hpp"
+#include "support/core_effects.hpp"
 #include "support/unit_helpers.hpp"
 #include "support/watchdog.h"
 
@@ -27,17 +28,10 @@ namespace {
 using mall::test::cpus;
 MALL_TEST_WATCHDOG(60);
 
-class NullEffects : public Effects {
-public:
-    bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
-    void publish(const std::string &, uint64_t, const CpuSet &, int, bool) override {}
-    void job_removed(const std::string &) override {}
-    void event(const nlohmann::json &) override {}
-};
 
 // A status from the real core: two jobs, one ack, so every metric has a value.
 nlohmann::json sample_status() {
-    static NullEffects effects;
+    static test::EventLogEffects effects;
     std::string error;
     static auto topology = Topology::load("pack:1 core:4 pu:1", &error);
     NodeManager nm(*topology, cpus("0-3"), PolicyKind::Equal, 2000ms, effects);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 
+#include "support/core_effects.hpp"
 #include "support/unit_helpers.hpp"
 #include "support/watchdog.h"
 #include "daemon/core/node_manager.hpp"
@@ -83,14 +84,7 @@ protected:
 
     static JobSpec spec(const std::string &id, int min, int max, const std::string &guaranteed = "",
                         std::vector<pid_t> pids = {100}) {
-        JobSpec s;
-        s.id = id;
-        s.uid = 1000;
-        s.min = min;
-        s.max = max;
-        s.guaranteed = cpus(guaranteed);
-        s.pids = std::move(pids);
-        return s;
+        return test::job_spec(id, min, max, cpus(guaranteed), std::move(pids));
     }
 
     // The invariant of node_manager.hpp plus the bookkeeping it relies on; called after every
@@ -857,15 +851,8 @@ TEST_F(NodeManagerTest, SteadyShortOfItsTargetIsStillChanging) {
 // without one the event goes out without "time", for Effects::event() to stamp (malld's server
 // stamps the moment it delivers it).
 TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
-    struct Effects : mall::Effects {
-        bool enforce(const std::string &, const CpuSet &, bool, std::string *) override { return true; }
-        void publish(const std::string &, uint64_t, const CpuSet &, int, bool) override {}
-        void job_removed(const std::string &) override {}
-        void event(const nlohmann::json &ev) override { events.push_back(ev); }
-        std::optional<double> event_time() override { return time; }
-        std::optional<double> time = 1234.5;
-        std::vector<nlohmann::json> events;
-    } effects;
+    test::EventLogEffects effects;
+    effects.wall_time = 1234.5;
     std::string error;
     auto topology = Topology::load("pack:1 core:2 pu:1", &error);
     ASSERT_NE(topology, nullptr) << error;
@@ -879,7 +866,7 @@ TEST(NodeManagerEvents, TheirTimeComesFromTheEffects) {
     for (const auto &ev : effects.events) EXPECT_EQ(ev.value("time", 0.0), 1234.5) << ev.dump();
 
     effects.events.clear();
-    effects.time.reset();
+    effects.wall_time.reset();
     ASSERT_TRUE(manager.deregister_job("a", t0 + 1s).ok);
     ASSERT_FALSE(effects.events.empty());
     for (const auto &ev : effects.events) EXPECT_FALSE(ev.contains("time")) << ev.dump();
