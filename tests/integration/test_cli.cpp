@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "common/unix_socket.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -573,6 +575,50 @@ TEST(CliLargeStatus, ANodeWithHundredsOfJobsIsReportedWhole) {
     auto top = run_command(mallctl_argv(malld.socket(), {"top", "--once"}));
     ASSERT_EQ(top.exit_code, 0) << top.err;
     EXPECT_NE(top.out.find("JOBS " + std::to_string(kJobs)), std::string::npos) << top.out.substr(0, 400);
+}
+
+// A client that does not say it reads large replies from a memfd (an older mallctl or libmall)
+// gets the error it knows, with words, not an "ok" whose status it would read as empty.
+TEST(CliLargeStatus, AnOlderClientGetsAnErrorNotAnEmptyStatus) {
+    MalldOptions options;
+    options.backend = "affinity";
+    options.cpus = "";
+    options.log_level = "warn";
+    options.extra_args = {"--topology", "pack:2 core:64 pu:2"};
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    std::vector<std::unique_ptr<Child>> tasks;
+    auto ctl = mall::CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    for (int i = 0; i < 120; ++i) {
+        tasks.push_back(std::make_unique<Child>(std::vector<std::string>{"/bin/sleep", "120"}));
+        json job{{"job", "many-jobs-on-a-big-node-" + std::to_string(i)}, {"uid", ::getuid()},
+                 {"pids", {tasks.back()->pid()}}, {"min", 1}, {"max", 2}};
+        ASSERT_TRUE(ctl->request(mall::proto::Type::Register, job, 20s).ok) << "job " << i;
+    }
+    UniqueFd older(unix_connect(malld.socket()));
+    ASSERT_TRUE(older) << std::strerror(errno);
+    mall::proto::Message ask;
+    ask.type = mall::proto::Type::Status;
+    ask.request_id = 9;
+    ask.body = json::object();
+    ASSERT_TRUE(send_packet(older.get(), mall::proto::encode(ask)));
+    ASSERT_EQ(wait_readable(older.get(), 10s), 1);
+    std::string data;
+    int passed = -1;
+    ASSERT_GT(recv_packet(older.get(), &data, mall::proto::kMaxPacket, &passed), 0);
+    UniqueFd passed_fd(passed);
+    EXPECT_FALSE(passed_fd) << "a memfd went to a client that did not ask for one";
+    auto reply = mall::proto::decode(data, nullptr);
+    ASSERT_TRUE(reply);
+    EXPECT_FALSE(reply->body.value("ok", true)) << reply->body.dump();
+    EXPECT_NE(reply->body.value("error", std::string()).find("reply too large"), std::string::npos) << reply->body.dump();
+    EXPECT_NE(reply->body.value("error", std::string()).find("malld's version"), std::string::npos) << reply->body.dump();
+    // mallctl, on its own connection, still gets the whole status.
+    auto status = run_command(mallctl_argv(malld.socket(), {"status", "--json"}));
+    ASSERT_EQ(status.exit_code, 0) << status.err;
+    EXPECT_EQ(json::parse(status.out, nullptr, false)["jobs"].size(), 120u);
 }
 
 }  // namespace

@@ -127,6 +127,7 @@ CtlResult CtlClient::request(proto::Type type, const nlohmann::json &body, std::
         msg.request_id = next_id_++;
         if (next_id_ == 0) next_id_ = 1;
         msg.body = body.is_object() ? body : nlohmann::json::object();
+        msg.body[proto::kAcceptsBodyFdField] = true;  // a large reply may come in a memfd
         std::string packet;
         try {
             packet = proto::encode(msg);

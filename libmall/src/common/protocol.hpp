@@ -24,8 +24,11 @@ constexpr size_t kMaxPayload = 64 * 1024;
 constexpr size_t kMaxPacket = kHeaderSize + kMaxPayload;
 // A reply whose JSON is over kMaxPayload (the status of a node with many jobs) travels in a
 // sealed memfd passed with the packet; the packet's body is {"ok": true, kBodyInFdField: <bytes>}.
-// Readers accept such bodies up to kMaxFdBody.
+// Readers accept such bodies up to kMaxFdBody. malld sends them only on a connection whose client
+// said it reads them (a request with kAcceptsBodyFdField true, as every CtlClient request has): an
+// older client gets the "reply too large" error it knows instead of a body it would misread.
 constexpr const char *kBodyInFdField = "body_in_fd";
+constexpr const char *kAcceptsBodyFdField = "accepts_body_in_fd";
 constexpr size_t kMaxFdBody = 64ull << 20;
 
 enum class Type : uint16_t {

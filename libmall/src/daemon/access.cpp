@@ -203,6 +203,9 @@ void serve_packet(Connection &c, const std::string &packet, const AccessRules &r
         c.closing = true;
         return;
     }
+    if (auto accepts = msg->body.find(proto::kAcceptsBodyFdField);
+        accepts != msg->body.end() && accepts->is_boolean() && accepts->get<bool>())
+        c.accepts_body_fd = true;
     const RequestRule *rule = find_request_rule(msg->type);
     if (!rule) {
         std::string text = std::string("message type ") + proto::type_name(msg->type) +

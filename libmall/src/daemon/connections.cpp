@@ -74,6 +74,8 @@ bool Connections::send_message(Connection &c, proto::Type type, uint32_t request
         const bool earlier_unread = !c.outbox.empty() || (::ioctl(c.fd.get(), SIOCOUTQ, &unread) == 0 && unread > 0);
         if (type == proto::Type::Reply && pass_fd < 0 && earlier_unread) {
             why = "malld's earlier reply on this connection is still unread; read it before asking again";
+        } else if (type == proto::Type::Reply && pass_fd < 0 && !c.accepts_body_fd) {
+            why += " (this client reads no large replies: use the mallctl or libmall of malld's version)";
         } else if (type == proto::Type::Reply && pass_fd < 0) {
             const std::string json = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
             body_fd = sealed_memfd("mall-reply", json, &why);

@@ -45,6 +45,7 @@ struct Connection {
     uint64_t attach_id = 0;
     std::deque<Outgoing> outbox;  // replies the socket could not take yet
     size_t outbox_bytes = 0;      // bytes in outbox (bounded as well as the count)
+    bool accepts_body_fd = false; // a request said it reads large replies from a memfd (protocol.hpp)
     // The peer process itself (SO_PEERPIDFD), so that a pid reused after the peer exited is
     // never taken for it; empty on kernels without SO_PEERPIDFD.
     UniqueFd peer_pidfd;
