@@ -135,6 +135,8 @@ Environment:
   MALL_CLUSTER_TIMEOUT_S  how long up/down wait for each step (default 30)
   MALL_CLUSTER_MALLD_SLURM  1 (default): start malld with --slurm (checks jobs against slurmctld)
                           when it supports it; 0: without
+  MALL_CLUSTER_MALLD_ARGS more malld options for every node, split at spaces (e.g.
+                          '--slurm-comment-interval 60 --metrics-file /run/mall.prom')
 
 Files under the state folder:
   etc/slurm.conf etc/plugstack.conf   the generated configuration (SLURM_CONF points here)
@@ -616,7 +618,7 @@ EOF
 # it chose a backend); with --slurm (when this malld has it) it checks the plugin's registrations
 # against slurmctld (libslurm, through SLURM_CONF) and drops jobs Slurm no longer runs.
 start_malld() {
-  local name=$1 n=$2 sock inner_sock state slurm_check=() malld_help prefix=()
+  local name=$1 n=$2 sock inner_sock state slurm_check=() malld_help prefix=() extra=()
   sock=$(malld_sock_of "$n")
   if [ -S "$sock" ] && "$build/bin/mallctl" --socket "$sock" status >/dev/null 2>&1; then
     die "a malld not started by $prog serves $sock; stop it first"
@@ -625,13 +627,14 @@ start_malld() {
   if [ "${MALL_CLUSTER_MALLD_SLURM:-1}" = 1 ] && grep -q -- '--slurm ' <<<"$malld_help"; then
     slurm_check=(--slurm --slurm-node "$n")
   fi
+  read -r -a extra <<<"${MALL_CLUSTER_MALLD_ARGS:-}"
   inner_sock=$sock; state=$dir/malld
   if multi; then
     inner_sock=$inner_node/malld.sock; state=$inner_node/malld
     ns_enter "$n"; prefix=("${ns_cmd[@]}")
   fi
   start_daemon "$name" "${prefix[@]}" "$build/bin/malld" --socket "$inner_sock" --state-dir "$state" \
-    --cgroup-parent "$(malld_cgroup_of "$n")" --log-level info "${slurm_check[@]}"
+    --cgroup-parent "$(malld_cgroup_of "$n")" --log-level info "${slurm_check[@]}" "${extra[@]}"
 }
 
 nodes_idle() { # every node of the cluster is idle in sinfo

@@ -7,7 +7,9 @@
 # bad --malleable values are refused; malld --slurm ends a registration Slurm does not run; with
 # malld stopped a --malleable job still runs and the node stays up; an srun --mpi=pmix step runs
 # inside a malleable allocation; --malleable=MIN:MAX,weight=W reaches malld as the job's weight; a
-# job that completes carries malld's figures in its AdminComment and malld's history.
+# job that completes carries malld's figures in its AdminComment and malld's history; a running
+# job's AdminComment carries its figures so far (malld --slurm-comment-interval), which a cancelled
+# job keeps.
 # Label `system`.
 # Usage: test_slurm_malleable.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, jq)
 # Prints one PASS/FAIL/SKIP line per check; exits non-zero when any check fails. Always brings its
@@ -26,6 +28,8 @@ systest_require "slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq" 
 
 # A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
 private_cluster_init mall-systest-slurm 6827
+# Running jobs' figures reach their AdminComment every second (300 s by default).
+export MALL_CLUSTER_MALLD_ARGS="--slurm-comment-interval 1"
 cluster_down_done=0
 watch_pid=''
 
@@ -189,6 +193,19 @@ else
   fail "(2a) jobs $j1 and $j3 share a core or a task is missing (pid '${j3_pid}'): ${seen:-$(threads_lists "${j3_pid:-0}")}"
 fi
 
+# ---- 12. a running job's AdminComment carries its figures so far; cancelled, it keeps them -----------
+admin_comment() { scontrol show job "$1" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//'; }
+running_figures() { # running_figures JOB: its AdminComment has this node's running segment with core-seconds
+  [[ $(admin_comment "$1") =~ mall:[^:]+:lent_core_s=[0-9.]+,core_s=([0-9.]+),resizes=[0-9]+,ack_timeouts=[0-9]+,oversub_s=[0-9.]+,running_as_of=([0-9]+) ]] &&
+    awk -v c="${BASH_REMATCH[1]}" 'BEGIN { exit !(c > 0) }'
+}
+if wait_for 15 running_figures "$j3"; then
+  pass "(12) running job $j3's AdminComment carries its figures so far: $(admin_comment "$j3")"
+else
+  fail "(12) running job $j3's AdminComment has no running figures: '$(admin_comment "$j3")'"
+  grep -E "AdminComment|slurm-$j3" "$MALL_CLUSTER_DIR/log/malld.log" | tail -n 5
+fi
+
 # ---- 4. scancel of a malleable job mid-run returns its cores ---------------------------------------
 scancel "$j3"
 if wait_for $wait_default_s job_gone_and_released "slurm-$j3" && wait_for $wait_default_s job_settled_on "slurm-$j1" 0-1 &&
@@ -198,6 +215,11 @@ if wait_for $wait_default_s job_gone_and_released "slurm-$j3" && wait_for $wait_
   # Slurm finished the cancelled job before its task ended: its figures are in malld's history.
   if wait_for 10 bash -c "'$mallctl' history --job slurm-$j3 --json | jq -e 'length == 1 and .[0].core_seconds > 0' >/dev/null"; then
     pass "(12) cancelled job $j3's record is in mallctl history: $("$mallctl" history --job "slurm-$j3" --json | jq -c '.[0] | {reason, core_seconds, resizes}')"
+    if running_figures "$j3"; then
+      pass "(12) cancelled job $j3 keeps its last running figures in Slurm: $(admin_comment "$j3")"
+    else
+      fail "(12) cancelled job $j3 lost its running figures in Slurm: '$(admin_comment "$j3")'"
+    fi
   else
     fail "(12) no record of cancelled job $j3 in mallctl history: $("$mallctl" history --json | jq -c '[.[].job]')"
   fi
@@ -248,10 +270,12 @@ fi
 j12=$(submit accounted --malleable=1:2 -c 1 --wrap "exec $client --threads 2 --step-us 2000 --duration-s 3") ||
   { fail "(12) sbatch refused the job: $(cat "$work/accounted.sbatch.err")"; exit 1; }
 if wait_for 60 job_final "$j12" && [ "$(job_state "$j12")" = COMPLETED ]; then
-  comment=$(scontrol show job "$j12" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+  comment=$(admin_comment "$j12")
   record=$("$mallctl" history --job "slurm-$j12" --json | jq -c '.[0] // empty')
   lent=$(jq -r '.lent_core_seconds // empty' <<<"$record")
-  if [[ $comment =~ mall:[^:]+:lent_core_s=([0-9.]+),core_s=([0-9.]+),resizes=([0-9]+),ack_timeouts=0,oversub_s=0\.0 ]] &&
+  # Its last figures replaced the running ones (no running_as_of).
+  if [[ $comment != *running_as_of* ]] &&
+     [[ $comment =~ mall:[^:]+:lent_core_s=([0-9.]+),core_s=([0-9.]+),resizes=([0-9]+),ack_timeouts=0,oversub_s=0\.0 ]] &&
      awk -v c="${BASH_REMATCH[1]}" -v h="$lent" 'BEGIN { exit !(c > 1 && h != "" && c - h < 0.06 && h - c < 0.06) }'; then
     pass "(12) job $j12 completed with AdminComment=$comment; mallctl history: lent $lent core-s"
   else

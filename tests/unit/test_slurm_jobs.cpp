@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@ public:
         std::unique_lock<std::mutex> lock(mu);
         ++calls;
         released.wait(lock, [this] { return !held; });
+        order.push_back("query " + std::to_string(id));
         SlurmJobState s;
         s.kind = id % 2 ? SlurmJobState::Kind::Running : SlurmJobState::Kind::NotRunning;
         s.uid = 1000 + id;
@@ -38,10 +40,12 @@ public:
         std::unique_lock<std::mutex> lock(mu);
         released.wait(lock, [this] { return !held; });
         annotated.push_back(std::to_string(id) + " " + figures);
+        order.push_back("annotate " + std::to_string(id) + " " + figures);
         if (id == 13) return {"Job has already finished", true};
         return {};
     }
     std::vector<std::string> annotated;
+    std::vector<std::string> order;  // queries and updates, as the thread ran them
     std::mutex mu;
     std::condition_variable released;
     bool held = false;
@@ -163,6 +167,54 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
     std::lock_guard<std::mutex> lock(fake->mu);
     ASSERT_EQ(fake->annotated.size(), 2u);
     EXPECT_EQ(fake->annotated[0], "12 lent_core_s=1.0");
+}
+
+// A running job's figures so far wait behind queries and ended jobs' figures; a job's last figures
+// replace its running ones still queued (sent after, they would overwrite the last ones), and a
+// running update is not queued twice for one job.
+TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) {
+    auto query = std::make_unique<FakeQuery>();
+    FakeQuery *fake = query.get();
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = true;
+    }
+    mall::SlurmChecker checker(std::move(query));
+    checker.check({5});  // the thread takes it and waits in the held query
+    for (int i = 0; i < 1000; ++i) {
+        {
+            std::lock_guard<std::mutex> lock(fake->mu);
+            if (fake->calls == 1) break;
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    checker.annotate(20, "so far", true);
+    checker.annotate(21, "so far", true);
+    checker.check({7});
+    checker.annotate(20, "last");
+    checker.annotate(21, "again", true);  // one for 21 is queued already
+    EXPECT_TRUE(checker.annotating(20));
+    EXPECT_TRUE(checker.annotating(21));
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = false;
+    }
+    fake->released.notify_all();
+    std::vector<mall::SlurmAnnotation> done;
+    for (int i = 0; i < 100 && done.size() < 2; ++i) {
+        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
+        for (auto &a : checker.take_annotations()) done.push_back(a);
+        checker.take_results();
+    }
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_EQ(done[0].job_id, 20u);
+    EXPECT_FALSE(done[0].running);
+    EXPECT_EQ(done[1].job_id, 21u);
+    EXPECT_TRUE(done[1].running);
+    EXPECT_FALSE(checker.annotating(20));
+    EXPECT_FALSE(checker.annotating(21));
+    std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_EQ(fake->order, (std::vector<std::string>{"query 5", "annotate 20 last", "query 7", "annotate 21 so far"}));
 }
 
 // Two nodes of one job record their figures at the same moment: each read-merge-write that another

@@ -171,6 +171,11 @@ int main(int argc, char **argv) {
          "this node's name in Slurm (default: the short host name)")
         ("slurm-interval-s", po::value<int>()->default_value(10),
          "seconds between reconciliations with Slurm (1-3600)")
+        ("slurm-comment-interval", po::value<int>()->default_value(300),
+         "with --slurm, seconds between updates of each running Slurm job's AdminComment with its "
+         "figures so far (marked running_as_of=<epoch seconds>; its last figures replace them when "
+         "it ends): a job ended by scancel or its time limit, which Slurm no longer lets malld "
+         "update, keeps these; 0: only when a job ends (0-86400)")
         ("metrics-file", po::value<std::string>(),
          "write Prometheus metrics (the ones `mallctl metrics` prints) to this file every "
          "--metrics-interval, atomically (a temporary file renamed over it), mode 0644: point "
@@ -280,6 +285,7 @@ int main(int argc, char **argv) {
           {"history-max-mib", 1, 4096},
           {"checkpoint-interval", 1, 3600},
           {"slurm-interval-s", 1, 3600},
+          {"slurm-comment-interval", 0, 86400},
           {"max-connections-per-user", 1, mall::kMaxDaemonConnections}})
         if (auto why = out_of_range(option, low, high); !why.empty()) return usage_error(why);
 
@@ -361,8 +367,12 @@ int main(int argc, char **argv) {
                        std::to_string(ack_timeout_ms) + " ms" +
                        (vm["allow-self-register"].as<bool>() ? ", self-registration allowed" : ""));
     if (slurm_query)
-        mall::log_line(mall::LogLevel::Info, "checking Slurm jobs every " + std::to_string(slurm_interval) +
-                                                 " s (" + slurm_note + ")");
+        mall::log_line(mall::LogLevel::Info,
+                       "checking Slurm jobs every " + std::to_string(slurm_interval) + " s (" + slurm_note +
+                           "); running jobs' figures to their AdminComment " +
+                           (vm["slurm-comment-interval"].as<int>() == 0
+                                ? std::string("never (only when they end)")
+                                : "every " + std::to_string(vm["slurm-comment-interval"].as<int>()) + " s"));
 
     mall::ServerOptions server_options;
     server_options.socket_path = socket_path;
@@ -389,7 +399,9 @@ int main(int argc, char **argv) {
 
     try {
         mall::Server server(std::move(server_options), *topology, pool, std::move(backend));
-        if (slurm_query) server.enable_slurm_checks(std::move(slurm_query), std::chrono::seconds(slurm_interval));
+        if (slurm_query)
+            server.enable_slurm_checks(std::move(slurm_query), std::chrono::seconds(slurm_interval),
+                                       std::chrono::seconds(vm["slurm-comment-interval"].as<int>()));
         if (!server.start(&error)) {
             mall::log_line(mall::LogLevel::Error, "cannot start: " + error);
             return kExitStartup;

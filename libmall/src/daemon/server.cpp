@@ -78,13 +78,15 @@ Server::~Server() {
     if (listening_) ::unlink(options_.socket_path.c_str());
 }
 
-void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval) {
+void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
+                                 std::chrono::seconds comment_interval) {
     if (handlers_) {  // after start() the handlers and the epoll set would not know of it
         log_error("internal: Slurm checks must be enabled before malld starts; they stay off");
         return;
     }
     slurm_query_ = std::move(query);
     slurm_interval_ = interval;
+    slurm_comment_interval_ = comment_interval;
 }
 
 bool Server::start(std::string *error) {
@@ -141,7 +143,7 @@ bool Server::start(std::string *error) {
         }
     }
     if (slurm_query_)  // after the mask: its thread must not take the stop signals
-        slurm_ = std::make_unique<SlurmReconciler>(std::move(slurm_query_), slurm_interval_);
+        slurm_ = std::make_unique<SlurmReconciler>(std::move(slurm_query_), slurm_interval_, slurm_comment_interval_);
     epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_fd_) return fail(std::string("epoll_create1 failed: ") + std::strerror(errno));
     connections_ = std::make_unique<Connections>(epoll_fd_.get());
@@ -259,7 +261,10 @@ int Server::next_timeout_ms() const {
     const std::set<uint64_t> waiting = handlers_->connections_waiting();
     for (const auto &[id, c] : connections_->all())
         if (idle_candidate(c, waiting)) consider(c.last_activity + kIdleTimeout);
-    if (slurm_) consider(slurm_->next_check());
+    if (slurm_) {
+        consider(slurm_->next_check());
+        consider(slurm_->next_running_record());
+    }
     consider(next_metrics_write_);
     consider(next_accounting_checkpoint_);
     for (const auto &[name, job] : manager_->jobs())
@@ -309,6 +314,8 @@ void Server::after_events() {
     manager_->tick(now);
     pids_->poll(*manager_, now);
     if (slurm_ && now >= slurm_->next_check()) slurm_->check_all(*manager_, now);
+    if (slurm_ && slurm_->next_running_record() && now >= *slurm_->next_running_record())
+        slurm_->record_running(*manager_, now);
     pids_->sync(*manager_);
     handlers_->process_pending(Clock::now());
     close_idle_connections(Clock::now());

@@ -73,8 +73,10 @@ public:
     // state file and re-adopts the jobs whose processes still run. False with *error on failure.
     bool start(std::string *error);
     // Before start(): check "slurm-<jobid>" registrations and reservations against Slurm, right
-    // after each registration and every `interval` (see slurm_reconcile.hpp).
-    void enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval);
+    // after each registration and every `interval`; record running jobs' figures in their
+    // AdminComment every `comment_interval` (0: only when they end; see slurm_reconcile.hpp).
+    void enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
+                             std::chrono::seconds comment_interval = std::chrono::seconds(0));
     // Serves until SIGTERM or SIGINT, then stops cleanly (state kept, socket removed).
     // Returns the process exit code (0).
     int run();
@@ -120,6 +122,7 @@ private:
     // are blocked, so the checker's thread can never take them.
     std::unique_ptr<SlurmQuery> slurm_query_;
     std::chrono::seconds slurm_interval_{0};
+    std::chrono::seconds slurm_comment_interval_{0};
     TimePoint next_container_scan_{};
     std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
     std::optional<TimePoint> next_accounting_checkpoint_;  // set while the core has jobs

@@ -110,10 +110,24 @@ CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &loa
     return CommentUpdate::Lost;
 }
 
-void SlurmChecker::annotate(uint32_t job_id, std::string figures) {
+void SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running) {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        annotations_.emplace_back(job_id, std::move(figures));
+        if (running) {
+            if (annotating_.count(job_id) != 0) return;
+            running_annotations_.emplace_back(job_id, std::move(figures));
+        } else {
+            // A running update sent after this one would overwrite the job's last figures.
+            for (auto it = running_annotations_.begin(); it != running_annotations_.end();) {
+                if (it->first != job_id) {
+                    ++it;
+                    continue;
+                }
+                annotating_.erase(annotating_.find(job_id));
+                it = running_annotations_.erase(it);
+            }
+            annotations_.emplace_back(job_id, std::move(figures));
+        }
         annotating_.insert(job_id);
     }
     wake_.notify_one();
@@ -156,13 +170,19 @@ void SlurmChecker::loop() {
         uint32_t id = 0;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            wake_.wait(lock, [this] { return stop_ || !pending_.empty() || !annotations_.empty(); });
+            wake_.wait(lock, [this] {
+                return stop_ || !pending_.empty() || !annotations_.empty() || !running_annotations_.empty();
+            });
             if (stop_) return;
-            if (!annotations_.empty()) {  // a job's figures: before queries, a stepd waits on them
-                auto [job_id, figures] = std::move(annotations_.front());
-                annotations_.pop_front();
+            // An ended job's figures come first (its stepd waits on them), then queries, then a
+            // running job's figures so far.
+            const bool ended = !annotations_.empty();
+            if (ended || pending_.empty()) {
+                auto &queue = ended ? annotations_ : running_annotations_;
+                auto [job_id, figures] = std::move(queue.front());
+                queue.pop_front();
                 lock.unlock();
-                SlurmAnnotation done{job_id, {}, false};
+                SlurmAnnotation done{job_id, {}, false, !ended};
                 try {
                     const SlurmQuery::Annotated outcome = query_->annotate(job_id, figures);
                     done.error = outcome.error;

@@ -84,6 +84,7 @@ struct SlurmAnnotation {
     uint32_t job_id = 0;
     std::string error;
     bool finished = false;  // SlurmQuery::Annotated::finished
+    bool running = false;   // a running job's figures so far, not its last ones
 };
 
 // libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.
@@ -100,8 +101,11 @@ public:
     SlurmChecker &operator=(const SlurmChecker &) = delete;
 
     void check(const std::set<uint32_t> &job_ids);
-    // Queues an AdminComment update (SlurmQuery::annotate); updates go before queries.
-    void annotate(uint32_t job_id, std::string figures);
+    // Queues an AdminComment update (SlurmQuery::annotate). An ended job's update goes before
+    // queries (its stepd waits for it) and replaces a running one still queued for the job; a
+    // running job's update (`running`) goes after queries, and is dropped when one for the job is
+    // already queued or in flight.
+    void annotate(uint32_t job_id, std::string figures, bool running = false);
     // Whether an update for the job is queued or in flight.
     bool annotating(uint32_t job_id) const;
     int fd() const { return event_fd_.get(); }
@@ -118,8 +122,9 @@ private:
     std::deque<uint32_t> pending_;
     std::set<uint32_t> queued_;
     std::vector<SlurmJobState> results_;
-    std::deque<std::pair<uint32_t, std::string>> annotations_;  // job id, figures
-    std::multiset<uint32_t> annotating_;                       // queued or in flight
+    std::deque<std::pair<uint32_t, std::string>> annotations_;          // ended jobs: id, figures
+    std::deque<std::pair<uint32_t, std::string>> running_annotations_;  // running jobs: id, figures
+    std::multiset<uint32_t> annotating_;                               // queued or in flight
     std::vector<SlurmAnnotation> annotated_;
     bool stop_ = false;
     std::thread thread_;

@@ -7,8 +7,11 @@
 
 namespace mall {
 
-SlurmReconciler::SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval)
-    : checker_(std::move(query)), interval_(interval) {}
+SlurmReconciler::SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
+                                 std::chrono::seconds comment_interval)
+    : checker_(std::move(query)), interval_(interval), comment_interval_(comment_interval) {
+    if (comment_interval_.count() > 0) next_running_record_ = Clock::now() + comment_interval_;
+}
 
 void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
     next_check_ = now + interval_;
@@ -24,12 +27,29 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     if (auto id = slurm_job_id_of(end_event.value("job", std::string()))) checker_.annotate(*id, admin_comment_figures(end_event));
 }
 
+void SlurmReconciler::record_running(const NodeManager &manager, TimePoint now) {
+    if (!next_running_record_) return;
+    next_running_record_ = now + comment_interval_;
+    const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    for (const auto &[name, job] : manager.jobs()) {
+        auto id = slurm_job_id_of(name);
+        if (!id) continue;
+        checker_.annotate(*id,
+                          admin_comment_figures(manager.accounting(job, now).to_json()) +
+                              ",running_as_of=" + std::to_string(wall_now.count()),
+                          true);
+    }
+}
+
 void SlurmReconciler::take_annotations() {
     for (const SlurmAnnotation &done : checker_.take_annotations()) {
         const std::string job = slurm_job_name(done.job_id);
         if (done.error.empty()) {
-            log_debug("recorded " + job + "'s figures in its Slurm AdminComment");
+            log_debug("recorded " + job + "'s figures" + (done.running ? " so far" : "") + " in its Slurm AdminComment");
             annotation_error_logged_.clear();
+        } else if (done.running && done.finished) {  // it ended in Slurm; malld hears of it soon
+            log_debug("Slurm had finished " + job + " before its running figures reached it: " + done.error);
         } else if (done.finished) {  // scancel, a time limit: Slurm ends the job before its tasks
             log_info("Slurm had finished " + job + " before its tasks ended (cancelled or killed): its figures "
                      "are in malld's history only (" + done.error + ")");

@@ -4,6 +4,9 @@
 // or a client invented it) is ended and its cpus released; a registration under another uid than
 // the job's is ended. Queries run on SlurmChecker's thread; verdicts come back through its fd.
 // Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
+// A Slurm job's figures go to its AdminComment when it ends and, every `comment_interval` while it
+// runs, as they are so far (marked running_as_of=<epoch seconds>): slurmctld refuses updates to a
+// job it has finished, so a job ended by scancel or its time limit keeps its last running figures.
 #pragma once
 
 #include <chrono>
@@ -19,7 +22,9 @@ namespace mall {
 
 class SlurmReconciler {
 public:
-    SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval);
+    // comment_interval 0: AdminComment only when a job ends.
+    SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
+                    std::chrono::seconds comment_interval = std::chrono::seconds(0));
 
     int fd() const { return checker_.fd(); }     // readable when verdicts wait (epoll)
     void check(uint32_t job_id) { checker_.check({job_id}); }
@@ -29,6 +34,10 @@ public:
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
     // A job ended (its "end" event): a Slurm job's figures go to its AdminComment.
     void record_end(const nlohmann::json &end_event);
+    // Every Slurm job's figures so far go to its AdminComment (when none is queued for it); the
+    // next round is due `comment_interval` on. nullopt: no rounds.
+    void record_running(const NodeManager &manager, TimePoint now);
+    std::optional<TimePoint> next_running_record() const { return next_running_record_; }
     bool annotating(uint32_t job_id) const { return checker_.annotating(job_id); }
     // The finished AdminComment updates; failures are logged (each distinct one once).
     void take_annotations();
@@ -47,7 +56,9 @@ public:
 private:
     SlurmChecker checker_;
     std::chrono::seconds interval_;
+    std::chrono::seconds comment_interval_;
     TimePoint next_check_{};
+    std::optional<TimePoint> next_running_record_;
     std::string disagreement_logged_;  // the last disagreement warned about
     std::string annotation_error_logged_;
 };

@@ -529,23 +529,22 @@ CpuSet NodeManager::free_cpus() const {
     return free;
 }
 
-nlohmann::json NodeManager::accounting(const Job &job, TimePoint now) const {
+JobAccount NodeManager::accounting(const Job &job, TimePoint now) const {
     auto seconds = [](TimePoint from, TimePoint to) {
         return to > from ? std::chrono::duration<double>(to - from).count() : 0.0;
     };
     const double since_mark = seconds(job.accounted_until, now);
-    double oversubscribed = job.oversubscribed_seconds;
-    if (job.oversubscribed_since) oversubscribed += seconds(*job.oversubscribed_since, now);
-    return {
-        {"duration_seconds", seconds(job.registered_at, now)},
-        {"core_seconds", job.core_seconds + job.published.count() * since_mark},
-        {"lent_core_seconds", job.lent_core_seconds + job.lent_cpus() * since_mark},
-        {"oversubscribed_seconds", oversubscribed},
-        {"resizes", job.transitions},
-        {"ack_timeouts", job.ack_timeouts},
-        {"acks", job.ack_latency.count()},
-        {"ack_latency_seconds_sum", job.ack_latency.sum()},
-    };
+    JobAccount out;
+    out.duration_seconds = seconds(job.registered_at, now);
+    out.core_seconds = job.core_seconds + job.published.count() * since_mark;
+    out.lent_core_seconds = job.lent_core_seconds + job.lent_cpus() * since_mark;
+    out.oversubscribed_seconds = job.oversubscribed_seconds;
+    if (job.oversubscribed_since) out.oversubscribed_seconds += seconds(*job.oversubscribed_since, now);
+    out.resizes = job.transitions;
+    out.ack_timeouts = job.ack_timeouts;
+    out.acks = job.ack_latency.count();
+    out.ack_latency_seconds_sum = job.ack_latency.sum();
+    return out;
 }
 
 void NodeManager::record_reclaim(double seconds, bool timed_out) {
@@ -566,12 +565,13 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
     out["ack_timeout_ms"] = ack_timeout_.count();
     out["histogram_bounds_seconds"] = kDurationBounds;
     // The node's totals: ended jobs' accounting plus the running jobs' up to `now`.
-    nlohmann::json node = totals_.to_json();
+    NodeTotals node = totals_;
     nlohmann::json jobs = nlohmann::json::array();
     for (const Job *job : in_registration_order<const Job *>(jobs_)) {
-        const nlohmann::json account = accounting(*job, now.value_or(job->accounted_until));
-        for (const char *field : {"core_seconds", "lent_core_seconds", "oversubscribed_seconds"})
-            node[field] = node[field].get<double>() + account[field].get<double>();
+        const JobAccount account = accounting(*job, now.value_or(job->accounted_until));
+        node.core_seconds += account.core_seconds;
+        node.lent_core_seconds += account.lent_core_seconds;
+        node.oversubscribed_seconds += account.oversubscribed_seconds;
         auto target = targets_.find(job->spec.id);
         const CpuSet &goal = target == targets_.end() ? job->published : target->second;
         jobs.push_back({
@@ -601,11 +601,11 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
             {"work_units", job->work_units},
             {"steps", job->steps},
             {"lent_cpus", job->lent_cpus()},
-            {"duration_seconds", account["duration_seconds"]},
-            {"core_seconds", account["core_seconds"]},
-            {"lent_core_seconds", account["lent_core_seconds"]},
+            {"duration_seconds", account.duration_seconds},
+            {"core_seconds", account.core_seconds},
+            {"lent_core_seconds", account.lent_core_seconds},
             {"oversubscribed", job->oversubscribed_since.has_value()},
-            {"oversubscribed_seconds", account["oversubscribed_seconds"]},
+            {"oversubscribed_seconds", account.oversubscribed_seconds},
             {"ack_latency_seconds", job->ack_latency.to_json()},
         });
         if (!job->rate_samples.empty()) {  // what the throughput policy believes about it
@@ -618,7 +618,7 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
         }
     }
     out["jobs"] = std::move(jobs);
-    out["node"] = std::move(node);
+    out["node"] = node.to_json();
     return out;
 }
 

@@ -209,6 +209,29 @@ struct NodeTotals {
     }
 };
 
+// A job's accounting as of a moment (computed, not stored): what its "end" event, its row of
+// `mallctl status --json` and its running AdminComment figures carry.
+struct JobAccount {
+    double duration_seconds = 0;        // since it registered
+    double core_seconds = 0;            // cpus held times the time held
+    double lent_core_seconds = 0;       // cpus held above its guaranteed cpus (or min), times the time
+    double oversubscribed_seconds = 0;  // from an ack timeout of a shrink until its processes caught up
+    uint64_t resizes = 0;
+    uint64_t ack_timeouts = 0;
+    uint64_t acks = 0;
+    double ack_latency_seconds_sum = 0;
+    nlohmann::json to_json() const {  // the field names above
+        return {{"duration_seconds", duration_seconds},
+                {"core_seconds", core_seconds},
+                {"lent_core_seconds", lent_core_seconds},
+                {"oversubscribed_seconds", oversubscribed_seconds},
+                {"resizes", resizes},
+                {"ack_timeouts", ack_timeouts},
+                {"acks", acks},
+                {"ack_latency_seconds_sum", ack_latency_seconds_sum}};
+    }
+};
+
 struct Outcome {
     bool ok = true;
     int code = 0;        // mall_rc value when !ok
@@ -291,9 +314,8 @@ public:
     // The object `mallctl status --json` prints. With `now`, the accounting figures (core-seconds,
     // lent core-seconds, oversubscribed seconds) run up to it; without, up to the last change.
     nlohmann::json status(std::optional<TimePoint> now = std::nullopt) const;
-    // A job's accounting as of `now` (not stored): {"core_seconds", "lent_core_seconds",
-    // "oversubscribed_seconds", "duration_seconds", ...}; what its "end" event carries.
-    nlohmann::json accounting(const Job &job, TimePoint now) const;
+    // A job's accounting as of `now` (not stored).
+    JobAccount accounting(const Job &job, TimePoint now) const;
     const NodeTotals &totals() const { return totals_; }
     // Brings the job's accounting integrals up to `now` (before its published cpus change, and on
     // a copy malld saves, so the state file holds them as of the save).

@@ -94,11 +94,11 @@ void NodeManager::end_job(const std::string &job, const char *reason, TimePoint 
 }
 
 void NodeManager::close_accounts(const Job &ended, const char *reason, TimePoint until) {
-    const nlohmann::json account = accounting(ended, until);
+    const JobAccount account = accounting(ended, until);
     ++totals_.jobs_ended;
-    totals_.core_seconds += account["core_seconds"].get<double>();
-    totals_.lent_core_seconds += account["lent_core_seconds"].get<double>();
-    totals_.oversubscribed_seconds += account["oversubscribed_seconds"].get<double>();
+    totals_.core_seconds += account.core_seconds;
+    totals_.lent_core_seconds += account.lent_core_seconds;
+    totals_.oversubscribed_seconds += account.oversubscribed_seconds;
     // The end event is the job's record (malld's history file keeps it): who, what it was
     // promised, and what it got.
     nlohmann::json ev = make_event("end");
@@ -109,7 +109,7 @@ void NodeManager::close_accounts(const Job &ended, const char *reason, TimePoint
     ev["max"] = ended.spec.max;
     ev["guaranteed"] = ended.spec.guaranteed.to_string();
     if (ended.spec.container) ev["container"] = true;
-    ev.update(account);
+    ev.update(account.to_json());
     effects_.event(ev);
 }
 
