@@ -25,6 +25,26 @@ inline void log_debug(const std::string &text) { log_line(LogLevel::Debug, text)
 // were left out.
 void log_warn_limited(const std::string &kind, const std::string &text);
 
+// For work malld repeats that may fail for a while (a file it rewrites, an update it sends): each
+// distinct failure is logged once, not on every try, and the first success after one says so.
+// One owner thread per instance.
+class FailureLog {
+public:
+    // Logs `text` at `level` unless the previous outcome was a failure with the same `error`.
+    void failed(const std::string &error, LogLevel level, const std::string &text) {
+        if (error != last_error_) log_line(level, text);
+        last_error_ = error.empty() ? "?" : error;
+    }
+    // After a failure, logs `back_again` (info) when it is not empty.
+    void succeeded(const std::string &back_again = "") {
+        if (!last_error_.empty() && !back_again.empty()) log_line(LogLevel::Info, back_again);
+        last_error_.clear();
+    }
+
+private:
+    std::string last_error_;  // empty: the last outcome was a success
+};
+
 // Client-supplied text made fit for a log line: at most 128 characters (the rest summarised by
 // its size), newlines and control characters escaped.
 std::string log_text(std::string_view text);

@@ -79,9 +79,11 @@ private:
             lock.unlock();
             std::string error;
             bool ok = save_state(dir_, state, &error);
-            if (!ok && error != last_error_) log_error(error);  // once per distinct failure
-            if (ok && !last_error_.empty()) log_info("the state file is written again");
-            last_error_ = ok ? std::string() : error;
+            if (ok) {
+                failures_.succeeded("the state file is written again");
+            } else {
+                failures_.failed(error, LogLevel::Error, error);
+            }
             lock.lock();
             busy_ = false;
             idle_.notify_all();
@@ -95,7 +97,7 @@ private:
     std::optional<SavedState> next_;
     bool busy_ = false;
     bool quit_ = false;
-    std::string last_error_;
+    FailureLog failures_;  // the writer thread's
     std::thread thread_;  // last: starts after the members it uses exist
 };
 

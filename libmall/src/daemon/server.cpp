@@ -349,11 +349,13 @@ void Server::write_metrics(TimePoint now) {
     std::string error;
     const bool ok = replace_file_atomically(options_.metrics_file, render_prometheus(handlers_->full_status()),
                                             0644, &error);
-    if (!ok && error != last_metrics_error_)
-        log_error("metrics: " + error + "; check --metrics-file (malld tries again every " +
-                  std::to_string(options_.metrics_interval.count()) + " s)");
-    if (ok && !last_metrics_error_.empty()) log_info("metrics: " + options_.metrics_file + " is written again");
-    last_metrics_error_ = ok ? std::string() : error;
+    if (ok) {
+        metrics_failures_.succeeded("metrics: " + options_.metrics_file + " is written again");
+    } else {
+        metrics_failures_.failed(error, LogLevel::Error,
+                                 "metrics: " + error + "; check --metrics-file (malld tries again every " +
+                                     std::to_string(options_.metrics_interval.count()) + " s)");
+    }
 }
 
 void Server::record_job_end(const nlohmann::json &end_event) {
@@ -362,10 +364,14 @@ void Server::record_job_end(const nlohmann::json &end_event) {
     std::string error;
     const bool ok = append_history(options_.history_file, history_record(end_event, options_.host),
                                    options_.history_max_bytes, &error);
-    if (!ok && error != last_history_error_)
-        log_error("history: " + error + "; job " + end_event.value("job", std::string("?")) +
-                  "'s record is lost (check --history-file)");
-    last_history_error_ = ok ? std::string() : error;
+    if (ok) {
+        history_failures_.succeeded("history: " + options_.history_file + " is written again");
+    } else {
+        history_failures_.failed(error, LogLevel::Error,
+                                 "history: " + error + "; job " + end_event.value("job", std::string("?")) +
+                                     "'s record is lost, and those of later jobs until it is written again "
+                                     "(check --history-file)");
+    }
 }
 
 void Server::close_idle_connections(TimePoint now) {

@@ -24,6 +24,7 @@
 #include "core/topology.hpp"
 #include "handlers.hpp"
 #include "kernel_effects.hpp"
+#include "log.hpp"
 #include "persistence.hpp"
 #include "pid_watch.hpp"
 #include "slurm_jobs.hpp"
@@ -126,7 +127,7 @@ private:
     TimePoint next_container_scan_{};
     std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
     std::optional<TimePoint> next_accounting_checkpoint_;  // set while the core has jobs
-    std::string last_metrics_error_, last_history_error_;  // each distinct failure is logged once
+    FailureLog metrics_failures_, history_failures_;
 
     // Built in start() (persistence_ first, to read the state; slurm_ if enable_slurm_checks() ran);
     // each refers only to those declared before it, and ~Server() ends the writer thread first.

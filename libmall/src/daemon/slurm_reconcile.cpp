@@ -47,15 +47,18 @@ void SlurmReconciler::take_annotations() {
         const std::string job = slurm_job_name(done.job_id);
         if (done.error.empty()) {
             log_debug("recorded " + job + "'s figures" + (done.running ? " so far" : "") + " in its Slurm AdminComment");
-            annotation_error_logged_.clear();
+            annotation_failures_.succeeded();
         } else if (done.running && done.finished) {  // it ended in Slurm; malld hears of it soon
             log_debug("Slurm had finished " + job + " before its running figures reached it: " + done.error);
         } else if (done.finished) {  // scancel, a time limit: Slurm ends the job before its tasks
-            log_info("Slurm had finished " + job + " before its tasks ended (cancelled or killed): its figures "
-                     "are in malld's history only (" + done.error + ")");
-        } else if (done.error != annotation_error_logged_) {
-            log_warn("cannot record " + job + "'s figures in Slurm: " + done.error + " (malld's history has them)");
-            annotation_error_logged_ = done.error;
+            log_info("Slurm had finished " + job + " before its tasks ended (cancelled or killed): its last figures "
+                     "are in malld's history" +
+                     (comment_interval_.count() > 0 ? ", its AdminComment keeps its running ones" : " only") + " (" +
+                     done.error + ")");
+        } else {
+            annotation_failures_.failed(done.error, LogLevel::Warn,
+                                        "cannot record " + job + "'s figures in Slurm: " + done.error +
+                                            " (malld's history has them)");
         }
     }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/node_manager.hpp"
+#include "log.hpp"
 #include "slurm_jobs.hpp"
 
 namespace mall {
@@ -60,7 +61,7 @@ private:
     TimePoint next_check_{};
     std::optional<TimePoint> next_running_record_;
     std::string disagreement_logged_;  // the last disagreement warned about
-    std::string annotation_error_logged_;
+    FailureLog annotation_failures_;
 };
 
 // How long a Slurm job's Deregister answer waits for its AdminComment update.
