@@ -577,6 +577,39 @@ TEST(CliLargeStatus, ANodeWithHundredsOfJobsIsReportedWhole) {
     EXPECT_NE(top.out.find("JOBS " + std::to_string(kJobs)), std::string::npos) << top.out.substr(0, 400);
 }
 
+// A reclaim whose asker leaves before its answer (a prolog killed at its timeout) still frees the
+// cpus, and the node's reclaim figures count it.
+TEST(CliReclaim, AReclaimWhoseAskerLeftIsCounted) {
+    MalldOptions options;
+    options.backend = "affinity";
+    options.ack_timeout_ms = 500;
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    // It never steps, so it never acknowledges its shrink: the reclaim ends at the ack timeout.
+    Child lazy(mallrun_argv(malld.socket(), "1:2", "lazy", test_client_argv({"--no-step"})));
+    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "lazy"); return j && j->value("cpus", "") == "0-1"; }, 20s))
+        << status_text(malld);
+    {
+        UniqueFd asker(unix_connect(malld.socket()));
+        ASSERT_TRUE(asker) << std::strerror(errno);
+        mall::proto::Message ask;
+        ask.type = mall::proto::Type::Reclaim;
+        ask.request_id = 3;
+        ask.body = {{"cpus", "1"}};
+        ASSERT_TRUE(send_packet(asker.get(), mall::proto::encode(ask)));
+        ASSERT_TRUE(wait_until([&] { auto s = status_json(malld.socket()); return s && s->value("reclaimed", "") == "1"; }, 10s))
+            << status_text(malld);
+    }  // the asker leaves before cpu 1 is free
+    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "lazy"); return j && j->value("cpuset", "") == "0"; }, 20s))
+        << status_text(malld);
+    EXPECT_TRUE(wait_until([&] { auto s = status_json(malld.socket()); return s && (*s)["node"].value("reclaims", 0) == 1; }, 10s))
+        << "the reclaim was not counted: " << status_json(malld.socket()).value_or(json()).dump();
+    auto s = status_json(malld.socket());
+    ASSERT_TRUE(s);
+    EXPECT_EQ((*s)["node"]["reclaim_duration_seconds"].value("count", 0), 1) << (*s)["node"].dump();
+}
+
 // A client that does not say it reads large replies from a memfd (an older mallctl or libmall)
 // gets the error it knows, with words, not an "ok" whose status it would read as empty.
 TEST(CliLargeStatus, AnOlderClientGetsAnErrorNotAnEmptyStatus) {

@@ -438,7 +438,14 @@ void RequestHandlers::process_pending(TimePoint now) {
     std::vector<PendingReply> still;
     for (auto &p : pending_) {
         Connection *asker = connections_.find(p.connection);
-        if (!asker || asker->closing) continue;  // the asker left
+        const bool asker_left = !asker || asker->closing;
+        if (p.kind == PendingReply::Kind::Reclaim) {
+            // Goes on when its asker left (a prolog killed at its timeout): the cpus are freed all
+            // the same, and the node's reclaim figures count it.
+            if (!finish_reclaim(p, asker_left ? nullptr : asker, now)) still.push_back(std::move(p));
+            continue;
+        }
+        if (asker_left) continue;
         Connection &c = *asker;
         const auto waited_ms = std::to_string(reply_wait().count());
         if (p.kind == PendingReply::Kind::Deregister) {
@@ -479,27 +486,30 @@ void RequestHandlers::process_pending(TimePoint now) {
             } else {
                 still.push_back(std::move(p));
             }
-        } else {
-            const double waited = std::chrono::duration<double>(now - p.started).count();
-            if (!manager_.holds_any(p.cpus, p.job)) {
-                manager_.record_reclaim(waited, false);
-                connections_.reply(c, p.request_id, proto::ok_reply({{"cpus", p.cpus.to_string()}}));
-            } else if (now >= p.deadline) {
-                manager_.record_reclaim(waited, true);
-                std::string holders;
-                for (const auto &[name, job] : manager_.jobs())
-                    if (name != p.job && job.held().intersects(p.cpus))
-                        holders += (holders.empty() ? "" : ", ") + name;
-                connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
-                            "cpus " + p.cpus.to_string() + " are still held by job(s) " + holders +
-                                " after " + waited_ms + " ms; they stay reclaimed and will be free "
-                                "once those jobs have shrunk (see `mallctl status`)");
-            } else {
-                still.push_back(std::move(p));
-            }
         }
     }
     pending_ = std::move(still);
+}
+
+bool RequestHandlers::finish_reclaim(const PendingReply &p, Connection *asker, TimePoint now) {
+    const double waited = std::chrono::duration<double>(now - p.started).count();
+    if (!manager_.holds_any(p.cpus, p.job)) {
+        manager_.record_reclaim(waited, false);
+        if (asker) connections_.reply(*asker, p.request_id, proto::ok_reply({{"cpus", p.cpus.to_string()}}));
+        return true;
+    }
+    if (now < p.deadline) return false;
+    manager_.record_reclaim(waited, true);
+    if (!asker) return true;
+    std::string holders;
+    for (const auto &[name, job] : manager_.jobs())
+        if (name != p.job && job.held().intersects(p.cpus)) holders += (holders.empty() ? "" : ", ") + name;
+    connections_.reply_error(*asker, p.request_id, MALL_ERR_SYSTEM,
+                             "cpus " + p.cpus.to_string() + " are still held by job(s) " + holders + " after " +
+                                 std::to_string(reply_wait().count()) +
+                                 " ms; they stay reclaimed and will be free once those jobs have shrunk (see "
+                                 "`mallctl status`)");
+    return true;
 }
 
 std::optional<TimePoint> RequestHandlers::next_deadline() const {

@@ -86,6 +86,9 @@ private:
         int error_code = 0;
         std::string error;
     };
+    // A deferred reclaim ends when its cpus are free or its deadline passed: it is counted in the
+    // node's reclaim figures and answered (when `asker` is not null). False: it waits on.
+    bool finish_reclaim(const PendingReply &p, Connection *asker, TimePoint now);
     std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
     TimePoint reply_deadline() const;              // now + reply_wait()
 
