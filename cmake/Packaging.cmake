@@ -1,6 +1,6 @@
 # Packaging.cmake — `cpack -G DEB` makes one Debian package, mall_<version>_<arch>.deb: the programs,
-# libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit, the
-# man pages and the Python module, i.e. every install rule except the components tensorflow (the
+# libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit and
+# its options file (/etc/default/malld, a conffile), the man pages and the Python module, i.e. every install rule except the components tensorflow (the
 # Session adapter names a PyPI wheel's files) and mpi (libmall_mpi would tie every node to Debian's
 # Open MPI). Depends come from dpkg-shlibdeps (dpkg-dev); what it cannot see is named below.
 # Files go under /usr whatever the tree's CMAKE_INSTALL_PREFIX; for Debian's layout (lib/<multiarch>,
@@ -49,7 +49,13 @@ file(WRITE ${PROJECT_BINARY_DIR}/debian/prerm "#!/bin/sh
 set -e
 rm -rf '${mall_package_python_dir}/__pycache__'
 ")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/prerm)
+# conffiles: dpkg keeps an admin's edits of the node's malld options across upgrades.
+if(IS_ABSOLUTE "${MALL_DEFAULTS_DIR}")  # libmall/CMakeLists.txt
+  file(WRITE ${PROJECT_BINARY_DIR}/debian/conffiles "${MALL_DEFAULTS_DIR}/malld\n")
+else()
+  file(WRITE ${PROJECT_BINARY_DIR}/debian/conffiles "${CPACK_PACKAGING_INSTALL_PREFIX}/${MALL_DEFAULTS_DIR}/malld\n")
+endif()
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/prerm ${PROJECT_BINARY_DIR}/debian/conffiles)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 # One package of every component but tensorflow and mpi (cpack reads the list at its run; the man

@@ -110,10 +110,14 @@ for f in /usr/bin/malld /usr/bin/mallctl /usr/bin/mallrun /usr/bin/mallsim /usr/
   grep -qxF "$f" "$tmp/contents" || fail "the package lacks $f"
 done
 grep -Eq '^/usr/share/man/man8/malld\.8(\.gz)?$' "$tmp/contents" || fail "the package lacks the man page /usr/share/man/man8/malld.8[.gz]"
-# Nothing of the tests, benchmarks or examples; nothing outside /usr.
+# Nothing of the tests, benchmarks or examples; nothing outside /usr but malld's options file, which
+# dpkg keeps as a conffile.
+grep -qxF /etc/default/malld "$tmp/contents" || fail "the package lacks /etc/default/malld"
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qxF /etc/default/malld ||
+  fail "/etc/default/malld is not a conffile of the package (DEBIAN/conffiles)"
 bad=$(grep -Ei '/(test|bench|example)[^/]*$|tests?/|train' "$tmp/contents" || true)
 [ -z "$bad" ] || fail "the package holds test, benchmark or example files: $bad"
-bad=$(grep -v '^/usr/' "$tmp/contents" | grep -vx '/' || true)
+bad=$(grep -v '^/usr/' "$tmp/contents" | grep -vxE '/|/etc/|/etc/default/|/etc/default/malld' || true)
 [ -z "$bad" ] || fail "the package holds files outside /usr: $bad"
 
 # The tree under test (configured for /usr/local, maybe with TensorFlow and MPI) still packages
@@ -179,7 +183,27 @@ if dpkg -L slurm-wlm-basic-plugins >/dev/null 2>&1; then
     fail "Debian's slurm-wlm-basic-plugins keeps no plugin in /usr/lib/$multiarch/slurm-wlm"
 fi
 unit=$root/usr/lib/systemd/system/malld.service
-grep -q '^ExecStart=/usr/bin/malld ' "$unit" || fail "malld.service's ExecStart is not /usr/bin/malld: $(grep ExecStart= "$unit")"
+grep -q '^ExecStart=/usr/bin/malld .* \$MALLD_OPTIONS$' "$unit" ||
+  fail "malld.service's ExecStart is not /usr/bin/malld ... \$MALLD_OPTIONS: $(grep ExecStart= "$unit")"
+grep -qx 'EnvironmentFile=-/etc/default/malld' "$unit" || fail "malld.service does not read /etc/default/malld: $(grep EnvironmentFile "$unit")"
+# systemd's own check of the unit (on the host, against this build's malld: the root has no systemd).
+if command -v systemd-analyze >/dev/null; then
+  sed "s|^ExecStart=/usr/bin/malld |ExecStart=$root/usr/bin/malld |" "$unit" >"$tmp/malld.service"
+  out=$(systemd-analyze verify "$tmp/malld.service" 2>&1) || fail "systemd-analyze verify malld.service: $out"
+fi
+# The options file: the empty default and every example are options malld knows, as systemd splits
+# them (\$MALLD_OPTIONS: at spaces).
+defaults=$root/etc/default/malld
+[ -s "$defaults" ] || fail "/etc/default/malld is missing or empty in the root"
+n=0
+while IFS= read -r line; do
+  opts=$(sed -E 's/^#?MALLD_OPTIONS="(.*)"$/\1/' <<<"$line")
+  # shellcheck disable=SC2086  # split at spaces, as systemd does
+  err=$(in_root malld $opts --help 2>&1 >/dev/null) || fail "/etc/default/malld: malld refuses '$opts': $err"
+  n=$((n + 1))
+done < <(grep -E '^#?MALLD_OPTIONS="[^"]*"$' "$defaults")
+[ "$n" -ge 2 ] || fail "/etc/default/malld has no MALLD_OPTIONS examples"
+grep -qx 'MALLD_OPTIONS=""' "$defaults" || fail "/etc/default/malld does not set MALLD_OPTIONS empty by default"
 [ -s "$root/usr/share/mall/slurm/cli_filter.lua" ] || fail "cli_filter.lua is not in /usr/share/mall/slurm"
 want_api=$(awk -F. '{print $1 * 10000 + $2 * 100 + $3}' <<<"$version")
 got=$(in_root python3 -c 'import mall; print(mall.api_version())') || fail "python3 -c 'import mall' failed in the root"
@@ -190,11 +214,17 @@ in_root cmake -S /tmp/consumer -B /tmp/consumer-build -DMALL_CONSUMER_C_ONLY=ON 
   { cat "$tmp/consumer.log" >&2; fail "building the C consumer with find_package(mall) in the root"; }
 got=$(in_root /tmp/consumer-build/consumer) || fail "the C consumer failed in the root: $got"
 [ "$got" = "consumer: ok, mall API $want_api" ] || fail "the C consumer said '$got'"
-echo "$me: malld --version, mallctl --version, ldd, man -w malld, the unit, the plugin, import mall, consumer: ok"
+echo "$me: malld --version, mallctl --version, ldd, man -w malld, the unit and its options file ($n MALLD_OPTIONS lines), the plugin, import mall, consumer: ok"
+
+step "an admin's options survive a reinstall"
+echo 'MALLD_OPTIONS="--slurm --metrics-interval 30"' >>"$defaults"
+in_root dpkg -i --force-confold "/tmp/$(basename "$deb")" >"$tmp/reinstall.log" 2>&1 ||
+  { cat "$tmp/reinstall.log" >&2; fail "dpkg -i of the package over itself"; }
+grep -qx 'MALLD_OPTIONS="--slurm --metrics-interval 30"' "$defaults" || fail "reinstalling the package lost the edit of /etc/default/malld"
 
 step "apt-get purge mall"
 in_root apt-get purge -y mall >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log" >&2; fail "apt-get purge mall"; }
-left=$(cd "$root" && ls -d usr/bin/malld "usr/lib/$multiarch/libmall.so.0" usr/lib/python3/dist-packages/mall 2>/dev/null || true)
+left=$(cd "$root" && ls -d usr/bin/malld "usr/lib/$multiarch/libmall.so.0" usr/lib/python3/dist-packages/mall etc/default/malld 2>/dev/null || true)
 [ -z "$left" ] || fail "apt-get purge mall left $left"
 
 step "PASS (package $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB)"
