@@ -235,7 +235,7 @@ TEST(Restart, AccountingCountsTheTimeBeforeACleanStopOnce) {
     // One cpu lent all along: the lent core-seconds are the duration, up to the moments between
     // registration and the first growth, and between the two reads.
     EXPECT_LE(lent_seconds(*after), duration_seconds(*after) + 0.5) << "counted twice: " << after->dump();
-    EXPECT_NEAR(after->value("core_seconds", -1.0), 2 * duration_seconds(*after), 1.5) << after->dump();
+    EXPECT_LE(after->value("core_seconds", -1.0), 2 * duration_seconds(*after) + 0.5) << "counted twice: " << after->dump();
 }
 
 TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
@@ -248,7 +248,7 @@ TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
     Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
         << status_text(malld);
-    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 4; }, 20s))
+    ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 5; }, 20s))
         << status_text(malld);
 
     auto running = job_status(malld.socket(), "a");
@@ -267,7 +267,8 @@ TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
     ASSERT_EQ(history.exit_code, 0) << history.out << history.err;
     auto records = json::parse(history.out, nullptr, false);
     ASSERT_TRUE(records.is_array() && records.size() == 1) << history.out;
-    // The last checkpoint came at most a second (and a loop turn) before the kill.
+    // Checkpoints come every second: the last one on disk is at most a second and a loop turn
+    // (and a write) older than the kill; without them the record holds about 0 (the last change).
     EXPECT_GE(lent_seconds(records[0]), 3) << "accounting since the last change was lost: " << records[0].dump();
     EXPECT_LE(lent_seconds(records[0]), duration_seconds(records[0]) + 0.5) << records[0].dump();
 }

@@ -191,19 +191,27 @@ if command -v systemd-analyze >/dev/null; then
   sed "s|^ExecStart=/usr/bin/malld |ExecStart=$root/usr/bin/malld |" "$unit" >"$tmp/malld.service"
   out=$(systemd-analyze verify "$tmp/malld.service" 2>&1) || fail "systemd-analyze verify malld.service: $out"
 fi
-# The options file: the empty default and every example are options malld knows, as systemd splits
-# them (\$MALLD_OPTIONS: at spaces).
+# The options file: the empty default and every example pass `malld --check` as systemd splits them
+# (\$MALLD_OPTIONS: at spaces), on a modelled 64-core node (the examples name cores 2-63) with
+# node_exporter's textfile folder made as its package would, and a slurm.conf as a Slurm node has.
 defaults=$root/etc/default/malld
 [ -s "$defaults" ] || fail "/etc/default/malld is missing or empty in the root"
+mkdir -p "$root/var/lib/prometheus/node-exporter"
+# --slurm reads the cluster's slurm.conf (libslurm's default path): a node's minimal one.
+mkdir -p "$root/etc/slurm"
+printf 'ClusterName=check\nSlurmctldHost=localhost\n' >"$root/etc/slurm/slurm.conf"
 n=0
 while IFS= read -r line; do
   opts=$(sed -E 's/^#?MALLD_OPTIONS="(.*)"$/\1/' <<<"$line")
   # shellcheck disable=SC2086  # split at spaces, as systemd does
-  err=$(in_root malld $opts --help 2>&1 >/dev/null) || fail "/etc/default/malld: malld refuses '$opts': $err"
+  out=$(in_root malld $opts --check --topology 'pack:1 core:64 pu:1' 2>&1) ||
+    fail "/etc/default/malld: malld --check refuses '$opts': $out"
   n=$((n + 1))
 done < <(grep -E '^#?MALLD_OPTIONS="[^"]*"$' "$defaults")
 [ "$n" -ge 2 ] || fail "/etc/default/malld has no MALLD_OPTIONS examples"
-grep -qx 'MALLD_OPTIONS=""' "$defaults" || fail "/etc/default/malld does not set MALLD_OPTIONS empty by default"
+# Uncommenting an example must take effect: the empty default comes before them (the last wins).
+[ "$(grep -E '^#?MALLD_OPTIONS=' "$defaults" | head -n 1)" = 'MALLD_OPTIONS=""' ] ||
+  fail "/etc/default/malld: the empty default is not the first MALLD_OPTIONS line"
 [ -s "$root/usr/share/mall/slurm/cli_filter.lua" ] || fail "cli_filter.lua is not in /usr/share/mall/slurm"
 want_api=$(awk -F. '{print $1 * 10000 + $2 * 100 + $3}' <<<"$version")
 got=$(in_root python3 -c 'import mall; print(mall.api_version())') || fail "python3 -c 'import mall' failed in the root"

@@ -58,6 +58,7 @@ TEST(FailureLog, EachDistinctFailureOnceAndTheRecoveryOnce) {
         failures.succeeded("written again");                        // still fine: silent
         failures.failed("ENOSPC", mall::LogLevel::Error, "disk full (3)");  // after a success: again
         failures.failed("", mall::LogLevel::Error, "no words");     // a failure without words still counts
+        failures.failed("", mall::LogLevel::Error, "no words (2)"); // the same: silent
         failures.succeeded("");                                     // nothing to say
         failures.succeeded("written again");                        // the last outcome was a success
     });

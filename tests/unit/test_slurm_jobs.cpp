@@ -38,6 +38,7 @@ public:
     }
     Annotated annotate(uint32_t id, const std::string &figures) override {
         std::unique_lock<std::mutex> lock(mu);
+        ++annotate_calls;
         released.wait(lock, [this] { return !held; });
         annotated.push_back(std::to_string(id) + " " + figures);
         order.push_back("annotate " + std::to_string(id) + " " + figures);
@@ -49,7 +50,8 @@ public:
     std::mutex mu;
     std::condition_variable released;
     bool held = false;
-    int calls = 0;
+    int calls = 0;           // queries begun
+    int annotate_calls = 0;  // updates begun
 };
 
 bool readable(int fd, std::chrono::milliseconds timeout) {
@@ -170,8 +172,9 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
 }
 
 // A running job's figures so far wait behind queries and ended jobs' figures; a job's last figures
-// replace its running ones still queued (sent after, they would overwrite the last ones), and a
-// running update is not queued twice for one job.
+// replace its running ones still queued (sent after, they would overwrite the last ones); a newer
+// running update replaces the figures of one still queued; only an ended job's update counts as
+// annotating() (a Deregister waits for that one alone).
 TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) {
     auto query = std::make_unique<FakeQuery>();
     FakeQuery *fake = query.get();
@@ -181,20 +184,19 @@ TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) 
     }
     mall::SlurmChecker checker(std::move(query));
     checker.check({5});  // the thread takes it and waits in the held query
-    for (int i = 0; i < 1000; ++i) {
-        {
-            std::lock_guard<std::mutex> lock(fake->mu);
-            if (fake->calls == 1) break;
-        }
-        std::this_thread::sleep_for(5ms);
-    }
+    auto query_calls = [&] {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        return fake->calls;
+    };
+    for (int i = 0; i < 1000 && query_calls() < 1; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(query_calls(), 1) << "the checker's thread never took the query";
     checker.annotate(20, "so far", true);
     checker.annotate(21, "so far", true);
     checker.check({7});
     checker.annotate(20, "last");
-    checker.annotate(21, "again", true);  // one for 21 is queued already
+    checker.annotate(21, "newer", true);  // replaces the figures of the one queued for 21
     EXPECT_TRUE(checker.annotating(20));
-    EXPECT_TRUE(checker.annotating(21));
+    EXPECT_FALSE(checker.annotating(21)) << "a running update must not hold a Deregister";
     {
         std::lock_guard<std::mutex> lock(fake->mu);
         fake->held = false;
@@ -214,7 +216,46 @@ TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) 
     EXPECT_FALSE(checker.annotating(20));
     EXPECT_FALSE(checker.annotating(21));
     std::lock_guard<std::mutex> lock(fake->mu);
-    EXPECT_EQ(fake->order, (std::vector<std::string>{"query 5", "annotate 20 last", "query 7", "annotate 21 so far"}));
+    EXPECT_EQ(fake->order, (std::vector<std::string>{"query 5", "annotate 20 last", "query 7", "annotate 21 newer"}));
+}
+
+// A job ends while its running update is in flight: the end's update goes after it (one thread),
+// and annotating() holds until that last one is done.
+TEST(SlurmChecker, AnEndDuringARunningUpdateIsRecordedAfterIt) {
+    auto query = std::make_unique<FakeQuery>();
+    FakeQuery *fake = query.get();
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = true;
+    }
+    mall::SlurmChecker checker(std::move(query));
+    checker.annotate(30, "so far", true);  // the thread takes it and waits in the held update
+    auto updates_begun = [&] {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        return fake->annotate_calls;
+    };
+    for (int i = 0; i < 1000 && updates_begun() < 1; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(updates_begun(), 1) << "the checker's thread never took the update";
+    EXPECT_FALSE(checker.annotating(30)) << "a running update must not hold a Deregister";
+    checker.annotate(30, "last");
+    checker.annotate(30, "later", true);  // the end is being recorded: dropped
+    EXPECT_TRUE(checker.annotating(30));
+    {
+        std::lock_guard<std::mutex> lock(fake->mu);
+        fake->held = false;
+    }
+    fake->released.notify_all();
+    std::vector<mall::SlurmAnnotation> done;
+    for (int i = 0; i < 100 && done.size() < 2; ++i) {
+        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
+        for (auto &a : checker.take_annotations()) done.push_back(a);
+    }
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_TRUE(done[0].running);
+    EXPECT_FALSE(done[1].running);
+    EXPECT_FALSE(checker.annotating(30));
+    std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_EQ(fake->annotated, (std::vector<std::string>{"30 so far", "30 last"}));
 }
 
 // Two nodes of one job record their figures at the same moment: each read-merge-write that another

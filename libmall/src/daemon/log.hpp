@@ -32,8 +32,9 @@ class FailureLog {
 public:
     // Logs `text` at `level` unless the previous outcome was a failure with the same `error`.
     void failed(const std::string &error, LogLevel level, const std::string &text) {
-        if (error != last_error_) log_line(level, text);
-        last_error_ = error.empty() ? "?" : error;
+        const std::string key = error.empty() ? "?" : error;  // a failure without words is one too
+        if (key != last_error_) log_line(level, text);
+        last_error_ = key;
     }
     // After a failure, logs `back_again` (info) when it is not empty.
     void succeeded(const std::string &back_again = "") {

@@ -8,7 +8,9 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -88,7 +90,7 @@ const char *kEpilog =
     "                                   (not by malld itself)\n"
     "\n"
     "Exit status:\n"
-    "  0  stopped cleanly (SIGTERM or SIGINT)\n"
+    "  0  stopped cleanly (SIGTERM or SIGINT); with --check, the options are valid\n"
     "  1  start-up failed (socket in use by a live malld, unusable backend, unreadable state file)\n"
     "  2  bad command line\n";
 
@@ -205,6 +207,10 @@ int main(int argc, char **argv) {
          "error|warn|info|debug")
         ("socket-mode", po::value(&socket_mode_text)->default_value("0666"),
          "octal file mode of the socket (authorization is by peer credentials)")
+        ("check", po::bool_switch(),
+         "check the other options as a start would (names, values, ranges, folders, the topology "
+         "and --cpus: everything that exits 2), print what malld would serve, and exit 0 without "
+         "starting; e.g. `malld --check $MALLD_OPTIONS` before `systemctl restart malld`")
         ("help,h", "print this help and exit")
         ("version", "print the version and exit");
     // clang-format on
@@ -343,6 +349,12 @@ int main(int argc, char **argv) {
             node = short_host;
         }
         node_name = node;
+        // libslurm ends the process (exit 1) when it cannot read its configuration: an explicit
+        // SLURM_CONF that cannot be read is refused here with the fix. (Unset, libslurm reads its
+        // default path or finds slurmctld by DNS, configless.)
+        if (const char *conf = std::getenv("SLURM_CONF"); conf != nullptr && *conf != '\0' && ::access(conf, R_OK) != 0)
+            return usage_error(std::string("--slurm: SLURM_CONF=") + conf + " cannot be read (" + std::strerror(errno) +
+                               "): point it at the cluster's slurm.conf");
         std::string slurm_why;
         slurm_query = mall::make_libslurm_query(node, &slurm_why);
         if (!slurm_query) {
@@ -350,6 +362,14 @@ int main(int argc, char **argv) {
             return kExitUsage;
         }
         slurm_note = slurm_why;
+    }
+
+    if (vm["check"].as<bool>()) {
+        std::cout << "malld: the options are valid: pool " << pool.to_string() << " (" << pool.count()
+                  << " cpus), policy " << mall::policy_name(*policy) << ", backend " << backend_text
+                  << ", socket " << socket_path << ", state in " << state_dir
+                  << (slurm_query ? ", Slurm checks" : "") << "\n";
+        return kExitOk;
     }
 
     // --- start-up (exit 1 on failure) ---

@@ -114,7 +114,12 @@ void SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running) 
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (running) {
-            if (annotating_.count(job_id) != 0) return;
+            for (auto &[queued_id, queued_figures] : running_annotations_)
+                if (queued_id == job_id) {  // newer figures, same place in the queue
+                    queued_figures = std::move(figures);
+                    return;
+                }
+            if (annotating_.count(job_id) != 0) return;  // in flight, or its end is being recorded
             running_annotations_.emplace_back(job_id, std::move(figures));
         } else {
             // A running update sent after this one would overwrite the job's last figures.
@@ -127,6 +132,7 @@ void SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running) 
                 it = running_annotations_.erase(it);
             }
             annotations_.emplace_back(job_id, std::move(figures));
+            ending_.insert(job_id);
         }
         annotating_.insert(job_id);
     }
@@ -135,7 +141,7 @@ void SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running) 
 
 bool SlurmChecker::annotating(uint32_t job_id) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return annotating_.count(job_id) != 0;
+    return ending_.count(job_id) != 0;
 }
 
 std::vector<SlurmAnnotation> SlurmChecker::take_annotations() {
@@ -192,6 +198,7 @@ void SlurmChecker::loop() {
                 }
                 lock.lock();
                 annotating_.erase(annotating_.find(job_id));
+                if (ended) ending_.erase(ending_.find(job_id));
                 annotated_.push_back(std::move(done));
                 const uint64_t one = 1;
                 ssize_t ignored = ::write(event_fd_.get(), &one, sizeof one);

@@ -103,10 +103,11 @@ public:
     void check(const std::set<uint32_t> &job_ids);
     // Queues an AdminComment update (SlurmQuery::annotate). An ended job's update goes before
     // queries (its stepd waits for it) and replaces a running one still queued for the job; a
-    // running job's update (`running`) goes after queries, and is dropped when one for the job is
-    // already queued or in flight.
+    // running job's update (`running`) goes after queries: it replaces the figures of one still
+    // queued for the job, and is dropped while one is in flight or the job's end is recorded.
     void annotate(uint32_t job_id, std::string figures, bool running = false);
-    // Whether an update for the job is queued or in flight.
+    // Whether the update of the job's end is queued or in flight (running updates do not count:
+    // nothing waits for them).
     bool annotating(uint32_t job_id) const;
     int fd() const { return event_fd_.get(); }
     std::vector<SlurmJobState> take_results();
@@ -124,7 +125,8 @@ private:
     std::vector<SlurmJobState> results_;
     std::deque<std::pair<uint32_t, std::string>> annotations_;          // ended jobs: id, figures
     std::deque<std::pair<uint32_t, std::string>> running_annotations_;  // running jobs: id, figures
-    std::multiset<uint32_t> annotating_;                               // queued or in flight
+    std::multiset<uint32_t> annotating_;  // every update queued or in flight
+    std::multiset<uint32_t> ending_;      // of those, the ended jobs'
     std::vector<SlurmAnnotation> annotated_;
     bool stop_ = false;
     std::thread thread_;

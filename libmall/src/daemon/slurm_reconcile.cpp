@@ -53,12 +53,15 @@ void SlurmReconciler::take_annotations() {
         } else if (done.finished) {  // scancel, a time limit: Slurm ends the job before its tasks
             log_info("Slurm had finished " + job + " before its tasks ended (cancelled or killed): its last figures "
                      "are in malld's history" +
-                     (comment_interval_.count() > 0 ? ", its AdminComment keeps its running ones" : " only") + " (" +
-                     done.error + ")");
+                     (comment_interval_.count() > 0 ? ", its AdminComment keeps its running ones if a round sent any"
+                                                    : " only") +
+                     " (" + done.error + ")");
         } else {
             annotation_failures_.failed(done.error, LogLevel::Warn,
-                                        "cannot record " + job + "'s figures in Slurm: " + done.error +
-                                            " (malld's history has them)");
+                                        "cannot record " + job + "'s figures" + (done.running ? " so far" : "") +
+                                            " in Slurm: " + done.error +
+                                            (done.running ? " (malld tries again next round)"
+                                                          : " (malld's history has them)"));
         }
     }
 }
