@@ -1,7 +1,8 @@
-// mallctl_top.cpp — `mallctl top` (see mallctl_top.hpp). Three parts: a frame renderer (status
-// JSON in, lines of text out, no terminal involved), the live terminal (termios, alternate
-// screen, signals; an RAII guard that gives everything back), and the two loops: live (redraw on
-// a timer and on keys, retry while malld is away) and plain (--once / --batch N, no escapes).
+// mallctl_top.cpp — `mallctl top` (see mallctl_top.hpp). The frames are drawn by render_frame
+// (mallctl_top_frame.cpp: status JSON in, lines of text out, no terminal involved); here are the
+// options, the fetching, the live terminal (termios, alternate screen, signals; an RAII guard that
+// gives everything back), and the two loops: live (redraw on a timer and on keys, retry while
+// malld is away) and plain (--once / --batch N, no escapes).
 #include "tools/mallctl_top.hpp"
 
 #include <poll.h>
@@ -27,8 +28,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "common/cpuset.hpp"
 #include "tools/exit_codes.hpp"
+#include "tools/mallctl_top_frame.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -91,26 +92,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Options.
 
-enum class SortKey { Name, Cpus, Lent, Ack };
-constexpr SortKey kSortOrder[] = {SortKey::Name, SortKey::Cpus, SortKey::Lent, SortKey::Ack};
-
-const char *sort_name(SortKey key) {
-    switch (key) {
-    case SortKey::Name: return "name";
-    case SortKey::Cpus: return "cpus";
-    case SortKey::Lent: return "lent";
-    case SortKey::Ack: return "ack";
-    }
-    return "?";
-}
-
-SortKey next_sort(SortKey key) {
-    const size_t n = std::size(kSortOrder);
-    for (size_t i = 0; i < n; ++i)
-        if (kSortOrder[i] == key) return kSortOrder[(i + 1) % n];
-    return SortKey::Name;
-}
-
 struct TopOptions {
     double interval_s = 1.0;
     SortKey sort = SortKey::Name;
@@ -167,14 +148,7 @@ std::optional<std::string> parse_options(const std::vector<std::string> &args, T
 }
 
 // ---------------------------------------------------------------------------------------------
-// Text. Lines are measured in columns, not bytes: the header's dashes and the "µs" are UTF-8
-// (one column each), and a terminal without UTF-8 gets ASCII instead.
-
-struct Glyphs {
-    const char *dash, *ellipsis, *micro;
-};
-constexpr Glyphs kUtf8Glyphs{"\u2014", "\u2026", "\u00b5s"};
-constexpr Glyphs kAsciiGlyphs{"-", "...", "us"};
+// The environment: UTF-8 glyphs when the locale says so (else ASCII), and the wall clock.
 
 bool locale_is_utf8() {
     for (const char *name : {"LC_ALL", "LC_CTYPE", "LANG"}) {
@@ -187,273 +161,8 @@ bool locale_is_utf8() {
     return false;
 }
 
-size_t columns(const std::string &s) {
-    size_t n = 0;
-    for (unsigned char c : s)
-        if ((c & 0xC0) != 0x80) ++n;  // count every byte but UTF-8 continuation bytes
-    return n;
-}
-
-// The first `width` columns of s (whole characters); width 0 means no limit.
-std::string fit(const std::string &s, size_t width) {
-    if (width == 0) return s;
-    size_t n = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-        if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
-        if (n++ == width) return s.substr(0, i);
-    }
-    return s;
-}
-
-std::string pad(const std::string &s, size_t width) {
-    const size_t n = columns(s);
-    return n >= width ? s : s + std::string(width - n, ' ');
-}
-
-std::string format(const char *fmt, double x) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, fmt, x);
-    return buffer;
-}
-
-std::string local_clock(double epoch) {
-    const time_t t = static_cast<time_t>(epoch);
-    std::tm tm{};
-    ::localtime_r(&t, &tm);
-    char buffer[16];
-    std::strftime(buffer, sizeof buffer, "%H:%M:%S", &tm);
-    return buffer;
-}
-
 double epoch_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// The last ack latency: "850µs", "2.3ms", "45ms", "1.2s"; "-" when there is none (-1).
-std::string ack_text(double us, const Glyphs &g) {
-    if (!(us >= 0)) return "-";
-    if (us < 1000) return format("%.0f", us) + g.micro;
-    if (us < 10000) return format("%.1fms", us / 1000);
-    if (us < 1e6) return format("%.0fms", us / 1000);
-    return format("%.1fs", us / 1e6);
-}
-
-// Fields of malld's status, read defensively: a missing or mistyped field gives the fallback.
-std::string str_field(const json &j, const char *key, const std::string &fallback = "-") {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (it->is_string()) return it->get<std::string>().empty() ? fallback : it->get<std::string>();
-    return it->dump();
-}
-
-double num_field(const json &j, const char *key, double fallback) {
-    auto it = j.find(key);
-    return it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
-bool bool_field(const json &j, const char *key) {
-    auto it = j.find(key);
-    return it != j.end() && it->is_boolean() && it->get<bool>();
-}
-
-// A cpu count from a field that is a list ("2-3") or a number.
-std::string cpu_count_field(const json &j, const char *key) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return "-";
-    if (it->is_number()) return it->dump();
-    if (!it->is_string()) return "-";
-    auto cpus = CpuSet::parse(it->get<std::string>());
-    return cpus ? std::to_string(cpus->count()) : "-";
-}
-
-// ---------------------------------------------------------------------------------------------
-// The frame: what one refresh shows, as lines, from malld's status (or why there is none).
-
-struct Frame {
-    std::vector<std::string> lines;  // header, table, "N more"
-    std::string footer;              // live view only: the sort and the keys
-};
-
-struct FrameInput {
-    const json *status = nullptr;  // malld's status, or null when there is none
-    std::string no_status;         // then why: "malld unreachable: ..." or "malld refused: ..."
-    double last_answer = 0;        // epoch of malld's last status; 0: none yet
-    double now = 0;
-    SortKey sort = SortKey::Name;
-    bool reversed = false;
-    bool live = false;             // the live view: footer, fit to the terminal
-    bool keys_help = false;        // the footer lists the keys
-    bool keys = false;             // keys can be read (stdin is a terminal)
-    double interval_s = 1;
-    size_t width = 0, height = 0;  // the terminal; 0: no limit
-    Glyphs glyphs = kAsciiGlyphs;
-};
-
-struct JobRow {
-    std::string name, uid, cpus_text, threads, state;
-    CpuSet cpus;
-    int ncpus = 0, min = 0, max = 0;
-    double ack_us = -1, lent = 0;
-};
-
-JobRow job_row(const json &j) {
-    JobRow r;
-    r.name = str_field(j, "job");
-    r.uid = str_field(j, "uid");
-    r.cpus_text = str_field(j, "cpus", "");
-    r.cpus = CpuSet::parse(r.cpus_text).value_or(CpuSet());
-    r.ncpus = static_cast<int>(num_field(j, "ncpus", r.cpus.count()));
-    r.min = static_cast<int>(num_field(j, "min", 0));
-    r.max = static_cast<int>(num_field(j, "max", 0));
-    r.threads = str_field(j, "active_threads");
-    r.ack_us = num_field(j, "last_ack_latency_us", -1);
-    r.lent = num_field(j, "lent_core_seconds", 0);
-    r.state = str_field(j, "state");
-    if (bool_field(j, "pinned")) r.state += ",pinned";
-    if (bool_field(j, "oversubscribed")) r.state += ",oversub";
-    return r;
-}
-
-void sort_rows(std::vector<JobRow> &rows, SortKey key, bool reversed) {
-    auto by = [key](const JobRow &a, const JobRow &b) {
-        switch (key) {  // largest first for the figures; ties by name
-        case SortKey::Name: break;
-        case SortKey::Cpus:
-            if (a.ncpus != b.ncpus) return a.ncpus > b.ncpus;
-            break;
-        case SortKey::Lent:
-            if (a.lent != b.lent) return a.lent > b.lent;
-            break;
-        case SortKey::Ack:
-            if (a.ack_us != b.ack_us) return a.ack_us > b.ack_us;
-            break;
-        }
-        return a.name < b.name;
-    };
-    std::stable_sort(rows.begin(), rows.end(), by);
-    if (reversed) std::reverse(rows.begin(), rows.end());
-}
-
-// The job's cores in `cells` cells over the pool's cpus (ascending): one cell per cpu when they
-// fit, else each cell covers a run of cpus: '#' all held, ':' some, '.' none.
-std::string core_bar(const CpuSet &held, const std::vector<int> &pool, size_t cells) {
-    const size_t n = pool.size();
-    if (n == 0) return "";
-    cells = std::max<size_t>(1, std::min(cells, n));
-    std::string bar;
-    for (size_t c = 0; c < cells; ++c) {
-        const size_t from = c * n / cells, to = (c + 1) * n / cells;
-        size_t count = 0;
-        for (size_t i = from; i < to; ++i) count += held.contains(pool[i]) ? 1 : 0;
-        bar += count == 0 ? '.' : count == to - from ? '#' : ':';
-    }
-    return bar;
-}
-
-std::string header_line(const FrameInput &in) {
-    std::string host;
-    if (in.status) host = str_field(*in.status, "host", "");
-    if (host.empty()) {
-        char name[256] = {};
-        if (::gethostname(name, sizeof name - 1) == 0) host = name;
-    }
-    const std::string dash = std::string(" ") + in.glyphs.dash + " ";
-    std::string line = "mall top" + dash + host + dash + local_clock(in.now) + "   ";
-    if (!in.status) {
-        line += in.no_status + "; retrying every " + format("%g", in.interval_s) + " s";
-        return line;
-    }
-    const json &s = *in.status;
-    return line + "malld " + str_field(s, "version") + ", policy " + str_field(s, "policy") + ", backend " +
-           str_field(s, "backend");
-}
-
-std::string pool_line(const json &s) {
-    const json node = s.contains("node") && s["node"].is_object() ? s["node"] : json::object();
-    const json jobs = s.contains("jobs") && s["jobs"].is_array() ? s["jobs"] : json::array();
-    const std::string pool = str_field(s, "pool");
-    const std::string reclaimed = str_field(s, "reclaimed");
-    std::string line = "POOL " + pool + " (" + cpu_count_field(s, "pool") + " cpus)";
-    line += "  FREE " + cpu_count_field(s, "free");
-    line += "  RECLAIMED " + (reclaimed == "-" ? std::string("0") : cpu_count_field(s, "reclaimed") + " (" + reclaimed + ")");
-    line += "  JOBS " + std::to_string(jobs.size());
-    line += "  ENDED " + str_field(node, "jobs_ended", "0");
-    line += "  LENT core-s total " + format("%.1f", num_field(node, "lent_core_seconds", 0));
-    return line;
-}
-
-std::string footer_line(const FrameInput &in) {
-    if (in.keys_help)
-        return "keys: q or Ctrl-C quit, s next sort (name, cpus, lent, ack), r reverse, h or ? this help, "
-               "any other key refreshes";
-    std::string line = std::string("sort: ") + sort_name(in.sort) + (in.reversed ? ", reversed" : "");
-    line += in.keys ? "   (s sort, r reverse, h keys, q quit)" : "   (keys need a terminal on stdin; Ctrl-C quits)";
-    return line;
-}
-
-Frame render_frame(const FrameInput &in) {
-    Frame frame;
-    if (in.live) frame.footer = footer_line(in);
-    auto &lines = frame.lines;
-    lines.push_back(header_line(in));
-    if (!in.status) {
-        lines.push_back(in.last_answer > 0 ? "no answer from malld since " + local_clock(in.last_answer)
-                                           : std::string("no answer from malld yet"));
-        return frame;
-    }
-    const json &s = *in.status;
-    lines.push_back(pool_line(s));
-    lines.push_back("");
-
-    std::vector<JobRow> rows;
-    if (s.contains("jobs") && s["jobs"].is_array())
-        for (const json &j : s["jobs"])
-            if (j.is_object()) rows.push_back(job_row(j));
-    if (rows.empty()) {
-        lines.push_back("no jobs registered");
-        return frame;
-    }
-    sort_rows(rows, in.sort, in.reversed);
-
-    const std::vector<int> pool = CpuSet::parse(str_field(s, "pool", "")).value_or(CpuSet()).to_vector();
-    // Columns: every one but CORES sized to its widest cell; CORES gets one cell per cpu, or
-    // what is left of the terminal's width when that is less.
-    enum { kJob, kUid, kCpus, kCores, kThreads, kAck, kLent, kState, kColumns };
-    const char *titles[kColumns] = {"JOB", "UID", "CPUS", "CORES", "THREADS", "ACK", "LENT-S", "STATE"};
-    std::vector<std::vector<std::string>> cells;
-    for (const JobRow &r : rows)
-        cells.push_back({r.name, r.uid, std::to_string(r.ncpus) + "/" + std::to_string(r.min) + "-" + std::to_string(r.max),
-                         "", r.threads, ack_text(r.ack_us, in.glyphs), format("%.1f", r.lent), r.state});
-    size_t width[kColumns];
-    size_t others = 0;
-    for (int c = 0; c < kColumns; ++c) {
-        width[c] = columns(titles[c]);
-        for (const auto &row : cells) width[c] = std::max(width[c], columns(row[c]));
-        if (c != kCores) others += width[c] + 2;
-    }
-    size_t bar_cells = pool.size();
-    if (in.width > 0 && others + bar_cells + 2 > in.width)
-        bar_cells = std::max<size_t>(std::min<size_t>(8, pool.size()), in.width > others + 2 ? in.width - others - 2 : 0);
-    for (size_t i = 0; i < rows.size(); ++i) cells[i][kCores] = core_bar(rows[i].cpus, pool, bar_cells);
-    width[kCores] = std::max(columns(titles[kCores]), bar_cells);
-
-    auto table_line = [&](const std::vector<std::string> &row) {
-        std::string line;
-        for (int c = 0; c < kColumns; ++c) line += c + 1 < kColumns ? pad(row[c], width[c] + 2) : row[c];
-        return line;
-    };
-    lines.push_back(table_line(std::vector<std::string>(std::begin(titles), std::end(titles))));
-
-    size_t shown = rows.size();
-    if (in.height > 0) {
-        const size_t used = lines.size() + (in.live ? 1 : 0);  // the footer has the last row
-        const size_t room = in.height > used ? in.height - used : 0;
-        if (room < rows.size()) shown = room > 0 ? room - 1 : 0;
-    }
-    for (size_t i = 0; i < shown; ++i) lines.push_back(table_line(cells[i]));
-    if (shown < rows.size() && in.height > lines.size() + (in.live ? 1 : 0))
-        lines.push_back(std::string(in.glyphs.ellipsis) + " " + std::to_string(rows.size() - shown) + " more");
-    return frame;
 }
 
 // ---------------------------------------------------------------------------------------------
