@@ -3,7 +3,7 @@
 # private malld (affinity backend, cpus 0-1, no root) with two jobs under mallrun; each frame's
 # header, cpu counts and core bars are compared with `mallctl status --json`; the keys sort,
 # reverse and show help; a thread count set by the admin, a job that ends and a malld that dies
-# show up while top keeps running; q, Ctrl-C and SIGTERM give the terminal back (canonical mode,
+# show up while top keeps running; q, Ctrl-C, SIGTERM and a crash give the terminal back (canonical mode,
 # main screen, cursor shown). Without a tty: --once/--batch print plain frames (no escape byte);
 # bad options exit 2 with words; a dead socket exits 3.
 # Usage: top_check.sh BIN_DIR     (exit 0 pass, 1 fail, 77 skip: tmux or jq missing)
@@ -173,6 +173,7 @@ cat "$tmp/once"
 cat >"$tmp/pane.sh" <<EOF
 #!/bin/sh
 trap : INT
+ulimit -c 0  # the crash check leaves no core file
 "$BIN/mallctl" --socket "$SOCK" top
 echo "EXITED:\$?"
 stty -a | tr ' ;' '\n\n' | grep -x -- '-\{0,1\}icanon' | sed 's/^/MODE:/'
@@ -272,7 +273,13 @@ start_pane "top to start" pane_has '^mall top'
 top_pid=$(pgrep -P "$(pane_format '#{pane_pid}')" -x mallctl) || fail "no mallctl process under the pane"
 kill -TERM "$top_pid"
 check_restored SIGTERM 143
-echo "top_check: ok: q, Ctrl-C and SIGTERM give the terminal back"
+"${TMUX_CMD[@]}" kill-session -t top
+# A crash gives the terminal back too, and top still dies of it (128 + SIGSEGV).
+start_pane "top to start" pane_has '^mall top'
+top_pid=$(pgrep -P "$(pane_format '#{pane_pid}')" -x mallctl) || fail "no mallctl process under the pane"
+kill -SEGV "$top_pid"
+check_restored SIGSEGV 139
+echo "top_check: ok: q, Ctrl-C, SIGTERM and a crash (SIGSEGV) give the terminal back"
 
 # Teardown, checked: the tmux server, the jobs and their processes are gone.
 cleanup_pids=$alpha_pid

@@ -203,6 +203,21 @@ volatile sig_atomic_t g_resized = 0;      // SIGWINCH: read the size again
 volatile sig_atomic_t g_suspend = 0;      // SIGTSTP (Ctrl-Z): give the terminal back, then stop
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) gives the terminal back before the process
+// dies of it: write(2) and tcsetattr(3) are async-signal-safe, and the handler is reset on entry
+// (SA_RESETHAND), so re-raising ends the process as the signal would have (core dump included).
+termios g_crash_termios{};                 // the terminal's own mode, while the live view holds it
+volatile sig_atomic_t g_crash_restore = 0; // 1: the alternate screen is on; 2: and the mode is raw
+extern "C" void on_crash_signal(int sig) {
+    if (g_crash_restore != 0) {
+        static const char kLeave[] = "\x1b[?25h\x1b[?1049l";
+        ssize_t ignored = ::write(STDOUT_FILENO, kLeave, sizeof kLeave - 1);
+        (void)ignored;
+        if (g_crash_restore == 2) ::tcsetattr(STDIN_FILENO, TCSANOW, &g_crash_termios);
+    }
+    ::raise(sig);
+}
 extern "C" void on_winch(int) { g_resized = 1; }
 extern "C" void on_tstp(int) { g_suspend = 1; }
 
@@ -229,12 +244,19 @@ public:
             ::sigaction(kHandled[i], &sa, &saved_actions_[i]);
         }
         keys_ = ::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved_termios_) == 0;
+        g_crash_termios = saved_termios_;
+        struct sigaction crash {};
+        sigemptyset(&crash.sa_mask);
+        crash.sa_flags = SA_RESETHAND;
+        crash.sa_handler = on_crash_signal;
+        for (size_t i = 0; i < std::size(kCrashes); ++i) ::sigaction(kCrashes[i], &crash, &saved_crash_actions_[i]);
         enter();
         read_size();
     }
     ~LiveTerminal() {
         leave();
         for (size_t i = 0; i < std::size(kHandled); ++i) ::sigaction(kHandled[i], &saved_actions_[i], nullptr);
+        for (size_t i = 0; i < std::size(kCrashes); ++i) ::sigaction(kCrashes[i], &saved_crash_actions_[i], nullptr);
     }
     LiveTerminal(const LiveTerminal &) = delete;
     LiveTerminal &operator=(const LiveTerminal &) = delete;
@@ -290,6 +312,7 @@ public:
 
 private:
     static constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGTSTP};
+    static constexpr int kCrashes[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
     void enter() {
         if (entered_) return;
@@ -302,10 +325,12 @@ private:
         }
         write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J");
         entered_ = true;
+        g_crash_restore = keys_ ? 2 : 1;
     }
 
     void leave() {
         if (!entered_) return;
+        g_crash_restore = 0;
         write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
         if (keys_)
             while (::tcsetattr(STDIN_FILENO, TCSADRAIN, &saved_termios_) != 0 && errno == EINTR) {}
@@ -315,6 +340,7 @@ private:
     bool keys_ = false, entered_ = false;
     termios saved_termios_{};
     struct sigaction saved_actions_[std::size(kHandled)] {};
+    struct sigaction saved_crash_actions_[std::size(kCrashes)] {};
     size_t width_ = 80, height_ = 24;
 };
 
