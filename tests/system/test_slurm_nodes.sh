@@ -11,7 +11,8 @@
 #  (2) `srun --mpi=pmix` mall_train_mpi over both nodes, balanced mode: node1's rank shrunk by an
 #      admin (mallctl set) makes node2's rank cap itself; node2's malld lists the freed core as free
 #      and lends it to a borrower; node1's rank grown back makes node2's grow back; every change
-#      happens at the same step on both ranks and both end with the same checksum;
+#      happens at the same step on both ranks and both end with the same checksum; the job's
+#      AdminComment has each node's figures (both mallds write it as the ranks end);
 #  (3) malld@node1 killed (SIGKILL) mid-job: the job runs on (node1's task keeps its cores, a new step
 #      on node1 runs non-malleable with the plugin's warning), node2 is unaffected; `up --nodes 2`
 #      restarts only malld@node1, which re-adopts the job (and can resize it again);
@@ -364,6 +365,14 @@ if [ -n "$jm" ]; then
   touch "$stop_file"
   if wait_for 90 job_final "$jm" && [ "$(job_state "$jm")" = COMPLETED ] && grep -qx 'srun-rc=0' "$work/mpi.out"; then
     pass "(2) MPI job $jm completed, srun exit 0"
+    # Both nodes' mallds recorded their figures at about the same moment: each segment is there.
+    comment=$(scontrol show job "$jm" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+    figures='lent_core_s=[0-9.]+,core_s=[0-9.]+,resizes=[0-9]+,ack_timeouts=[0-9]+,oversub_s=[0-9.]+'
+    if [[ $comment =~ mall:node1:$figures ]] && [[ $comment =~ mall:node2:$figures ]] && [[ $comment != *running_as_of* ]]; then
+      pass "(2) MPI job $jm's AdminComment has each node's figures: $comment"
+    else
+      fail "(2) MPI job $jm's AdminComment lacks a node's figures: '$comment'"
+    fi
   else
     fail "(2) MPI job $jm did not complete cleanly ($(job_state "$jm"))"; dump_job mpi "$jm"
   fi
