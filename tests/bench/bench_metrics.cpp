@@ -2,16 +2,24 @@
 // every job's accounting (NodeManager::status(now)) and its Prometheus text (render_prometheus),
 // for nodes with 1 to 256 jobs. malld does both once per --metrics-interval, and for each
 // `mallctl status` / `mallctl metrics`. The labels give the sizes: a status reply must fit the
-// protocol's 64 KiB payload (common/protocol.hpp), the metrics file need not.
+// protocol's 64 KiB payload (common/protocol.hpp), the metrics file need not. BM_StateCheckpoint:
+// one accounting checkpoint (malld --checkpoint-interval) as malld's writer thread does it, the
+// state file written atomically with its fsync in a temporary folder (on /tmp: the figure depends
+// on the disk under --state-dir).
 // Run: build/bin/bench_metrics [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "common/metrics_text.hpp"
 #include "daemon/core/node_manager.hpp"
+#include "daemon/state_file.hpp"
 #include "support/core_effects.hpp"
 
 namespace {
@@ -70,6 +78,39 @@ void BM_RenderPrometheus(benchmark::State &state) {
     state.SetLabel(std::to_string(state.range(0)) + " jobs, " + std::to_string(bytes / 1024) + " KiB of text");
 }
 BENCHMARK(BM_RenderPrometheus)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+
+void BM_StateCheckpoint(benchmark::State &state) {
+    Node node(static_cast<int>(state.range(0)));
+    mall::SavedState saved;
+    saved.pool = node.topology->all_cpus().to_string();
+    saved.policy = "equal";
+    for (const auto &[id, job] : node.manager->jobs()) {
+        mall::SavedJob one;
+        one.job = job;
+        mall::NodeManager::account(one.job, node.start + 10s);
+        for (pid_t pid : job.spec.pids) one.pids.push_back({pid, 12345});
+        one.times = {1.7e9, 1.7e9 + 10, std::nullopt};
+        one.has_times = true;
+        saved.jobs.push_back(std::move(one));
+    }
+    saved.totals = node.manager->totals();
+    char folder[] = "/tmp/mall_bench_state.XXXXXX";
+    if (::mkdtemp(folder) == nullptr) {
+        state.SkipWithError("mkdtemp failed");
+        return;
+    }
+    std::string error;
+    for (auto _ : state) {
+        if (!mall::save_state(folder, saved, &error)) {
+            state.SkipWithError(error.c_str());
+            break;
+        }
+    }
+    const auto bytes = std::filesystem::file_size(std::string(folder) + "/malld.state.json");
+    std::filesystem::remove_all(folder);
+    state.SetLabel(std::to_string(state.range(0)) + " jobs, " + std::to_string(bytes / 1024) + " KiB file");
+}
+BENCHMARK(BM_StateCheckpoint)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

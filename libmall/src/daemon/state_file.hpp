@@ -51,9 +51,9 @@ struct SavedState {
 nlohmann::json state_to_json(const SavedState &state);
 std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *error);
 // Everything the file holds except the progress counters (last ack latency, work units, steps,
-// the accounting figures and times, the node's totals),
-// which change at every report and are saved only along with another change, as compact bytes:
-// malld writes the file when this changes. Taken from the same field list as state_to_json, so
+// the accounting figures and times, the node's totals), which change at every report and are
+// saved along with another change or at malld's --checkpoint-interval, as compact bytes: malld
+// writes the file when this changes. Taken from the same field list as state_to_json, so
 // every field the file gains counts.
 std::string state_fingerprint(const SavedState &state);
 bool save_state(const std::string &dir, const SavedState &state, std::string *error);
