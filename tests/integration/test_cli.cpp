@@ -536,29 +536,39 @@ TEST_F(Cli, WatchPrintsOneJsonLinePerEvent) {
     }
 }
 
-// A node with many jobs (a modelled 256-cpu node, 120 jobs): malld's status is far over the
-// protocol's 64 KiB packet payload, and comes whole through a sealed memfd: mallctl status --json,
-// metrics and top list every job.
-TEST(CliLargeStatus, ANodeWithHundredsOfJobsIsReportedWhole) {
-    MalldOptions options;
-    options.backend = "affinity";
-    options.cpus = "";
-    options.log_level = "warn";
-    options.extra_args = {"--topology", "pack:2 core:64 pu:2"};
-    PrivateMalld malld(options);
-    std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    constexpr int kJobs = 120;
-    std::vector<std::unique_ptr<Child>> tasks;
-    auto ctl = mall::CtlClient::connect(malld.socket(), &error);
-    ASSERT_TRUE(ctl) << error;
-    for (int i = 0; i < kJobs; ++i) {
-        tasks.push_back(std::make_unique<Child>(std::vector<std::string>{"/bin/sleep", "120"}));
-        json job{{"job", "many-jobs-on-a-big-node-" + std::to_string(i)}, {"uid", ::getuid()},
-                 {"pids", {tasks.back()->pid()}}, {"min", 1}, {"max", 2}};
-        auto r = ctl->request(mall::proto::Type::Register, job, 20s);
-        ASSERT_TRUE(r.ok) << "job " << i << ": " << r.error;
+// A modelled 256-cpu node whose malld serves kJobs jobs (a sleep each): its status is far over
+// the protocol's 64 KiB packet payload.
+class CliLargeStatus : public ::testing::Test {
+protected:
+    static constexpr int kJobs = 120;
+    static MalldOptions big_node() {
+        MalldOptions options;
+        options.backend = "affinity";
+        options.cpus = "";
+        options.log_level = "warn";
+        options.extra_args = {"--topology", "pack:2 core:64 pu:2"};
+        return options;
     }
+    void SetUp() override {
+        std::string error;
+        ASSERT_TRUE(malld.start(&error)) << error;
+        auto ctl = mall::CtlClient::connect(malld.socket(), &error);
+        ASSERT_TRUE(ctl) << error;
+        for (int i = 0; i < kJobs; ++i) {
+            tasks.push_back(std::make_unique<Child>(std::vector<std::string>{"/bin/sleep", "120"}));
+            json job{{"job", "many-jobs-on-a-big-node-" + std::to_string(i)}, {"uid", ::getuid()},
+                     {"pids", {tasks.back()->pid()}}, {"min", 1}, {"max", 2}};
+            auto r = ctl->request(mall::proto::Type::Register, job, 20s);
+            ASSERT_TRUE(r.ok) << "job " << i << ": " << r.error;
+        }
+    }
+    PrivateMalld malld{big_node()};
+    std::vector<std::unique_ptr<Child>> tasks;
+};
+
+// mallctl status --json, metrics and top list every job: the status comes whole through a sealed
+// memfd.
+TEST_F(CliLargeStatus, ANodeWithHundredsOfJobsIsReportedWhole) {
     auto status = run_command(mallctl_argv(malld.socket(), {"status", "--json"}));
     ASSERT_EQ(status.exit_code, 0) << status.err;
     const json s = json::parse(status.out, nullptr, false);
@@ -612,24 +622,7 @@ TEST(CliReclaim, AReclaimWhoseAskerLeftIsCounted) {
 
 // A client that does not say it reads large replies from a memfd (an older mallctl or libmall)
 // gets the error it knows, with words, not an "ok" whose status it would read as empty.
-TEST(CliLargeStatus, AnOlderClientGetsAnErrorNotAnEmptyStatus) {
-    MalldOptions options;
-    options.backend = "affinity";
-    options.cpus = "";
-    options.log_level = "warn";
-    options.extra_args = {"--topology", "pack:2 core:64 pu:2"};
-    PrivateMalld malld(options);
-    std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    std::vector<std::unique_ptr<Child>> tasks;
-    auto ctl = mall::CtlClient::connect(malld.socket(), &error);
-    ASSERT_TRUE(ctl) << error;
-    for (int i = 0; i < 120; ++i) {
-        tasks.push_back(std::make_unique<Child>(std::vector<std::string>{"/bin/sleep", "120"}));
-        json job{{"job", "many-jobs-on-a-big-node-" + std::to_string(i)}, {"uid", ::getuid()},
-                 {"pids", {tasks.back()->pid()}}, {"min", 1}, {"max", 2}};
-        ASSERT_TRUE(ctl->request(mall::proto::Type::Register, job, 20s).ok) << "job " << i;
-    }
+TEST_F(CliLargeStatus, AnOlderClientGetsAnErrorNotAnEmptyStatus) {
     UniqueFd older(unix_connect(malld.socket()));
     ASSERT_TRUE(older) << std::strerror(errno);
     mall::proto::Message ask;
@@ -651,7 +644,7 @@ TEST(CliLargeStatus, AnOlderClientGetsAnErrorNotAnEmptyStatus) {
     // mallctl, on its own connection, still gets the whole status.
     auto status = run_command(mallctl_argv(malld.socket(), {"status", "--json"}));
     ASSERT_EQ(status.exit_code, 0) << status.err;
-    EXPECT_EQ(json::parse(status.out, nullptr, false)["jobs"].size(), 120u);
+    EXPECT_EQ(json::parse(status.out, nullptr, false)["jobs"].size(), static_cast<size_t>(kJobs));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <map>
+#include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -186,14 +187,21 @@ TEST(Restart, KilledMalldReadoptsJobsWithoutChangingThem) {
     EXPECT_EQ(cgroup_cpus(ja->value("cgroup", "")).value_or("(missing)"), a_cpu);
 }
 
+// Starts `malld` with one job "a" (min 1, max 2) under mallrun, alone on the pool: settled on 0-1.
+void start_with_lone_job(PrivateMalld &malld, std::unique_ptr<Child> *a) {
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    *a = std::make_unique<Child>(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
+        << status_text(malld);
+}
+
 TEST(Restart, CleanStopKeepsStateAndRestartReadopts) {
     MALL_REQUIRE_ROOT_AND_CPUSET();
     PrivateMalld malld;
+    std::unique_ptr<Child> a;
+    ASSERT_NO_FATAL_FAILURE(start_with_lone_job(malld, &a));
     std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
-        << status_text(malld);
     auto before = job_status(malld.socket(), "a");
     ASSERT_TRUE(before);
 
@@ -219,11 +227,9 @@ double duration_seconds(const json &job) { return job.value("duration_seconds", 
 TEST(Restart, AccountingCountsTheTimeBeforeACleanStopOnce) {
     MALL_REQUIRE_ROOT_AND_CPUSET();
     PrivateMalld malld;
+    std::unique_ptr<Child> a;
+    ASSERT_NO_FATAL_FAILURE(start_with_lone_job(malld, &a));
     std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
-        << status_text(malld);
     // Time passes with no change, so nothing is saved until the stop.
     ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 3; }, 20s))
         << status_text(malld);
@@ -243,11 +249,9 @@ TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
     MalldOptions options;
     options.extra_args = {"--checkpoint-interval", "1"};
     PrivateMalld malld(options);
+    std::unique_ptr<Child> a;
+    ASSERT_NO_FATAL_FAILURE(start_with_lone_job(malld, &a));
     std::string error;
-    ASSERT_TRUE(malld.start(&error)) << error;
-    Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
-        << status_text(malld);
     ASSERT_TRUE(wait_until([&] { auto j = job_status(malld.socket(), "a"); return j && lent_seconds(*j) >= 5; }, 20s))
         << status_text(malld);
 
@@ -259,7 +263,7 @@ TEST(Restart, CheckpointsKeepTheAccountingOfAJobThatEndsWhileMalldIsDown) {
     // malld dies with no chance to save; the job ends while it is down.
     malld.kill9();
     ASSERT_EQ(::kill(pids[0], SIGTERM), 0);
-    EXPECT_EQ(a.wait_exit(20s), 0);
+    EXPECT_EQ(a->wait_exit(20s), 0);
     ASSERT_TRUE(malld.restart(&error)) << error;
     EXPECT_FALSE(job_status(malld.socket(), "a")) << "the ended job was re-adopted:\n" << status_text(malld);
 

@@ -45,6 +45,25 @@ public:
         if (id == 13) return {"Job has already finished", true};
         return {};
     }
+    // held: every query and update waits in the fake until set_held(false).
+    void set_held(bool on) {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            held = on;
+        }
+        released.notify_all();
+    }
+    // Waits (5 s at most) until `count` calls counted by `begun` (calls, annotate_calls) began.
+    bool wait_begun(int FakeQuery::*begun, int count) {
+        for (int i = 0; i < 1000; ++i) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (this->*begun >= count) return true;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return false;
+    }
     std::vector<std::string> annotated;
     std::vector<std::string> order;  // queries and updates, as the thread ran them
     std::mutex mu;
@@ -57,6 +76,21 @@ public:
 bool readable(int fd, std::chrono::milliseconds timeout) {
     pollfd p{fd, POLLIN, 0};
     return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+}
+
+// The checker's finished updates, taken as its fd says they come, until `updates` of them and
+// `verdicts` query results (into *results) came, or 10 s passed.
+std::vector<mall::SlurmAnnotation> take_updates(mall::SlurmChecker &checker, size_t updates, size_t verdicts = 0,
+                                                std::vector<SlurmJobState> *results = nullptr) {
+    std::vector<mall::SlurmAnnotation> done;
+    std::vector<SlurmJobState> got;
+    for (int i = 0; i < 100 && (done.size() < updates || got.size() < verdicts); ++i) {
+        if (!readable(checker.fd(), 100ms)) continue;
+        for (auto &a : checker.take_annotations()) done.push_back(a);
+        for (auto &r : checker.take_results()) got.push_back(r);
+    }
+    if (results != nullptr) *results = std::move(got);
+    return done;
 }
 
 TEST(SlurmJobId, ParsesOnlySlurmNames) {
@@ -91,18 +125,14 @@ TEST(SlurmChecker, VerdictsArriveThroughTheFd) {
 TEST(SlurmChecker, ABlockedQueryNeverBlocksTheCallerAndDuplicatesMerge) {
     auto owned = std::make_unique<FakeQuery>();
     FakeQuery *fake = owned.get();
-    fake->held = true;
+    fake->set_held(true);
     mall::SlurmChecker checker(std::move(owned));
     const auto start = std::chrono::steady_clock::now();
     checker.check({1});
     for (int i = 0; i < 100; ++i) checker.check({2, 3});  // while 1 is stuck: 2 and 3 queue once
     EXPECT_TRUE(checker.take_results().empty());
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // watchdog-style bound, not a speed claim
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = false;
-    }
-    fake->released.notify_all();
+    fake->set_held(false);
     std::vector<SlurmJobState> got;
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (got.size() < 3 && std::chrono::steady_clock::now() < deadline) {
@@ -134,10 +164,7 @@ TEST(SlurmAdminComment, MergesThisNodesSegmentAndKeepsTheRest) {
 TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
     auto query = std::make_unique<FakeQuery>();
     FakeQuery *fake = query.get();
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = true;
-    }
+    fake->set_held(true);
     mall::SlurmChecker checker(std::move(query));
     checker.check({5});
     checker.annotate(12, "lent_core_s=1.0");
@@ -145,18 +172,9 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
     EXPECT_TRUE(checker.annotating(12));
     EXPECT_TRUE(checker.annotating(13));
     EXPECT_FALSE(checker.annotating(5));
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = false;
-    }
-    fake->released.notify_all();
-    std::vector<mall::SlurmAnnotation> done;
+    fake->set_held(false);
     std::vector<mall::SlurmJobState> results;
-    for (int i = 0; i < 100 && (done.size() < 2 || results.empty()); ++i) {
-        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
-        for (auto &a : checker.take_annotations()) done.push_back(a);
-        for (auto &r : checker.take_results()) results.push_back(r);
-    }
+    const auto done = take_updates(checker, 2, 1, &results);
     ASSERT_EQ(done.size(), 2u);
     EXPECT_EQ(done[0].job_id, 12u);
     EXPECT_EQ(done[0].error, "");
@@ -178,18 +196,10 @@ TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {
 TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) {
     auto query = std::make_unique<FakeQuery>();
     FakeQuery *fake = query.get();
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = true;
-    }
+    fake->set_held(true);
     mall::SlurmChecker checker(std::move(query));
     checker.check({5});  // the thread takes it and waits in the held query
-    auto query_calls = [&] {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        return fake->calls;
-    };
-    for (int i = 0; i < 1000 && query_calls() < 1; ++i) std::this_thread::sleep_for(5ms);
-    ASSERT_EQ(query_calls(), 1) << "the checker's thread never took the query";
+    ASSERT_TRUE(fake->wait_begun(&FakeQuery::calls, 1)) << "the checker's thread never took the query";
     checker.annotate(20, "so far", true);
     checker.annotate(21, "so far", true);
     checker.check({7});
@@ -197,17 +207,8 @@ TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) 
     checker.annotate(21, "newer", true);  // replaces the figures of the one queued for 21
     EXPECT_TRUE(checker.annotating(20));
     EXPECT_FALSE(checker.annotating(21)) << "a running update must not hold a Deregister";
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = false;
-    }
-    fake->released.notify_all();
-    std::vector<mall::SlurmAnnotation> done;
-    for (int i = 0; i < 100 && done.size() < 2; ++i) {
-        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
-        for (auto &a : checker.take_annotations()) done.push_back(a);
-        checker.take_results();
-    }
+    fake->set_held(false);
+    const auto done = take_updates(checker, 2);
     ASSERT_EQ(done.size(), 2u);
     EXPECT_EQ(done[0].job_id, 20u);
     EXPECT_FALSE(done[0].running);
@@ -224,32 +225,16 @@ TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) 
 TEST(SlurmChecker, AnEndDuringARunningUpdateIsRecordedAfterIt) {
     auto query = std::make_unique<FakeQuery>();
     FakeQuery *fake = query.get();
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = true;
-    }
+    fake->set_held(true);
     mall::SlurmChecker checker(std::move(query));
     checker.annotate(30, "so far", true);  // the thread takes it and waits in the held update
-    auto updates_begun = [&] {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        return fake->annotate_calls;
-    };
-    for (int i = 0; i < 1000 && updates_begun() < 1; ++i) std::this_thread::sleep_for(5ms);
-    ASSERT_EQ(updates_begun(), 1) << "the checker's thread never took the update";
+    ASSERT_TRUE(fake->wait_begun(&FakeQuery::annotate_calls, 1)) << "the checker's thread never took the update";
     EXPECT_FALSE(checker.annotating(30)) << "a running update must not hold a Deregister";
     checker.annotate(30, "last");
     checker.annotate(30, "later", true);  // the end is being recorded: dropped
     EXPECT_TRUE(checker.annotating(30));
-    {
-        std::lock_guard<std::mutex> lock(fake->mu);
-        fake->held = false;
-    }
-    fake->released.notify_all();
-    std::vector<mall::SlurmAnnotation> done;
-    for (int i = 0; i < 100 && done.size() < 2; ++i) {
-        if (!readable(checker.fd(), std::chrono::milliseconds(100))) continue;
-        for (auto &a : checker.take_annotations()) done.push_back(a);
-    }
+    fake->set_held(false);
+    const auto done = take_updates(checker, 2);
     ASSERT_EQ(done.size(), 2u);
     EXPECT_TRUE(done[0].running);
     EXPECT_FALSE(done[1].running);

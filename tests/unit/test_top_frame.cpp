@@ -27,6 +27,8 @@ namespace {
 
 // 2024-03-01 12:34:56 UTC; the frames' clocks are read in UTC (the fixture sets TZ).
 constexpr double kNow = 1709296496;
+// The header line of every frame built from status() at kNow.
+const std::string kHeaderLine = "mall top - node1 - 12:34:56   malld 0.3.0, policy equal, backend affinity";
 
 class TopFrame : public ::testing::Test {
 protected:
@@ -134,7 +136,7 @@ TEST_F(TopFrame, SmallPoolHasOneCellPerCpuAndExactBars) {
     const Frame f = render_frame(input(s));
     // Every line as the user reads it (plain frame, ASCII glyphs, no footer).
     const std::vector<std::string> expected = {
-        "mall top - node1 - 12:34:56   malld 0.3.0, policy equal, backend affinity",
+        kHeaderLine,
         "POOL 0-3 (4 cpus)  FREE 1  RECLAIMED 0  JOBS 2  ENDED 3  LENT core-s total 12.5",
         "",
         "JOB    UID   CPUS   CORES  THREADS  ACK    LENT-S  STATE",
@@ -236,7 +238,7 @@ TEST_F(TopFrame, RowsBeyondTheHeightGiveWayToAMoreLine) {
     in.height = 8;  // header, POOL, blank, titles: room for 3 rows and "N more"
     Frame f = render_frame(in);
     ASSERT_EQ(f.lines.size(), 8u) << joined(f);
-    EXPECT_EQ(f.lines[0].rfind("mall top - node1", 0), 0u);
+    EXPECT_EQ(f.lines[0], kHeaderLine);
     EXPECT_EQ(f.lines[1].rfind("POOL 0-15 (16 cpus)", 0), 0u);
     EXPECT_EQ(f.lines[3].rfind("JOB ", 0), 0u);
     EXPECT_EQ(cells_of(f.lines[6])[0], "job2");
@@ -290,7 +292,7 @@ TEST_F(TopFrame, WithoutJobsItSaysSo) {
     const json s = status("0-3", "0-3", json::array());
     const Frame f = render_frame(input(s));
     const std::vector<std::string> expected = {
-        "mall top - node1 - 12:34:56   malld 0.3.0, policy equal, backend affinity",
+        kHeaderLine,
         "POOL 0-3 (4 cpus)  FREE 4  RECLAIMED 0  JOBS 0  ENDED 3  LENT core-s total 12.5",
         "",
         "no jobs registered",

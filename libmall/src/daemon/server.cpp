@@ -314,8 +314,7 @@ void Server::after_events() {
     manager_->tick(now);
     pids_->poll(*manager_, now);
     if (slurm_ && now >= slurm_->next_check()) slurm_->check_all(*manager_, now);
-    if (slurm_ && slurm_->next_running_record() && now >= *slurm_->next_running_record())
-        slurm_->record_running(*manager_, now);
+    if (slurm_) slurm_->record_running(*manager_, now);
     pids_->sync(*manager_);
     handlers_->process_pending(Clock::now());
     close_idle_connections(Clock::now());

@@ -28,7 +28,7 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
 }
 
 void SlurmReconciler::record_running(const NodeManager &manager, TimePoint now) {
-    if (!next_running_record_) return;
+    if (!next_running_record_ || now < *next_running_record_) return;
     next_running_record_ = now + comment_interval_;
     const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
         std::chrono::system_clock::now().time_since_epoch());

@@ -35,8 +35,8 @@ public:
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
     // A job ended (its "end" event): a Slurm job's figures go to its AdminComment.
     void record_end(const nlohmann::json &end_event);
-    // Every Slurm job's figures so far go to its AdminComment (when none is queued for it); the
-    // next round is due `comment_interval` on. nullopt: no rounds.
+    // When a round is due: every Slurm job's figures so far go to its AdminComment (see
+    // SlurmChecker::annotate); the next round is due `comment_interval` on. nullopt: no rounds.
     void record_running(const NodeManager &manager, TimePoint now);
     std::optional<TimePoint> next_running_record() const { return next_running_record_; }
     bool annotating(uint32_t job_id) const { return checker_.annotating(job_id); }

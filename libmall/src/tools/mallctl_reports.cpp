@@ -14,6 +14,7 @@
 #include "common/job_history.hpp"
 #include "common/metrics_text.hpp"
 #include "tools/exit_codes.hpp"
+#include "tools/time_text.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -93,18 +94,6 @@ po::variables_map parse(const std::vector<std::string> &args, const po::options_
     return vm;
 }
 
-double epoch_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string local_time_text(double epoch) {
-    const time_t t = static_cast<time_t>(epoch);
-    std::tm tm{};
-    ::localtime_r(&t, &tm);
-    char buffer[32];
-    std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &tm);
-    return buffer;
-}
 
 std::string duration_text(double seconds) {
     if (!(seconds >= 0)) return "-";
@@ -232,7 +221,7 @@ int cmd_history(const std::vector<std::string> &args, const StatusFetcher &fetch
         oversubscribed += o;
         resizes += r.value("resizes", uint64_t{0});
         timeouts += r.value("ack_timeouts", uint64_t{0});
-        rows.push_back({local_time_text(r["time"].get<double>()), text_of(r, "job"), text_of(r, "uid"),
+        rows.push_back({local_time_text(r["time"].get<double>(), "%Y-%m-%d %H:%M:%S"), text_of(r, "job"), text_of(r, "uid"),
                         text_of(r, "reason"), duration_text(r.value("duration_seconds", -1.0)),
                         text_of(r, "min") + "-" + text_of(r, "max"), fixed(c), fixed(l), text_of(r, "resizes"),
                         text_of(r, "ack_timeouts"), fixed(o)});

@@ -30,6 +30,7 @@
 
 #include "tools/exit_codes.hpp"
 #include "tools/mallctl_top_frame.hpp"
+#include "tools/time_text.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -159,10 +160,6 @@ bool locale_is_utf8() {
         return v.find("utf-8") != std::string::npos || v.find("utf8") != std::string::npos;
     }
     return false;
-}
-
-double epoch_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/time_text.hpp"
+
 using nlohmann::json;
 
 namespace mall::tools {
@@ -101,14 +103,7 @@ std::string pad(const std::string &s, size_t width) {
     return n >= width ? s : s + std::string(width - n, ' ');
 }
 
-std::string local_clock(double epoch) {
-    const time_t t = static_cast<time_t>(epoch);
-    std::tm tm{};
-    ::localtime_r(&t, &tm);
-    char buffer[16];
-    std::strftime(buffer, sizeof buffer, "%H:%M:%S", &tm);
-    return buffer;
-}
+std::string local_clock(double epoch) { return local_time_text(epoch, "%H:%M:%S"); }
 
 // The last ack latency: "850µs", "2.3ms", "45ms", "1.2s"; "-" when there is none (-1).
 std::string ack_text(double us, const Glyphs &g) {
