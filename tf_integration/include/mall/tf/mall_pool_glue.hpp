@@ -1,6 +1,7 @@
-// Glue from libmall to the resizable Eigen pool: each allocation mall_step() applies resizes the
-// pool(s) to the allocation's cpu count (clamped to 1..max) and pins their workers to its cpus,
-// before mall_step() acks. Header-only; uses only the public C API in mall/mall.h.
+// Glue from libmall to a framework's pools: each allocation mall_step() applies pins the pools'
+// workers to its cpus and parks or releases workers (PoolParking, pool_parking.hpp) to its thread
+// count (clamped to 1..max), before mall_step() acks: the job runs no more threads than it holds
+// once it acks. Header-only; uses only the public C API in mall/mall.h.
 #pragma once
 
 #include <sched.h>
@@ -9,7 +10,7 @@
 
 #include <mall/mall.h>
 #include <mall/tf/allocation_cpus.hpp>
-#include <mall/tf/resizable_thread_pool.hpp>
+#include <mall/tf/pool_parking.hpp>
 
 namespace mall::tf {
 

@@ -24,25 +24,9 @@
 
 #include <unsupported/Eigen/CXX11/ThreadPool>
 
+#include <mall/tf/pool_parking.hpp>  // ResizablePool
+
 namespace mall::tf {
-
-// What the libmall glue (mall_pool_glue.hpp) drives: a pool that can be resized and pinned,
-// whatever framework interface it implements.
-class ResizablePool {
- public:
-  virtual ~ResizablePool() = default;
-  // Sets the active worker count (clamped to 1..max_threads()); returns the count applied.
-  virtual int resize(int active_count) = 0;
-  // Pins every worker to cpus; 0 or the errno of the first worker that could not be pinned.
-  virtual int set_affinity(const cpu_set_t& cpus) = 0;
-  virtual int max_threads() const = 0;
-  virtual int active_threads() const = 0;
-
- protected:
-  ResizablePool() = default;
-  ResizablePool(const ResizablePool&) = default;
-  ResizablePool& operator=(const ResizablePool&) = default;
-};
 
 // Design (why it looks like this):
 // - One shared FIFO queue under one mutex. A parking worker therefore never holds queued work, so

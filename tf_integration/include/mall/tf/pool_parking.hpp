@@ -1,0 +1,402 @@
+// pool_parking.hpp — park, don't replace: resizes a framework's OWN thread pool (any
+// Eigen::ThreadPoolInterface: Eigen's ThreadPool, TensorFlow's intra-op and inter-op pools) by
+// parking some of its workers inside tasks that block until released, and releasing them to grow.
+//
+// Contract. PoolParking(pool) controls the pool's NumThreads() workers (its size N, read once).
+// resize(A) leaves A workers (clamped to 1..N) running the pool's work and parks N-A: it schedules
+// N-A "parker" tasks, each of which blocks the worker that runs it on a condition variable (no cpu,
+// no task), and returns once they are parked (or released, to grow), so a caller that acks after
+// resize() runs no more threads than it was given. The other workers steal whatever lands in the
+// parked workers' queues. Unparked (A == N) nothing of mall runs: the pool is exactly the
+// framework's. Which workers park is the pool's choice (whichever ran a parker).
+//
+// The four hazards, each handled here (tests/unit/tf_test_pool_parking.cpp pins each one):
+// 1. The last worker is never parked: A is clamped to >= 1, and at most N-1 parkers exist.
+// 2. A nested parallel region (a task that itself runs a parallelFor and waits for it) with one
+//    active worker: its children may sit in the queue of the blocked worker, where no active worker
+//    is free to take them. A stall guard (one thread per PoolParking, asleep while nothing is
+//    parked) schedules a tiny probe task every `stall_after`; a probe that no worker took for a
+//    whole period while no running worker is on a cpu (/proc state R) means the pool is stuck, so
+//    one parked worker is lent back until a probe runs again, then re-parked. (A busy pool whose
+//    workers are on their cpus gets no loan: they take the probe when their own queues are done.) Where the framework re-reads a thread count (Eigen's ThreadPoolDevice
+//    built with active_threads() each step) a one-worker region runs inline and never stalls.
+// 3. Process exit with workers parked: every PoolParking's state is registered with an atexit
+//    handler that releases all parkers (a static pool's destructor joins its workers), and the
+//    state the parkers wait on is shared with them, so it never dies under a waiter.
+// 4. Destroying a pool with parked workers would join blocked threads: ~PoolParking releases every
+//    parker and waits until none blocks. Destroy the PoolParking before its pool (declare it after).
+//
+// Threads. resize(), set_affinity() and the queries may be called from any thread outside the
+// pool; resize() from a worker of the pool itself does not wait (it would wait on itself).
+// Header-only; needs Eigen's ThreadPoolInterface and pthreads, nothing of libmall.
+#pragma once
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unsupported/Eigen/CXX11/ThreadPool>
+
+namespace mall::tf {
+
+// What the libmall glue (mall_pool_glue.hpp) drives: a pool whose running thread count follows an
+// allocation, whatever framework owns the pool.
+class ResizablePool {
+ public:
+  virtual ~ResizablePool() = default;
+  // Sets the running worker count (clamped to 1..max_threads()); returns the count applied.
+  virtual int resize(int active_count) = 0;
+  // Pins every worker to cpus; 0 or the errno of the first worker that could not be pinned.
+  virtual int set_affinity(const cpu_set_t& cpus) = 0;
+  virtual int max_threads() const = 0;
+  virtual int active_threads() const = 0;
+
+ protected:
+  ResizablePool() = default;
+  ResizablePool(const ResizablePool&) = default;
+  ResizablePool& operator=(const ResizablePool&) = default;
+};
+
+namespace detail {
+
+// Shared by the PoolParking, its parker tasks and its stall guard: it lives as long as any of them
+// (a parker still queued when its PoolParking is gone finds it and returns at once).
+struct ParkingState {
+  std::mutex mutex;                    // guards everything but probe_pending
+  std::condition_variable released;    // parkers wait here (notified only to release or shut down)
+  std::condition_variable changed;     // resize() and ~PoolParking wait here for parkers to settle
+  std::condition_variable guard_wake;  // the stall guard sleeps here
+  int pool_threads = 1;
+  int wanted_parked = 0;  // what resize() asked for
+  int lent = 0;           // parked workers the stall guard gave back for now (hazard 2)
+  int parked = 0;         // workers blocked in a parker now
+  int queued = 0;         // parkers scheduled that have not started yet
+  int scheduling = 0;     // threads inside pool.Schedule() for this state right now
+  bool shut = false;      // released for good: parkers return, nothing is scheduled any more
+  bool guard_running = false;  // the stall guard (a detached thread) has not left its loop yet
+  uint64_t parks = 0;     // parkers that blocked a worker, since the start
+  uint64_t loans = 0;     // times the stall guard lent a parked worker back
+  std::vector<pid_t> parked_tids;
+  std::atomic<bool> probe_pending{false};
+
+  int parked_target() const { return std::max(0, wanted_parked - lent); }
+};
+
+// Every live state, for the release at exit. Never destroyed (an exit handler may run after
+// static destructors), so it cannot vanish under the handler.
+struct ParkingRegistry {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<ParkingState>> states;
+
+  static ParkingRegistry& instance() {
+    static ParkingRegistry* registry = new ParkingRegistry;  // leaked on purpose
+    return *registry;
+  }
+
+  // Releases every parked worker of every live state (hazard 3). Never waits on a worker.
+  static void release_all_at_exit() {
+    ParkingRegistry& registry = instance();
+    std::lock_guard lock(registry.mutex);
+    for (auto& weak : registry.states) {
+      if (auto state = weak.lock()) {
+        std::lock_guard state_lock(state->mutex);
+        state->shut = true;
+        state->released.notify_all();
+        state->guard_wake.notify_all();
+      }
+    }
+  }
+
+  void add(const std::shared_ptr<ParkingState>& state) {
+    std::lock_guard lock(mutex);
+    states.erase(std::remove_if(states.begin(), states.end(), [](auto& w) { return w.expired(); }),
+                 states.end());
+    states.push_back(state);
+    // Registered at every PoolParking's birth, so the handler runs before the destructor of any
+    // static pool made before that PoolParking (exit runs handlers and static destructors in
+    // reverse order of registration).
+    std::atexit(&ParkingRegistry::release_all_at_exit);
+  }
+};
+
+// The parker: blocks the worker that runs it until it is released (or not needed any more).
+inline void park_this_worker(const std::shared_ptr<ParkingState>& state) {
+  std::unique_lock lock(state->mutex);
+  --state->queued;
+  if (state->shut || state->parked >= state->parked_target()) {
+    state->changed.notify_all();
+    return;  // not needed (any more): the worker goes on with the pool's work
+  }
+  ++state->parked;
+  ++state->parks;
+  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  state->parked_tids.push_back(tid);
+  state->changed.notify_all();
+  state->released.wait(lock, [&] { return state->shut || state->parked > state->parked_target(); });
+  --state->parked;
+  auto& tids = state->parked_tids;
+  tids.erase(std::find(tids.begin(), tids.end(), tid));
+  state->changed.notify_all();
+}
+
+}  // namespace detail
+
+class PoolParking : public ResizablePool {
+ public:
+  struct Options {
+    // How long a probe may go untaken while workers are parked before a parked worker is lent
+    // back (hazard 2). Also the guard's wake-up period while anything is parked. Zero or less
+    // turns the guard off (only to show the hazard in a test).
+    std::chrono::milliseconds stall_after{50};
+    // The longest resize() waits for parkers to block (a parker queued behind a long task runs
+    // when that task ends; the wait is bounded so a step boundary never hangs).
+    std::chrono::milliseconds settle_timeout{5000};
+  };
+
+  // Controls pool's workers; pool must outlive this object. Learns the workers' thread handles
+  // (for set_affinity) by running one short task on each; returns after that, or after 2 s.
+  explicit PoolParking(Eigen::ThreadPoolInterface& pool) : PoolParking(pool, Options{}) {}
+  PoolParking(Eigen::ThreadPoolInterface& pool, Options options)
+      : pool_(pool), options_(options), state_(std::make_shared<detail::ParkingState>()) {
+    state_->pool_threads = std::max(1, pool.NumThreads());
+    active_.store(state_->pool_threads, std::memory_order_release);
+    detail::ParkingRegistry::instance().add(state_);
+    learn_workers();
+  }
+
+  PoolParking(const PoolParking&) = delete;
+  PoolParking& operator=(const PoolParking&) = delete;
+
+  // Releases every parked worker and waits until none is blocked and nothing of ours is being
+  // scheduled, so the pool can then be destroyed (hazard 4). Must not run on a worker of the pool.
+  ~PoolParking() override {
+    std::unique_lock lock(state_->mutex);
+    state_->shut = true;
+    state_->released.notify_all();
+    state_->guard_wake.notify_all();
+    state_->changed.wait(lock, [&] {
+      return state_->parked == 0 && state_->scheduling == 0 && !state_->guard_running;
+    });
+  }
+
+  // Leaves active_count workers (clamped to 1..max_threads()) running and parks the rest; returns
+  // the count applied, once the parked workers are blocked (or released), bounded by
+  // Options::settle_timeout.
+  int resize(int active_count) override {
+    const int threads = state_->pool_threads;
+    const int active = std::clamp(active_count, 1, threads);
+    std::unique_lock lock(state_->mutex);
+    if (state_->shut) return threads;
+    state_->wanted_parked = threads - active;
+    state_->lent = 0;  // a resize re-parks anything the guard lent
+    active_.store(active, std::memory_order_release);
+    const int target = state_->parked_target();
+    if (state_->parked > target) state_->released.notify_all();
+    const int missing = target - (state_->parked + state_->queued);
+    if (missing > 0) schedule_parkers(lock, missing);
+    if (target > 0) start_guard(lock);
+    // Two-phase: return only when the pool runs no more workers than asked (or the bound passed).
+    // From a worker of this pool: do not wait, the parker may be queued behind this very task.
+    if (pool_.CurrentThreadId() < 0) {
+      state_->changed.wait_for(lock, options_.settle_timeout, [&] {
+        return state_->shut || state_->parked == state_->parked_target();
+      });
+    }
+    return active;
+  }
+
+  // Pins every worker the constructor learned (running or parked) to cpus.
+  int set_affinity(const cpu_set_t& cpus) override {
+    std::lock_guard lock(workers_mutex_);
+    int first_error = 0;
+    for (pthread_t handle : worker_handles_) {
+      const int rc = pthread_setaffinity_np(handle, sizeof(cpu_set_t), &cpus);
+      if (rc != 0 && first_error == 0) first_error = rc;
+    }
+    return first_error;
+  }
+
+  int max_threads() const override { return state_->pool_threads; }
+  // The running worker count resize() last set: what a framework should size its work by (e.g.
+  // Eigen::ThreadPoolDevice device(&pool, parking.active_threads())).
+  int active_threads() const override { return active_.load(std::memory_order_acquire); }
+
+  // Workers blocked in a parker right now, and their Linux thread ids.
+  int parked_now() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->parked;
+  }
+  std::vector<pid_t> parked_tids() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->parked_tids;
+  }
+  // Linux thread ids of the workers the constructor learned (all N unless the pool was busy).
+  std::vector<pid_t> worker_tids() const {
+    std::lock_guard lock(workers_mutex_);
+    return worker_tids_;
+  }
+  // Parkers that blocked a worker since the start, and loans the stall guard made (hazard 2).
+  uint64_t parks() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->parks;
+  }
+  uint64_t loans() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->loans;
+  }
+
+ private:
+  // Schedules n parkers, outside the lock: a pool whose queue is full runs a task inline, and the
+  // parker takes the lock. `scheduling` tells ~PoolParking to wait until we are out of Schedule().
+  void schedule_parkers(std::unique_lock<std::mutex>& lock, int n) {
+    state_->queued += n;
+    ++state_->scheduling;
+    lock.unlock();
+    for (int i = 0; i < n; ++i) {
+      pool_.Schedule([state = state_] { detail::park_this_worker(state); });
+    }
+    lock.lock();
+    --state_->scheduling;
+    state_->changed.notify_all();
+  }
+
+  void start_guard(std::unique_lock<std::mutex>& /*held*/) {
+    if (options_.stall_after.count() <= 0) return;
+    if (guard_started_) {
+      state_->guard_wake.notify_all();
+      return;
+    }
+    guard_started_ = true;
+    try {
+      // Detached, so a PoolParking that is never destroyed (a framework's global pool) leaves no
+      // unjoined thread at exit; ~PoolParking waits until it has left its loop instead.
+      std::thread([this, keep_alive = state_] { guard_loop(); }).detach();
+      state_->guard_running = true;
+    } catch (...) {
+      // No thread for the guard: parking still works; only hazard 2's recovery is missing.
+    }
+  }
+
+  // Hazard 2. While anything is parked: every period, if the last probe is still untaken, lend
+  // one more parked worker back; once a probe runs, take the loans back and send a new probe.
+  void guard_loop() {
+    std::unique_lock lock(state_->mutex);
+    while (!state_->shut) {
+      if (state_->wanted_parked == 0) {
+        state_->guard_wake.wait(lock);
+        continue;
+      }
+      state_->guard_wake.wait_for(lock, options_.stall_after);
+      if (state_->shut || state_->wanted_parked == 0) continue;
+      if (state_->probe_pending.load(std::memory_order_acquire)) {
+        // Untaken for a period. Busy (a running worker: it takes the probe when its own queue is
+        // done) or stuck (every running worker blocked, as in a nested region's wait)?
+        if (state_->parked > 0 && state_->lent < state_->wanted_parked && !a_running_worker_is_on_cpu()) {
+          ++state_->lent;
+          ++state_->loans;
+          state_->released.notify_all();
+        }
+        continue;
+      }
+      if (state_->lent > 0) {
+        state_->lent = 0;
+        const int missing = state_->parked_target() - (state_->parked + state_->queued);
+        if (missing > 0) schedule_parkers(lock, missing);
+        if (state_->shut) break;
+      }
+      state_->probe_pending.store(true, std::memory_order_release);
+      ++state_->scheduling;
+      lock.unlock();
+      // The probe takes no lock: run inline by a full queue, it must not deadlock.
+      pool_.Schedule([state = state_] { state->probe_pending.store(false, std::memory_order_release); });
+      lock.lock();
+      --state_->scheduling;
+      state_->changed.notify_all();
+    }
+    state_->guard_running = false;
+    state_->changed.notify_all();
+  }
+
+  // Whether a worker that is not parked is runnable (state R in /proc): the pool is progressing.
+  // Unknown workers (the census was cut short) count as running, so they never cause a loan.
+  // Called by the guard with the state's lock held.
+  bool a_running_worker_is_on_cpu() const {
+    std::lock_guard workers_lock(workers_mutex_);
+    if (static_cast<int>(worker_tids_.size()) < state_->pool_threads) return true;
+    const auto& parked = state_->parked_tids;
+    for (pid_t tid : worker_tids_) {
+      if (std::find(parked.begin(), parked.end(), tid) != parked.end()) continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+      std::FILE* file = std::fopen(path, "re");
+      if (file == nullptr) continue;  // the thread is gone
+      char text[512];
+      const size_t length = std::fread(text, 1, sizeof text - 1, file);
+      std::fclose(file);
+      text[length] = '\0';
+      const char* close = std::strrchr(text, ')');  // the name may hold spaces and parentheses
+      if (close != nullptr && close[1] == ' ' && close[2] == 'R') return true;
+    }
+    return false;
+  }
+
+  // Runs one task on each worker at once (each waits for the others), recording its thread.
+  void learn_workers() {
+    if (pool_.CurrentThreadId() >= 0) return;  // inside the pool: would wait on itself
+    struct Census {
+      std::mutex mutex;
+      std::condition_variable all_here;
+      int expected = 0, arrived = 0;
+      bool gave_up = false;
+      std::vector<pthread_t> handles;
+      std::vector<pid_t> tids;
+    };
+    auto census = std::make_shared<Census>();
+    census->expected = state_->pool_threads;
+    for (int i = 0; i < census->expected; ++i) {
+      pool_.Schedule([census] {
+        std::unique_lock lock(census->mutex);
+        if (census->gave_up) return;
+        census->handles.push_back(pthread_self());
+        census->tids.push_back(static_cast<pid_t>(syscall(SYS_gettid)));
+        ++census->arrived;
+        census->all_here.notify_all();
+        census->all_here.wait(lock, [&] { return census->gave_up || census->arrived == census->expected; });
+      });
+    }
+    std::unique_lock lock(census->mutex);
+    census->all_here.wait_for(lock, std::chrono::seconds(2), [&] { return census->arrived == census->expected; });
+    census->gave_up = true;  // late census tasks return at once
+    census->all_here.notify_all();
+    std::lock_guard workers_lock(workers_mutex_);
+    worker_handles_ = census->handles;
+    worker_tids_ = census->tids;
+  }
+
+  Eigen::ThreadPoolInterface& pool_;
+  const Options options_;
+  std::shared_ptr<detail::ParkingState> state_;
+  std::atomic<int> active_{0};
+  bool guard_started_ = false;  // under state_->mutex
+  mutable std::mutex workers_mutex_;
+  std::vector<pthread_t> worker_handles_;
+  std::vector<pid_t> worker_tids_;
+};
+
+}  // namespace mall::tf
