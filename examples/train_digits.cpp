@@ -4,12 +4,14 @@
 // handwritten digits that Debian's python3-sklearn ships (1797 images; a seeded 1437/360 split).
 //
 // Contract: with the defaults (300 steps of 512 images, 1024 hidden units; ~8 ms a step on one core
-// here) the held-out test accuracy is >= 0.95 (measured 0.969-0.983 over seeds 1-5). Under malld
-// (mallrun, or MALL_SOCKET set) the device runs on a mall::tf::ResizableThreadPool attached to
-// libmall: every mall_step() that brings a new allocation resizes the pool and pins its workers
-// before it acks; the device is rebuilt each step from pool.NumThreads(), as TensorFlow's
-// DirectSession re-reads the intra-op pool's size at every Session::Run. With --pool eigen it runs
-// on Eigen's stock fixed-size ThreadPool instead (the baseline of bench-oversubscription.sh).
+// here) the held-out test accuracy is >= 0.95 (measured 0.969-0.983 over seeds 1-5). The device
+// always runs on Eigen's own ThreadPool. Under malld (mallrun, or MALL_SOCKET set) the pool has
+// --max-threads workers and a mall::tf::PoolParking attached to libmall: every mall_step() that
+// brings a new allocation parks or releases workers to its thread count and pins them before it
+// acks; the device is rebuilt each step with parking.active_threads(), so Eigen splits its work
+// that many ways (as TensorFlow's DirectSession re-reads its intra-op pool's size at each Run).
+// With --pool eigen the pool has --threads workers and nothing of mall (the baseline of
+// bench-oversubscription.sh).
 // Eigen could block a contraction differently for different thread counts, so losses may differ in
 // the last float bits between thread counts (at these sizes they are bit-identical for 1 and 2).
 #include <sched.h>
@@ -33,7 +35,7 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "mall/mall.h"
-#include "mall/tf/resizable_thread_pool.hpp"
+#include "mall/tf/pool_parking.hpp"
 
 #include "digits_data.hpp"
 #include "example_options.hpp"
@@ -169,7 +171,7 @@ int main(int argc, char **argv) {
     int steps = 300, batch = 512, hidden = 1024, print_every = 25, fixed_threads = 0, max_threads = 0;
     uint64_t seed = 1;
     double lr = 0.05, momentum = 0.9;
-    std::string data_path = kDefaultDigits, pool_kind = "resizable";
+    std::string data_path = kDefaultDigits, pool_kind = "parked";
     bool quiet = false, log_changes = false;
 
     po::options_description opts("Options");
@@ -181,11 +183,12 @@ int main(int argc, char **argv) {
         "seed", po::value<uint64_t>(&seed)->default_value(seed), "seed of the split, the batches and the initial weights")(
         "data", po::value<std::string>(&data_path)->default_value(data_path), "digits file (sklearn's digits.csv.gz)")(
         "pool", po::value<std::string>(&pool_kind)->default_value(pool_kind),
-        "thread pool under the Eigen device: resizable (follows malld) or eigen (Eigen's fixed ThreadPool)")(
+        "Eigen's ThreadPool under the device: parked (--max-threads workers, parked to follow malld) or\n"
+        "eigen (--threads workers, fixed, nothing of mall)")(
         "threads", po::value<int>(&fixed_threads),
         "threads when not under malld, and the fixed size of --pool eigen (default: the cpus this process may use)")(
         "max-threads", po::value<int>(&max_threads),
-        "workers the resizable pool creates (its largest size; default: the online cpus)")(
+        "workers of the parked pool (its largest size; default: the online cpus)")(
         "print-every", po::value<int>(&print_every)->default_value(print_every), "print the loss every K steps (0: never)")(
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation applied")(
         "quiet,q", po::bool_switch(&quiet), "print only the last two lines");
@@ -199,16 +202,18 @@ int main(int argc, char **argv) {
             "Usage: mall_train_digits [options]\n"
             "       mallrun --malleable=1:4 -- mall_train_digits [options]\n"
             "\n"
-            "Under mallrun (MALL_JOB_ID or MALL_SOCKET set) it attaches through libmall and runs its\n"
-            "Eigen device on a resizable pool that follows the allocation: mall_step() every step\n"
-            "resizes the pool and pins its workers to the allocated cpus before acknowledging.\n"
+            "Under mallrun (MALL_JOB_ID or MALL_SOCKET set) it attaches through libmall and its Eigen\n"
+            "ThreadPool follows the allocation: mall_step() every step parks or releases the pool's\n"
+            "workers to the allocated thread count and pins them to the allocated cpus before\n"
+            "acknowledging; parked workers sleep, the others run Eigen's pool as it is.\n"
             "Otherwise, or when malld does not answer (one warning), it runs on --threads threads.\n"
             "With the defaults the held-out accuracy reaches >= 0.95.\n"
             "\n");
         std::printf("%s", [&] { std::ostringstream s; s << opts; return s.str(); }().c_str());
         std::printf(
             "\nOutput: every K steps \"step <n> loss <x> threads <t> cpus <list>\"; with --log-changes\n"
-            "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\"; at the end\n"
+            "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\" then \"parked step <n> tids <list|->\"\n"
+            "(the workers parked now); at the end\n"
             "\"final loss <x> train_accuracy <a> test_accuracy <b>\" and\n"
             "\"done steps <n> seconds <s> images_per_s <r> resizes <k>\".\n"
             "\nExit status: 0 trained, 1 the data could not be read, 2 bad arguments.\n"
@@ -219,10 +224,10 @@ int main(int argc, char **argv) {
     if (!vm.count("max-threads")) max_threads = online;
     if (steps < 1 || batch < 1 || hidden < 1 || hidden > 4096 || print_every < 0 || !(lr > 0) ||
         (vm.count("threads") && (fixed_threads < 1 || fixed_threads > 1024)) || max_threads < 1 ||
-        max_threads > 1024 || (pool_kind != "resizable" && pool_kind != "eigen")) {
+        max_threads > 1024 || (pool_kind != "parked" && pool_kind != "eigen")) {
         std::fprintf(stderr,
                      "mall_train_digits: need --steps >= 1, --batch >= 1, 1 <= --hidden <= 4096, --print-every >= 0,\n"
-                     "--lr > 0, 1 <= --threads, --max-threads <= 1024, --pool resizable|eigen\n");
+                     "--lr > 0, 1 <= --threads, --max-threads <= 1024, --pool parked|eigen\n");
         return 2;
     }
     setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -248,22 +253,22 @@ int main(int argc, char **argv) {
 
     const int start_threads = vm.count("threads") ? fixed_threads : mall::examples::affinity_count();
 
-    // The pool under the device: the resizable one (follows malld) or Eigen's own fixed pool.
-    std::unique_ptr<mall::tf::ResizableThreadPool> resizable;
-    std::unique_ptr<Eigen::ThreadPool> stock;
-    Eigen::ThreadPoolInterface *pool = nullptr;
-    if (pool_kind == "eigen") {
-        stock = std::make_unique<Eigen::ThreadPool>(start_threads);
-        pool = stock.get();
-    } else {
-        resizable = std::make_unique<mall::tf::ResizableThreadPool>(max_threads, std::min(start_threads, max_threads));
-        pool = resizable.get();
+    // Eigen's own pool under the device: --max-threads workers parked to follow malld, or a fixed
+    // --threads. The parking is declared after the pool: it releases its workers before the pool
+    // is destroyed.
+    const bool parked = pool_kind == "parked";
+    Eigen::ThreadPool pool(parked ? max_threads : start_threads);
+    std::optional<mall::tf::PoolParking> parking;
+    if (parked) {
+        parking.emplace(pool);
+        parking->resize(std::min(start_threads, max_threads));
     }
+    auto running_threads = [&] { return parking ? parking->active_threads() : pool.NumThreads(); };
 
     // Attach to malld when launched under it; on failure, one warning and a fixed-size run.
     mall_t *m = nullptr;
-    if (resizable) {
-        m = mall::examples::attach_if_launched("mall_train_digits", *resizable);
+    if (parking) {
+        m = mall::examples::attach_if_launched("mall_train_digits", *parking);
     } else if (mall::examples::launched_under_malld()) {
         std::fprintf(stderr, "mall_train_digits: --pool eigen cannot be resized; not attaching to malld\n");
     }
@@ -273,7 +278,7 @@ int main(int argc, char **argv) {
     std::vector<int> batch_indices(batch);
     Rng batch_rng(seed * 0xD1342543DE82EF95ull + 7);
     size_t cursor = train.size();  // forces a shuffle at the first step
-    mall::examples::StepBoundary boundary(m, *pool, log_changes && !quiet);
+    mall::examples::StepBoundary boundary(m, parking ? &*parking : nullptr, log_changes && !quiet);
     double loss = 0, first_loss = -1;
     const auto started = std::chrono::steady_clock::now();
 
@@ -281,8 +286,8 @@ int main(int argc, char **argv) {
         // The step boundary: when malld changed the allocation, the glue has resized and re-pinned
         // the pool when this returns MALL_SUCCESS; otherwise it cost one load.
         boundary.cross(step);
-        // Like DirectSession at each Run: the device takes the pool's current size.
-        const Eigen::ThreadPoolDevice device(pool, pool->NumThreads());
+        // Like DirectSession at each Run: the device takes the running worker count.
+        const Eigen::ThreadPoolDevice device(&pool, running_threads());
 
         for (int i = 0; i < batch; ++i) {
             if (cursor == train.size()) {
@@ -300,12 +305,12 @@ int main(int argc, char **argv) {
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(batch));
 
         if (!quiet && print_every > 0 && (step % print_every == 0 || step == 1))
-            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, pool->NumThreads(),
+            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, running_threads(),
                         affinity_list().c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-    const Eigen::ThreadPoolDevice device(pool, pool->NumThreads());
+    const Eigen::ThreadPoolDevice device(&pool, running_threads());
     const double train_accuracy = accuracy(device, model, data, train, hidden);
     const double test_accuracy = accuracy(device, model, data, test, hidden);
     std::printf("final loss %.6f train_accuracy %.4f test_accuracy %.4f first_loss %.6f\n", loss, train_accuracy,

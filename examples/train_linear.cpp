@@ -9,9 +9,9 @@
 // Contract: every mini-batch is cut into a FIXED number of blocks (kBlocks) whose gradients are
 // summed in block order, so a seed gives bit-identical weights (same checksum) for any thread count
 // and any sequence of resizes. With the defaults the held-out accuracy is >= 0.90 (the noise caps
-// it at ~0.95). Under malld (mallrun, or MALL_SOCKET set) the blocks run on a resizable pool that
-// follows the allocation (resized and pinned inside mall_step(), before the ack); it reports rows
-// as progress. Otherwise it runs on --threads threads.
+// it at ~0.95). The blocks run on Eigen's own ThreadPool of --max-threads workers; under malld
+// (mallrun, or MALL_SOCKET set) a mall::tf::PoolParking parks or releases its workers to follow
+// the allocation (and pins them, inside mall_step(), before the ack); it reports rows as progress. Otherwise it runs on --threads threads.
 #include <sched.h>
 
 #include <algorithm>
@@ -34,7 +34,7 @@
 #include <unsupported/Eigen/CXX11/ThreadPool>
 
 #include "mall/mall.h"
-#include "mall/tf/resizable_thread_pool.hpp"
+#include "mall/tf/pool_parking.hpp"
 
 #include "example_options.hpp"
 #include "example_support.hpp"
@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
         "seed", po::value<uint64_t>(&seed)->default_value(seed), "seed of the data and the teacher")(
         "threads", po::value<int>(&fixed_threads),
         "threads when not under malld (default: the cpus this process may use)")(
-        "max-threads", po::value<int>(&max_threads), "workers the resizable pool creates (default: the online cpus)")(
+        "max-threads", po::value<int>(&max_threads), "workers of Eigen's pool, parked down to the threads in use (default: the online cpus)")(
         "print-every", po::value<int>(&print_every)->default_value(print_every), "print the loss every K steps (0: never)")(
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation applied")(
         "quiet,q", po::bool_switch(&quiet), "print only the last two lines");
@@ -172,8 +172,9 @@ int main(int argc, char **argv) {
             "Usage: mall_train_linear [options]\n"
             "       mallrun --malleable=1:4 -- mall_train_linear [options]\n"
             "\n"
-            "Under mallrun (MALL_JOB_ID or MALL_SOCKET set) its blocks run on a resizable pool that\n"
-            "follows the allocation; mall_step() every step resizes and re-pins it before the ack, and\n"
+            "Its blocks run on Eigen's own ThreadPool. Under mallrun (MALL_JOB_ID or MALL_SOCKET set) the\n"
+            "pool follows the allocation: mall_step() parks or releases workers and re-pins them before\n"
+            "the ack, and\n"
             "each step reports its rows as progress. Otherwise, or when malld does not answer (one\n"
             "warning), it runs on --threads threads. The same seed gives the same weights (checksum) for\n"
             "any thread count. The dataset takes rows x features x 4 bytes of memory (default 1 GiB).\n"
@@ -181,7 +182,8 @@ int main(int argc, char **argv) {
         std::printf("%s", [&] { std::ostringstream s; s << opts; return s.str(); }().c_str());
         std::printf(
             "\nOutput: every K steps \"step <n> loss <x> threads <t> cpus <list>\"; with --log-changes\n"
-            "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\"; at the end\n"
+            "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\" then \"parked step <n> tids <list|->\"\n"
+            "(the workers parked now); at the end\n"
             "\"final loss <x> test_accuracy <a> checksum <hex>\" and\n"
             "\"done steps <n> seconds <s> rows_per_s <r> resizes <k>\".\n"
             "\nExit status: 0 trained, 1 out of memory, 2 bad arguments.\n"
@@ -204,8 +206,11 @@ int main(int argc, char **argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
 
     const int start_threads = vm.count("threads") ? fixed_threads : affinity_count();
-    mall::tf::ResizableThreadPool pool(max_threads, std::clamp(start_threads, 1, max_threads));
-    mall_t *m = mall::examples::attach_if_launched("mall_train_linear", pool);
+    // Eigen's own pool; the parking (declared after it) releases its workers before it goes.
+    Eigen::ThreadPool pool(max_threads);
+    mall::tf::PoolParking parking(pool);
+    parking.resize(std::clamp(start_threads, 1, max_threads));
+    mall_t *m = mall::examples::attach_if_launched("mall_train_linear", parking);
 
     Dataset data;
     try {
@@ -223,7 +228,7 @@ int main(int argc, char **argv) {
     Eigen::VectorXf grad(features);
     std::vector<double> block_loss(kBlocks, 0.0);
     int64_t cursor = 0;
-    mall::examples::StepBoundary boundary(m, pool, log_changes && !quiet);
+    mall::examples::StepBoundary boundary(m, &parking, log_changes && !quiet);
     double loss = 0;
     const auto started = std::chrono::steady_clock::now();
 
@@ -244,7 +249,7 @@ int main(int argc, char **argv) {
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(batch));
 
         if (!quiet && print_every > 0 && (step % print_every == 0 || step == 1))
-            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, pool.NumThreads(),
+            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, parking.active_threads(),
                         affinity_list().c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -1,9 +1,9 @@
 // train_mpi.cpp — mall_train_mpi, a data-parallel training job over MPI that follows mall: every
-// rank trains the same 64-H-10 MLP (Eigen::Tensor on mall::tf::ResizableThreadPool) on its slice of
+// rank trains the same 64-H-10 MLP (Eigen::Tensor on Eigen's own ThreadPool, parked by mall) on its slice of
 // each global mini-batch of the digits python3-sklearn ships, the gradients are summed with one
 // MPI_Allreduce per step, and every rank applies the same update, so the weights (and the loss
-// printed) are identical on every rank. mall_mpi_step() runs at every step boundary: the pool is
-// resized and pinned in its callback, on all ranks at the same step (balanced mode: every rank runs
+// printed) are identical on every rank. mall_mpi_step() runs at every step boundary: the pool's workers
+// are parked or released and pinned in its callback, on all ranks at the same step (balanced mode: every rank runs
 // the count the most constrained rank can run).
 //
 // Contract: exit 0 after --steps steps (or earlier, at one step on every rank, once rank 0 sees
@@ -36,7 +36,7 @@
 #include "mall/mall.h"
 #include "mall/mall_mpi.h"
 #include "mall/tf/mall_pool_glue.hpp"
-#include "mall/tf/resizable_thread_pool.hpp"
+#include "mall/tf/pool_parking.hpp"
 
 #include "digits_data.hpp"
 #include "example_options.hpp"
@@ -159,7 +159,7 @@ uint64_t checksum(const std::vector<float> &values) {  // FNV-1a over the bytes
 
 // What the mall_mpi callback drives: the pool, this thread's pinning, and the log.
 struct Follower {
-    mall::tf::ResizableThreadPool *pool;
+    mall::tf::PoolParking *pool;
     int rank;
     int step = 0;
     bool log_changes = false;
@@ -168,7 +168,7 @@ struct Follower {
 
 void follow(int threads, const mall_alloc_t *cpus, void *arg) {
     auto *f = static_cast<Follower *>(arg);
-    const int before = f->pool->NumThreads();
+    const int before = f->pool->active_threads();
     const cpu_set_t set = mall::tf::cpu_set_from_allocation(*cpus);
     if (CPU_COUNT(&set) > 0) {
         (void)f->pool->set_affinity(set);
@@ -179,7 +179,7 @@ void follow(int threads, const mall_alloc_t *cpus, void *arg) {
         mall_mpi_state_t s{};
         mall_mpi_get_state(f->mm, &s);
         std::printf("rank %d change step %d threads %d -> %d share %d cap %d sharers %d cpus %s\n", f->rank, f->step,
-                    before, f->pool->NumThreads(), s.share, s.usage_cap, s.sharers, cpus->cpus[0] ? cpus->cpus : "-");
+                    before, f->pool->active_threads(), s.share, s.usage_cap, s.sharers, cpus->cpus[0] ? cpus->cpus : "-");
     }
 }
 
@@ -290,8 +290,12 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    mall::tf::ResizableThreadPool pool(std::max(online, mall_mpi_threads(mm)), mall_mpi_threads(mm));
-    Follower follower{&pool, rank, 0, log_changes, mm};
+    // Eigen's own pool of every cpu's worth, parked to the rank's thread count; the parking
+    // (declared after the pool) releases its workers before the pool goes.
+    Eigen::ThreadPool pool(std::max(online, mall_mpi_threads(mm)));
+    mall::tf::PoolParking parking(pool);
+    parking.resize(mall_mpi_threads(mm));
+    Follower follower{&parking, rank, 0, log_changes, mm};
     mall_mpi_on_resize(mm, follow, &follower);
 
     // This rank's rows of every global batch.
@@ -326,7 +330,7 @@ int main(int argc, char **argv) {
             if (step_samples.size() < step_samples.capacity())
                 step_samples.push_back(std::chrono::duration<float, std::micro>(t1 - t0).count());
         }
-        const Eigen::ThreadPoolDevice device(&pool, pool.NumThreads());
+        const Eigen::ThreadPoolDevice device(&pool, parking.active_threads());
 
         for (int i = 0; i < batch; ++i) {  // the same global batch on every rank
             if (cursor == train.size()) {
@@ -369,7 +373,7 @@ int main(int argc, char **argv) {
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(rows));
         done = step;
         if (print_every > 0 && (step % print_every == 0 || step == 1))
-            std::printf("rank %d step %d loss %.6f threads %d\n", rank, step, loss, pool.NumThreads());
+            std::printf("rank %d step %d loss %.6f threads %d\n", rank, step, loss, parking.active_threads());
         if (net.grad[at.stop()] > 0) break;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -377,7 +381,7 @@ int main(int argc, char **argv) {
     // Held-out accuracy with the final weights (the same on every rank).
     Pass eval(static_cast<int>(test.size()), hidden);
     load_rows(data, test.data(), static_cast<int>(test.size()), eval.x);
-    const Eigen::ThreadPoolDevice device(&pool, pool.NumThreads());
+    const Eigen::ThreadPoolDevice device(&pool, parking.active_threads());
     forward(device, net, eval);
     int correct = 0;
     (void)softmax_loss(eval, data, test.data(), 0.0f, &correct);

@@ -2,13 +2,15 @@
 // allocation. The graph (a 64-H-10 MLP on the 8x8 handwritten digits that python3-sklearn ships,
 // softmax cross-entropy, gradient descent) is built with TensorFlow's own C++ ops and gradients
 // (tensorflow/cc: Scope, ops::*, AddSymbolicGradients) and run by a DirectSession. Every step runs
-// the train op with Session::Run(..., pools.options()): the intra-op and inter-op pools are mall's
-// resizable ones (mall/tf/tensorflow_session.hpp), so TensorFlow's kernels run on them, and
-// mall_step() at the step boundary resizes and re-pins them when malld changed the allocation;
-// the next Run uses the new size. Without malld (MALL_SOCKET/MALL_JOB_ID unset, or it does not
-// answer: one warning) the pools keep their start size.
+// the train op with a plain Session::Run on TensorFlow's OWN intra-op and inter-op pools, made with
+// --max-threads workers each; mall::tf::SessionPoolParking (mall/tf/tensorflow_session.hpp) parks
+// the workers beyond --threads, and under malld mall_step() at the step boundary parks or releases
+// them (and pins them) to follow the allocation, before the ack: the change a TensorFlow C++
+// program needs is those few lines. Without malld (MALL_SOCKET/MALL_JOB_ID unset, or it does not
+// answer: one warning) the pools keep --threads running workers.
 // Output: every K steps "step <n> loss <x> threads <t> cpus <list>"; with --log-changes
-// "resize step <n> gen <g> threads <a> -> <b> cpus <list>"; at the end "final loss <x>
+// "resize step <n> gen <g> threads <a> -> <b> cpus <list>" then "parked step <n> tids <list|->";
+// at the end "final loss <x>
 // train_accuracy <a> test_accuracy <b> first_loss <y>" and "done steps <n> seconds <s>
 // images_per_s <r> resizes <k>". Exit 0 trained, 1 data or TensorFlow failure, 2 usage.
 #include <dirent.h>
@@ -54,11 +56,12 @@ struct Options {
     float lr = 0.5f;
     unsigned seed = 1;
     int print_every = 50;
-    int threads = 0;  // start size of the pools (0: the cpus this process may use)
+    int threads = 0;      // running workers of each pool at the start (0: the cpus this process may use)
+    int max_threads = 0;  // workers TensorFlow's pools are made with (0: the online cpus)
     bool log_changes = false;
-    // --pool: mall (resizable, malleable), tensorflow (TensorFlow's own pools), eigen (Eigen's
-    // fixed pools passed through ThreadPoolOptions like mall's): the last two are baselines.
-    enum class Pool { kMall, kTensorFlow, kEigen } pool = Pool::kMall;
+    // --pool: mall (TensorFlow's pools of --max-threads, parked to follow malld) or tensorflow
+    // (TensorFlow's pools of --threads, nothing of mall: the baseline).
+    enum class Pool { kMall, kTensorFlow } pool = Pool::kMall;
     bool report_pool = false;
     std::string data = mall::examples::kDefaultDigits;
 };
@@ -66,33 +69,33 @@ struct Options {
 int usage(const char *why) {
     if (why) std::fprintf(stderr, "mall_train_tf: %s\n", why);
     std::fprintf(why ? stderr : stdout,
-                 "mall_train_tf - a malleable TensorFlow training (C++ Session API on mall's pools)\n"
+                 "mall_train_tf - a malleable TensorFlow training (C++ Session API, TensorFlow's own pools)\n"
                  "\n"
                  "Usage: mall_train_tf [--steps N] [--batch B] [--hidden H] [--lr X] [--seed S]\n"
-                 "                     [--threads T] [--print-every K] [--log-changes] [--data FILE]\n"
-                 "                     [--pool mall|tensorflow|eigen] [--report-pool]\n"
+                 "                     [--threads T] [--max-threads M] [--print-every K] [--log-changes]\n"
+                 "                     [--data FILE] [--pool mall|tensorflow] [--report-pool]\n"
                  "       mallrun --malleable=1:4 -- mall_train_tf [options]\n"
                  "\n"
                  "Trains a 64-H-10 MLP on the digits python3-sklearn ships with TensorFlow's own ops\n"
-                 "and gradients, one Session::Run per step on mall's resizable intra-op and inter-op\n"
-                 "pools (both of --threads, the shape TensorFlow gives its own). Under mallrun it\n"
-                 "attaches through libmall and both pools follow the allocation at each step\n"
-                 "boundary; otherwise they keep --threads (default: the usable cpus).\n"
+                 "and gradients, one plain Session::Run per step on TensorFlow's own intra-op and\n"
+                 "inter-op pools. mall parks the pools' workers beyond the running count (they sleep;\n"
+                 "the others steal their work). Under mallrun it attaches through libmall and both\n"
+                 "pools follow the allocation at each step boundary; otherwise they keep --threads\n"
+                 "running workers (default: the usable cpus).\n"
                  "\n"
                  "  --steps N (400)  --batch B (128)  --hidden H (128)  --lr X (0.5)  --seed S (1)\n"
                  "  --print-every K (50, 0: never)  --log-changes (a line per applied allocation)\n"
                  "  --data FILE (%s)\n"
-                 "  --pool mall        mall's resizable pools, malleable (default)\n"
-                 "         tensorflow  TensorFlow's own intra-op and inter-op pools of --threads, as a\n"
-                 "                     plain TensorFlow program has them; not malleable\n"
-                 "         eigen       Eigen's fixed ThreadPool (TensorFlow's bundled Eigen) of --threads,\n"
-                 "                     handed to Session::Run the way mall's pools are; not malleable.\n"
-                 "                     The two baselines of launch_scripts/bench-tf.sh: tensorflow/eigen\n"
-                 "                     is the cost of TensorFlow's caller-owned pool path, eigen/mall\n"
-                 "                     that of mall's pool itself.\n"
+                 "  --max-threads M    workers each of TensorFlow's pools is made with, the most the\n"
+                 "                     job can grow to (default: the online cpus)\n"
+                 "  --pool mall        TensorFlow's pools of --max-threads, parked to --threads and\n"
+                 "                     following malld (default)\n"
+                 "         tensorflow  TensorFlow's pools of --threads, nothing of mall, not malleable:\n"
+                 "                     the baseline of launch_scripts/bench-tf.sh\n"
                  "  --report-pool      at the end, one line per thread of the process: its role (main,\n"
-                 "                     mall intra-op/inter-op worker, or TensorFlow's own), the tasks a\n"
-                 "                     mall worker ran, and the cpu time it used (/proc/self/task)\n",
+                 "                     a worker of TensorFlow's intra-op or inter-op pool, or another\n"
+                 "                     TensorFlow or runtime thread), whether mall has it parked now,\n"
+                 "                     and the cpu time it used (/proc/self/task)\n",
                  mall::examples::kDefaultDigits);
     return why ? 2 : 0;
 }
@@ -118,6 +121,7 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
         else if (a == "--hidden") ok = integer(&o->hidden, 1, 4096);
         else if (a == "--print-every") ok = integer(&o->print_every, 0, 100000000);
         else if (a == "--threads") ok = integer(&o->threads, 1, 1024);
+        else if (a == "--max-threads") ok = integer(&o->max_threads, 1, 1024);
         else if (a == "--seed") {
             int s = 0;
             ok = integer(&s, 0, 1 << 30);
@@ -136,9 +140,8 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
         else if (a == "--pool") {
             const char *given = value();
             const std::string v = given ? given : "";
-            ok = v == "mall" || v == "tensorflow" || v == "eigen";
-            if (ok) o->pool = v == "mall" ? Options::Pool::kMall
-                            : v == "tensorflow" ? Options::Pool::kTensorFlow : Options::Pool::kEigen;
+            ok = v == "mall" || v == "tensorflow";
+            if (ok) o->pool = v == "mall" ? Options::Pool::kMall : Options::Pool::kTensorFlow;
         }
         else {
             *rc = usage(("unknown option " + a).c_str());
@@ -152,44 +155,25 @@ bool parse(int argc, char **argv, Options *o, int *rc) {
     return true;
 }
 
-// --pool eigen: Eigen's own fixed ThreadPool (the one TensorFlow bundles) behind the interface
-// Session::Run takes, so it goes through exactly the path mall's pools go through.
-class EigenSessionPool : public tensorflow::thread::ThreadPoolInterface {
- public:
-    explicit EigenSessionPool(int threads) : pool_(threads) {}
-    void Schedule(std::function<void()> fn) override { pool_.Schedule(std::move(fn)); }
-    void ScheduleWithHint(std::function<void()> fn, int start, int end) override {
-        pool_.ScheduleWithHint(std::move(fn), start, end);
+// --report-pool: every thread of this process with its role, whether mall has it parked now, and
+// the cpu time it used (/proc/self/task/TID/schedstat, nanoseconds on cpu), to show where
+// TensorFlow's work ran and that parked workers ran none of it.
+void report_threads(mall::tf::SessionPoolParking *parking) {
+    std::map<pid_t, std::string> roles;
+    std::vector<pid_t> parked;
+    if (parking != nullptr) {
+        const struct {
+            const char *name;
+            mall::tf::PoolParking *pool;
+        } pools[] = {{"tf-intra-op", &parking->intra_op()}, {"tf-inter-op", parking->inter_op()}};
+        for (const auto &entry : pools) {
+            if (entry.pool == nullptr) continue;
+            const std::vector<pid_t> tids = entry.pool->worker_tids();
+            for (size_t i = 0; i < tids.size(); ++i) roles[tids[i]] = std::string(entry.name) + "[" + std::to_string(i) + "]";
+            for (pid_t tid : entry.pool->parked_tids()) parked.push_back(tid);
+        }
     }
-    void Cancel() override {}  // Eigen's Cancel() would stop the pool for good
-    int NumThreads() const override { return pool_.NumThreads(); }
-    int CurrentThreadId() const override { return pool_.CurrentThreadId(); }
-
- private:
-    Eigen::ThreadPool pool_;
-};
-
-// --report-pool: every thread of this process with its role, the tasks a mall worker ran and the
-// cpu time it used (/proc/self/task/TID/schedstat, nanoseconds on cpu), to show where
-// TensorFlow's work ran.
-void report_threads(mall::tf::MalleableSessionPools &pools, int steps) {
-    struct Role {
-        std::string name;
-        uint64_t tasks;
-    };
-    std::map<pid_t, Role> roles;
-    const struct {
-        const char *name;
-        mall::tf::TensorFlowResizableThreadPool *pool;
-    } mall_pools[] = {{"mall-intra-op", &pools.intra_op()}, {"mall-inter-op", pools.inter_op()}};
-    for (const auto &entry : mall_pools) {
-        if (entry.pool == nullptr) continue;
-        const std::vector<pid_t> tids = entry.pool->worker_tids();
-        const std::vector<uint64_t> tasks = entry.pool->tasks_run_by_worker();
-        for (size_t i = 0; i < tids.size(); ++i)
-            roles[tids[i]] = {std::string(entry.name) + "[" + std::to_string(i) + "]", tasks[i]};
-    }
-    roles[getpid()] = {"main", 0};
+    roles[getpid()] = "main";
     DIR *dir = opendir("/proc/self/task");
     if (dir == nullptr) return;
     std::vector<pid_t> tids;
@@ -205,16 +189,21 @@ void report_threads(mall::tf::MalleableSessionPools &pools, int steps) {
         stat_file >> on_cpu_ns;
         std::getline(comm_file, comm);
         const auto role = roles.find(tid);
-        const bool ours = role != roles.end() && role->second.name != "main";
-        char tasks[64] = "tasks - tasks_per_step -";
-        if (ours)
-            std::snprintf(tasks, sizeof tasks, "tasks %llu tasks_per_step %.1f",
-                          static_cast<unsigned long long>(role->second.tasks),
-                          static_cast<double>(role->second.tasks) / std::max(1, steps));
-        std::printf("pool-thread tid %d comm %s role %s %s cpu_ms %.1f\n", tid, comm.c_str(),
-                    role != roles.end() ? role->second.name.c_str() : "tensorflow-or-runtime", tasks,
+        const bool is_parked = std::find(parked.begin(), parked.end(), tid) != parked.end();
+        std::printf("pool-thread tid %d comm %s role %s parked %s cpu_ms %.1f\n", tid, comm.c_str(),
+                    role != roles.end() ? role->second.c_str() : "other", is_parked ? "yes" : "no",
                     static_cast<double>(on_cpu_ns) / 1e6);
     }
+}
+
+// The Linux thread ids of the workers parked now in both pools, "t1,t2" ("-" for none).
+std::string parked_tid_list(mall::tf::SessionPoolParking &parking) {
+    std::vector<pid_t> tids = parking.intra_op().parked_tids();
+    if (parking.inter_op() != nullptr)
+        for (pid_t tid : parking.inter_op()->parked_tids()) tids.push_back(tid);
+    std::string text;
+    for (pid_t tid : tids) text += (text.empty() ? "" : ",") + std::to_string(tid);
+    return text.empty() ? "-" : text;
 }
 
 std::string affinity_list() {
@@ -297,15 +286,13 @@ void fill_batch(const Dataset &data, const std::vector<int> &rows, tensorflow::T
     }
 }
 
-double accuracy(tensorflow::Session &session, const Dataset &data, const std::vector<int> &rows,
-                const tensorflow::thread::ThreadPoolOptions &pools) {
+double accuracy(tensorflow::Session &session, const Dataset &data, const std::vector<int> &rows) {
     const int n = static_cast<int>(rows.size());
     tensorflow::Tensor x(tensorflow::DT_FLOAT, tensorflow::TensorShape({n, kFeatures}));
     tensorflow::Tensor y(tensorflow::DT_FLOAT, tensorflow::TensorShape({n, kClasses}));
     fill_batch(data, rows, &x, &y);
     std::vector<tensorflow::Tensor> out;
-    tensorflow::RunMetadata metadata;
-    if (!session.Run(tensorflow::RunOptions(), {{"x", x}}, {"logits"}, {}, &out, &metadata, pools).ok()) return 0;
+    if (!session.Run({{"x", x}}, {"logits"}, {}, &out).ok()) return 0;
     auto logits = out[0].matrix<float>();
     int correct = 0;
     for (int r = 0; r < n; ++r) {
@@ -354,20 +341,19 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "mall_train_tf: building the TensorFlow graph failed: %s\n", error.c_str());
         return 1;
     }
-    // TensorFlow's own pools stay as small as it allows: every Run passes mall's pools instead
-    // (with --pool tensorflow they are the ones used, --threads intra-op threads).
     cpu_set_t usable;
     CPU_ZERO(&usable);
     const int online = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const int start = o.threads > 0 ? o.threads
                                      : (sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : online);
-    // TensorFlow's own pools stay as small as it allows (one thread each, idle) unless they are the
-    // ones measured (--pool tensorflow): intra-op and inter-op of --threads, as TensorFlow sizes
-    // them by default (both the usable cpus).
-    const bool own_pools = o.pool == Options::Pool::kTensorFlow;
+    // TensorFlow's own intra-op and inter-op pools, as a plain TensorFlow program has them: made
+    // with --max-threads workers each when mall parks them to follow the allocation, with --threads
+    // for the baseline (--pool tensorflow).
+    const bool parked = o.pool == Options::Pool::kMall;
+    const int pool_size = parked ? std::max(start, o.max_threads > 0 ? o.max_threads : online) : start;
     tensorflow::SessionOptions session_options;
-    session_options.config.set_intra_op_parallelism_threads(own_pools ? start : 1);
-    session_options.config.set_inter_op_parallelism_threads(own_pools ? start : 1);
+    session_options.config.set_intra_op_parallelism_threads(pool_size);
+    session_options.config.set_inter_op_parallelism_threads(pool_size);
     std::unique_ptr<tensorflow::Session> session(tensorflow::NewSession(session_options));
     if (!session) {
         std::fprintf(stderr, "mall_train_tf: TensorFlow created no session (libtensorflow_cc not loaded?)\n");
@@ -380,32 +366,29 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    // mall's pools: intra-op and inter-op, each with as many workers as the machine has cpus,
-    // started at the usable count (or --threads); attached, both follow the allocation's cpus.
-    mall::tf::MalleableSessionPools pools(std::max(online, start), std::max(online, start));
-    pools.intra_op().resize(start);
-    pools.inter_op()->resize(start);
-    tensorflow::thread::ThreadPoolOptions run_pools = pools.options();
-    std::unique_ptr<EigenSessionPool> eigen_intra_op, eigen_inter_op;
-    if (own_pools) {
-        run_pools = {};  // Run without pool options: TensorFlow's own
-    } else if (o.pool == Options::Pool::kEigen) {
-        eigen_intra_op = std::make_unique<EigenSessionPool>(start);
-        eigen_inter_op = std::make_unique<EigenSessionPool>(start);
-        run_pools.intra_op_threadpool = eigen_intra_op.get();
-        run_pools.inter_op_threadpool = eigen_inter_op.get();
+    // The few lines a TensorFlow C++ program adds: find the session's pools, park them to the
+    // running count, and (under malld) let every mall_step() park or release them.
+    std::unique_ptr<mall::tf::SessionPoolParking> parking;
+    if (parked) {
+        status = mall::tf::SessionPoolParking::find(*session, pool_size, &parking);
+        if (!status.ok()) {
+            std::fprintf(stderr, "mall_train_tf: cannot reach TensorFlow's pools: %s\n", status.ToString().c_str());
+            return 1;
+        }
+        parking->intra_op().resize(start);
+        if (parking->inter_op() != nullptr) parking->inter_op()->resize(start);
     }
+    auto running_threads = [&] { return parking ? parking->intra_op().active_threads() : start; };
 
     mall_t *m = nullptr;
-    if (o.pool != Options::Pool::kMall && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
-        std::fprintf(stderr, "mall_train_tf: --pool %s cannot be resized; not attaching to malld\n",
-                     own_pools ? "tensorflow" : "eigen");
+    if (!parked && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
+        std::fprintf(stderr, "mall_train_tf: --pool tensorflow is not malleable; not attaching to malld\n");
     } else if (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET")) {
         mall_error_t err;
         if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
             std::fprintf(stderr, "mall_train_tf: warning: not malleable (%s); training on %d threads\n", err.text, start);
             m = nullptr;
-        } else if (pools.attach(m) != MALL_SUCCESS) {
+        } else if (parking->attach(m) != MALL_SUCCESS || mall_bind_thread(m) != MALL_SUCCESS) {
             std::fprintf(stderr, "mall_train_tf: warning: cannot attach the pools to malld; not malleable\n");
             mall_close(m);
             m = nullptr;
@@ -418,14 +401,13 @@ int main(int argc, char **argv) {
     std::mt19937 batch_rng(o.seed * 7919u + 7u);
     size_t cursor = train.size();
     double loss = 0, first_loss = -1;
-    int resizes = 0, threads_before = pools.intra_op().NumThreads();
+    int resizes = 0, threads_before = running_threads();
     uint64_t last_generation = 0;
     std::vector<tensorflow::Tensor> out;
-    tensorflow::RunMetadata metadata;
     const auto started = std::chrono::steady_clock::now();
     for (int step = 1; step <= o.steps; ++step) {
-        // The step boundary: one load when nothing changed; a new allocation resizes and re-pins
-        // both pools here, and the Run below uses their new size.
+        // The step boundary: one load when nothing changed; a new allocation parks or releases and
+        // re-pins both pools' workers here, before the ack, and the Run below runs on the rest.
         if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
             mall_alloc_t allocation{};
             if (mall_get_allocation(m, &allocation) != MALL_SUCCESS) {
@@ -437,8 +419,10 @@ int main(int argc, char **argv) {
             if (o.log_changes)
                 std::printf("resize step %d gen %llu threads %d -> %d cpus %s\n", step,
                             static_cast<unsigned long long>(last_generation), threads_before,
-                            pools.intra_op().NumThreads(), allocation.cpus);
-            threads_before = pools.intra_op().NumThreads();
+                            running_threads(), allocation.cpus);
+            if (o.log_changes)
+                std::printf("parked step %d tids %s\n", step, parked_tid_list(*parking).c_str());
+            threads_before = running_threads();
         }
         for (int i = 0; i < o.batch; ++i) {
             if (cursor == train.size()) {
@@ -448,29 +432,30 @@ int main(int argc, char **argv) {
             rows[i] = train[cursor++];
         }
         fill_batch(data, rows, &x, &y);
-        status = session->Run(tensorflow::RunOptions(), {{"x", x}, {"y", y}}, {"loss"}, {"train"}, &out,
-                              &metadata, run_pools);
+        status = session->Run({{"x", x}, {"y", y}}, {"loss"}, {"train"}, &out);
         if (!status.ok()) {
             std::fprintf(stderr, "mall_train_tf: step %d: %s\n", step, status.ToString().c_str());
             if (m != nullptr) mall_close(m);
+            parking.reset();  // releases parked workers before the session goes
             return 1;
         }
         loss = out[0].scalar<float>()();
         if (first_loss < 0) first_loss = loss;
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(o.batch));
         if (o.print_every > 0 && (step % o.print_every == 0 || step == 1))
-            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, o.pool != Options::Pool::kMall ? start : pools.intra_op().NumThreads(),
+            std::printf("step %d loss %.6f threads %d cpus %s\n", step, loss, running_threads(),
                         affinity_list().c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const double train_accuracy = accuracy(*session, data, train, run_pools);
-    const double test_accuracy = accuracy(*session, data, test, run_pools);
+    const double train_accuracy = accuracy(*session, data, train);
+    const double test_accuracy = accuracy(*session, data, test);
     std::printf("final loss %.6f train_accuracy %.4f test_accuracy %.4f first_loss %.6f\n", loss, train_accuracy,
                 test_accuracy, first_loss);
     std::printf("done steps %d seconds %.3f images_per_s %.1f resizes %d\n", o.steps, seconds,
                 static_cast<double>(o.steps) * o.batch / seconds, resizes);
-    if (o.report_pool) report_threads(pools, o.steps);
+    if (o.report_pool) report_threads(parking.get());
     if (m != nullptr) mall_close(m);
+    parking.reset();  // releases parked workers before the session goes
     (void)session->Close();
     return 0;
 }

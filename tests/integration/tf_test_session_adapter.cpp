@@ -1,14 +1,14 @@
-// tf_test_session_adapter.cpp — the TensorFlow Session adapter against real TensorFlow (the pinned
-// PyPI wheel): a graph built with TensorFlow's own C++ ops runs through Session::Run with
-// MalleableSessionPools' options, and what a user would check holds. TensorFlow's kernels run on
-// mall's pool (its workers' CPU time grows; TensorFlow's own intra-op threads stay idle); a resize
-// of the pool takes effect at the next Run (at size 1 the second worker gets no work); results equal
-// those of a run on TensorFlow's own pools. CPU time comes from /proc/self/task/TID/schedstat
-// (nanoseconds on cpu). Built only when CMake finds TensorFlow (MALL_WITH_TENSORFLOW).
+// tf_test_session_adapter.cpp — parking TensorFlow's OWN pools from C++ (SessionPoolParking)
+// against real TensorFlow (the pinned PyPI wheel): a graph built with TensorFlow's own C++ ops runs
+// through a plain Session::Run, and what a user would check holds. find() reaches the intra-op pool
+// (both workers run kernels) and the inter-op pool; parked to 1, the parked intra-op and inter-op
+// workers run nothing while Runs go on (their cpu time does not grow) and results do not change;
+// released, the worker runs kernels again; the parking is released before the session goes. CPU
+// time comes from /proc/self/task/TID/schedstat (nanoseconds on cpu). Built only when CMake finds
+// TensorFlow (MALL_WITH_TENSORFLOW).
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -33,14 +33,6 @@ uint64_t thread_cpu_ns(pid_t tid) {
     return ns;
 }
 
-std::map<pid_t, uint64_t> all_threads_cpu_ns() {
-    std::map<pid_t, uint64_t> out;
-    for (const auto &entry : std::filesystem::directory_iterator("/proc/self/task")) {
-        const pid_t tid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
-        out[tid] = thread_cpu_ns(tid);
-    }
-    return out;
-}
 
 // y = sum(relu(relu(x W1) W2) W1) on a 256x512 input: three parallel matmuls per Run, constant
 // weights (so every Run gives the same value).
@@ -74,73 +66,102 @@ Model build_model() {
 std::unique_ptr<tensorflow::Session> make_session(const Model &model) {
     tensorflow::SessionOptions options;
     options.config.set_intra_op_parallelism_threads(2);
-    options.config.set_inter_op_parallelism_threads(1);
+    options.config.set_inter_op_parallelism_threads(2);
     std::unique_ptr<tensorflow::Session> session(tensorflow::NewSession(options));
     if (!session) return nullptr;
     TF_CHECK_OK(session->Create(model.graph));
     return session;
 }
 
-float run_once(tensorflow::Session &session, const Model &model,
-               const tensorflow::thread::ThreadPoolOptions *pools) {
+float run_once(tensorflow::Session &session, const Model &model) {
     std::vector<tensorflow::Tensor> out;
-    tensorflow::RunOptions run_options;
-    tensorflow::RunMetadata metadata;
-    absl::Status status =
-        pools ? session.Run(run_options, {{"x", model.input}}, {"y"}, {}, &out, &metadata, *pools)
-              : session.Run(run_options, {{"x", model.input}}, {"y"}, {}, &out, &metadata);
+    absl::Status status = session.Run({{"x", model.input}}, {"y"}, {}, &out);
     EXPECT_TRUE(status.ok()) << status.ToString();
     return out.empty() ? 0.0f : out[0].scalar<float>()();
 }
 
-TEST(TensorFlowSession, KernelsRunOnMallsPoolAndAResizeTakesEffectAtTheNextRun) {
+// cpu ns each of tids gained over `runs` Runs.
+std::map<pid_t, uint64_t> cpu_over_runs(tensorflow::Session &session, const Model &model, int runs,
+                                        const std::vector<pid_t> &tids, float *value) {
+    std::map<pid_t, uint64_t> before, gained;
+    for (pid_t tid : tids) before[tid] = thread_cpu_ns(tid);
+    for (int i = 0; i < runs; ++i) *value = run_once(session, model);
+    for (pid_t tid : tids) gained[tid] = thread_cpu_ns(tid) - before[tid];
+    return gained;
+}
+
+TEST(TensorFlowSession, ParkedWorkersOfTensorFlowsOwnPoolsRunNothingAndResultsDoNotChange) {
     const Model model = build_model();
     auto session = make_session(model);
     ASSERT_TRUE(session) << "NewSession returned null: is libtensorflow_cc linked (--no-as-needed)?";
-    const float reference = run_once(*session, model, nullptr);  // TensorFlow's own pools
+    const float reference = run_once(*session, model);  // before mall touches anything
 
-    // Both pools of ours: intra-op (2) and inter-op (1), so TensorFlow's own threads get nothing.
-    mall::tf::MalleableSessionPools pools(/*intra_op_max=*/2, /*inter_op_max=*/1);
-    const auto options = pools.options();
-    const std::vector<pid_t> workers = pools.intra_op().worker_tids();
-    ASSERT_EQ(workers.size(), 2u);
-    ASSERT_NE(pools.inter_op(), nullptr);
-    std::set<pid_t> ours(workers.begin(), workers.end());
-    for (pid_t tid : pools.inter_op()->worker_tids()) ours.insert(tid);
-    const pid_t main_tid = static_cast<pid_t>(::syscall(SYS_gettid));
-
-    // At size 2: both workers run kernels; TensorFlow's other threads stay (nearly) idle.
-    auto before = all_threads_cpu_ns();
-    float value = 0;
-    for (int i = 0; i < 20; ++i) value = run_once(*session, model, &options);
-    auto after = all_threads_cpu_ns();
-    EXPECT_FLOAT_EQ(value, reference) << "mall's pool changed the result";
-    uint64_t ours_ns = 0, theirs_ns = 0;
-    for (const auto &[tid, ns] : after) {
-        const uint64_t delta = ns - (before.count(tid) ? before[tid] : 0);
-        if (ours.count(tid)) ours_ns += delta;
-        else if (tid != main_tid) theirs_ns += delta;
+    std::unique_ptr<mall::tf::SessionPoolParking> parking;
+    const absl::Status found = mall::tf::SessionPoolParking::find(*session, /*inter_op_threads=*/2, &parking);
+    ASSERT_TRUE(found.ok()) << found.ToString();
+    const std::vector<pid_t> intra = parking->intra_op().worker_tids();
+    ASSERT_EQ(intra.size(), 2u) << "the census must find both intra-op workers";
+    ASSERT_NE(parking->inter_op(), nullptr);
+    const std::vector<pid_t> inter = parking->inter_op()->worker_tids();
+    ASSERT_EQ(inter.size(), 2u) << "the census must find both inter-op workers";
+    for (pid_t tid : inter) {
+        std::ifstream comm("/proc/self/task/" + std::to_string(tid) + "/comm");
+        std::string name;
+        std::getline(comm, name);
+        EXPECT_EQ(name, "tf_Compute") << "the runner reached another pool than TensorFlow's inter-op pool";
     }
-    for (pid_t w : workers)
-        EXPECT_GT(after[w] - before[w], 1'000'000u) << "worker " << w << " ran no kernels at size 2";
-    EXPECT_LT(theirs_ns * 20, ours_ns) << "TensorFlow's own threads did real work: ours " << ours_ns
-                                       << " ns, theirs " << theirs_ns << " ns";
+    std::vector<pid_t> all = intra;
+    all.insert(all.end(), inter.begin(), inter.end());
 
-    // Resized to 1 between Runs: the next Runs leave the second worker idle.
-    ASSERT_EQ(pools.intra_op().resize(1), 1);
-    before = all_threads_cpu_ns();
-    for (int i = 0; i < 20; ++i) value = run_once(*session, model, &options);
-    after = all_threads_cpu_ns();
-    EXPECT_FLOAT_EQ(value, reference);
-    EXPECT_LT(after[workers[1]] - before[workers[1]], 1'000'000u) << "the parked worker still ran kernels";
+    // Unparked: both intra-op workers run kernels (TensorFlow's pool, as it is).
+    float value = 0;
+    auto gained = cpu_over_runs(*session, model, 20, all, &value);
+    EXPECT_FLOAT_EQ(value, reference) << "parking changed the result";
+    for (pid_t w : intra) EXPECT_GT(gained[w], 1'000'000u) << "intra-op worker " << w << " ran no kernels";
 
-    // And back to 2.
-    ASSERT_EQ(pools.intra_op().resize(2), 2);
-    before = all_threads_cpu_ns();
-    for (int i = 0; i < 20; ++i) value = run_once(*session, model, &options);
-    after = all_threads_cpu_ns();
-    EXPECT_GT(after[workers[1]] - before[workers[1]], 1'000'000u) << "the regrown worker got no kernels";
+    // Parked to 1: the parked workers (one of each pool) run nothing; the rest do the work.
+    ASSERT_EQ(parking->intra_op().resize(1), 1);
+    ASSERT_EQ(parking->inter_op()->resize(1), 1);
+    const std::vector<pid_t> parked_intra = parking->intra_op().parked_tids();
+    const std::vector<pid_t> parked_inter = parking->inter_op()->parked_tids();
+    ASSERT_EQ(parked_intra.size(), 1u);
+    ASSERT_EQ(parked_inter.size(), 1u);
+    gained = cpu_over_runs(*session, model, 20, all, &value);
     EXPECT_FLOAT_EQ(value, reference);
+    EXPECT_LT(gained[parked_intra[0]], 500'000u) << "the parked intra-op worker ran kernels";
+    EXPECT_LT(gained[parked_inter[0]], 500'000u) << "the parked inter-op worker ran ops";
+    const pid_t running = parked_intra[0] == intra[0] ? intra[1] : intra[0];
+    EXPECT_GT(gained[running], 1'000'000u) << "the running intra-op worker ran no kernels";
+    EXPECT_EQ(parking->intra_op().loans(), 0u) << "the stall guard lent a worker to a pool that was not stuck";
+
+    // Released: the worker runs kernels again.
+    ASSERT_EQ(parking->intra_op().resize(2), 2);
+    ASSERT_EQ(parking->inter_op()->resize(2), 2);
+    EXPECT_EQ(parking->intra_op().parked_now(), 0);
+    gained = cpu_over_runs(*session, model, 20, all, &value);
+    EXPECT_GT(gained[parked_intra[0]], 1'000'000u) << "the released worker got no kernels";
+    EXPECT_FLOAT_EQ(value, reference);
+
+    // Parked again, then released by the parking's end, before the session closes.
+    parking->intra_op().resize(1);
+    parking->inter_op()->resize(1);
+    parking.reset();
+    EXPECT_FLOAT_EQ(run_once(*session, model), reference);
+    EXPECT_TRUE(session->Close().ok());
+}
+
+// A second find() in the same process (a program with two sessions) reaches the same pools.
+TEST(TensorFlowSession, FindTwiceReachesTheSamePools) {
+    const Model model = build_model();
+    auto session = make_session(model);
+    ASSERT_TRUE(session);
+    std::unique_ptr<mall::tf::SessionPoolParking> first, second;
+    ASSERT_TRUE(mall::tf::SessionPoolParking::find(*session, 2, &first).ok());
+    const auto intra = first->intra_op().worker_tids();
+    first.reset();
+    ASSERT_TRUE(mall::tf::SessionPoolParking::find(*session, 2, &second).ok());
+    const auto again = second->intra_op().worker_tids();
+    EXPECT_EQ(std::set<pid_t>(intra.begin(), intra.end()), std::set<pid_t>(again.begin(), again.end()));
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/contents"
 echo "$me: $(grep -vc '/$' "$tmp/contents") files in the package"
 for f in /usr/bin/malld /usr/bin/mallctl /usr/bin/mallrun /usr/bin/mallsim /usr/bin/mall-oci-hook \
          "/usr/lib/$multiarch/libmall.so.$version" "/usr/lib/$multiarch/libmall.so" \
-         /usr/include/mall/mall.h /usr/include/mall/mall.hpp /usr/include/mall/tf/resizable_thread_pool.hpp \
+         /usr/include/mall/mall.h /usr/include/mall/mall.hpp /usr/include/mall/tf/pool_parking.hpp \
          "/usr/lib/$multiarch/cmake/mall/mallConfig.cmake" "/usr/lib/$multiarch/cmake/mall/mallConfigVersion.cmake" \
          "/usr/lib/$multiarch/cmake/mall/mallTargets.cmake" "/usr/lib/$multiarch/slurm-wlm/mall_spank.so" \
          /usr/share/mall/slurm/cli_filter.lua /usr/lib/systemd/system/malld.service \

@@ -8,7 +8,7 @@ build=$1; src=$2
 tmp=$(mktemp -d /tmp/mall-pkg.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/resizable_thread_pool.hpp \
+for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/pool_parking.hpp \
          include/mall/tf/mall_pool_glue.hpp include/mall/mall_mpi.h bin/malld bin/mallctl bin/mallrun; do
   [ -e "$tmp/prefix/$f" ] || { echo "not installed: $f" >&2; exit 1; }
 done

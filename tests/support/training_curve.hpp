@@ -1,12 +1,20 @@
 // training_curve.hpp — what the example trainers' tests read from their output (header-only): the
 // digits data file they train on, and the loss curve printed as "step N loss X threads T cpus L"
 // lines plus the "final loss X train_accuracy A test_accuracy B ..." line (mall_train_digits and
-// mall_train_tf print the same format).
+// mall_train_tf print the same format), and the "parked step N tids T1,T2" lines that say which
+// pool workers mall parked, with what a user checks of them: they use no cpu while parked.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace mall::test {
@@ -32,6 +40,50 @@ inline Curve parse_curve(const std::vector<std::string> &lines) {
         }
     }
     return curve;
+}
+
+// The tids of a "parked step N tids T1,T2|-" line (empty for "-" or another line).
+inline std::vector<pid_t> parked_tids_of(const std::string &line) {
+    std::vector<pid_t> tids;
+    const std::string marker = " tids ";
+    const auto at = line.find(marker);
+    if (line.rfind("parked step ", 0) != 0 || at == std::string::npos) return tids;
+    std::stringstream list(line.substr(at + marker.size()));
+    for (std::string item; std::getline(list, item, ',');)
+        if (!item.empty() && item != "-") tids.push_back(static_cast<pid_t>(std::stol(item)));
+    return tids;
+}
+
+// Nanoseconds thread tid of process pid has run (/proc/PID/task/TID/schedstat; 0 once it is gone).
+inline uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+    uint64_t ns = 0;
+    in >> ns;
+    return ns;
+}
+
+// Over `window`, each parked tid must gain under 5 ms of cpu while the whole process gains over
+// 100 ms (it trains on). Returns "" or what failed.
+inline std::string parked_workers_idle(pid_t pid, const std::vector<pid_t> &parked,
+                                       std::chrono::milliseconds window = std::chrono::milliseconds(600)) {
+    auto process_ns = [pid] {
+        std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+        uint64_t ns = 0;
+        in >> ns;
+        return ns;
+    };
+    std::vector<uint64_t> before;
+    for (pid_t tid : parked) before.push_back(task_cpu_ns(pid, tid));
+    const uint64_t process_before = process_ns();
+    std::this_thread::sleep_for(window);
+    std::ostringstream failed;
+    for (size_t i = 0; i < parked.size(); ++i) {
+        const uint64_t gained = task_cpu_ns(pid, parked[i]) - before[i];
+        if (gained >= 5'000'000) failed << "parked worker " << parked[i] << " used " << gained / 1000 << " us; ";
+    }
+    const uint64_t process_gained = process_ns() - process_before;
+    if (process_gained <= 100'000'000) failed << "the process itself used only " << process_gained / 1000 << " us";
+    return failed.str();
 }
 
 }  // namespace mall::test

@@ -40,7 +40,7 @@ DESCRIPTION
     pass and restored afterwards.
 
 GROUPS (--only, comma-separated; default all)
-    pool    the resizable Eigen pool: tf_test_resizable_pool, three times over
+    pool    parking Eigen's own pool: tf_test_pool_parking, three times over
             (--gtest_repeat=3: parallelFor and contractions across resizes, tasks
             scheduled while workers park, resizes from inside tasks, destruction
             with work in flight).
@@ -120,7 +120,7 @@ EOF
 # --- the tests: "group program timeout-seconds [arguments]" ---------------------------------------
 tests_table() {
   cat <<'EOF'
-pool tf_test_resizable_pool 300 --gtest_repeat=3
+pool tf_test_pool_parking 300 --gtest_repeat=3
 client test_client 300
 client tf_test_pool_live_handle 300 --gtest_repeat=3
 malld test_restart 300

@@ -1,4 +1,5 @@
-// Proves that the resizable pool, attached to a live libmall handle (mall::tf::attach_pool), stays
+// Proves that Eigen's own pool, parked by mall (PoolParking attached to a live libmall handle with
+// mall::tf::attach_pool), stays
 // exact while every kind of thread a training process has uses that handle at once: the stepping
 // thread steps and runs parallelFor on the pool, the pool's workers report progress, side threads
 // bind and unbind themselves and wait on mall_fd(), and the (fake, in-process) malld publishes new
@@ -6,7 +7,7 @@
 // plain build it checks the same results.
 #define EIGEN_USE_THREADS
 #include <mall/tf/mall_pool_glue.hpp>
-#include <mall/tf/resizable_thread_pool.hpp>
+#include <mall/tf/pool_parking.hpp>
 
 #include <poll.h>
 #include <sched.h>
@@ -33,7 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using mall::test::FakeDaemon;
-using mall::tf::ResizableThreadPool;
+using mall::tf::PoolParking;
 
 // A hang fails the program instead of stalling the suite (ctest's TIMEOUT is 120 s).
 MALL_TEST_WATCHDOG(110);
@@ -95,8 +96,10 @@ void PoolLiveHandle::run_process(int changes, int restart_every, bool rename_job
   ASSERT_TRUE(daemon_->start(1, lists.back(), &error)) << error;
   mall_error_t err{};
   ASSERT_EQ(mall_open(socket_.c_str(), &m_, &err), MALL_SUCCESS) << err.text;
-  ResizableThreadPool pool(kPoolThreads, 1);
-  ASSERT_EQ(mall::tf::attach_pool(m_, pool), MALL_SUCCESS);
+  Eigen::ThreadPool pool(kPoolThreads);
+  PoolParking parking(pool);  // after the pool: released before it goes
+  parking.resize(1);
+  ASSERT_EQ(mall::tf::attach_pool(m_, parking), MALL_SUCCESS);
   mall_t* const m = m_;
 
   std::atomic<bool> stop{false};
@@ -164,13 +167,13 @@ void PoolLiveHandle::run_process(int changes, int restart_every, bool rename_job
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   for (;; ++step) {
     if (mall_step(m) == MALL_SUCCESS) ++applied;
-    const Eigen::ThreadPoolDevice device(&pool, pool.NumThreads());
+    const Eigen::ThreadPoolDevice device(&pool, parking.active_threads());
     device.parallelFor(kElements, Eigen::TensorOpCost(8, 8, 200), [&](Eigen::Index first, Eigen::Index last) {
       for (Eigen::Index i = first; i < last; ++i) values[static_cast<size_t>(i)] = i * 3 + step;
       mall_report_progress(m, static_cast<uint64_t>(last - first));
     });
     for (Eigen::Index i = 0; i < kElements; ++i)
-      ASSERT_EQ(values[static_cast<size_t>(i)], i * 3 + step) << "step " << step << " with " << pool.NumThreads();
+      ASSERT_EQ(values[static_cast<size_t>(i)], i * 3 + step) << "step " << step << " with " << parking.active_threads();
     const uint64_t target = final_generation.load();
     if (target != 0 && mall_get_allocation(m, &seen) == MALL_SUCCESS && seen.generation == target) break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline)
@@ -178,7 +181,8 @@ void PoolLiveHandle::run_process(int changes, int restart_every, bool rename_job
   }
   // The last allocation was applied before its ack, and the pool follows it.
   EXPECT_EQ(seen.ncpus, 1);
-  EXPECT_EQ(pool.NumThreads(), 1);
+  EXPECT_EQ(parking.active_threads(), 1);
+  EXPECT_EQ(parking.parked_now(), kPoolThreads - 1);
   EXPECT_TRUE(daemon_->wait_for_ack(final_generation.load(), 5s));
   EXPECT_GT(applied, 1);
   EXPECT_EQ(inconsistent.load(), 0);

@@ -167,6 +167,10 @@ class PoolParking : public ResizablePool {
     // The longest resize() waits for parkers to block (a parker queued behind a long task runs
     // when that task ends; the wait is bounded so a step boundary never hangs).
     std::chrono::milliseconds settle_timeout{5000};
+    // The pool's NumThreads() is only a guess (a pool seen through a runner that does not tell its
+    // size): the size is what the census finds, when it finds fewer workers. Ask this only of a
+    // pool that is idle when the PoolParking is made.
+    bool size_by_census = false;
   };
 
   // Controls pool's workers; pool must outlive this object. Learns the workers' thread handles
@@ -178,6 +182,12 @@ class PoolParking : public ResizablePool {
     active_.store(state_->pool_threads, std::memory_order_release);
     detail::ParkingRegistry::instance().add(state_);
     learn_workers();
+    if (options_.size_by_census && !worker_tids_.empty() &&
+        static_cast<int>(worker_tids_.size()) < state_->pool_threads) {
+      std::lock_guard lock(state_->mutex);
+      state_->pool_threads = static_cast<int>(worker_tids_.size());
+      active_.store(state_->pool_threads, std::memory_order_release);
+    }
   }
 
   PoolParking(const PoolParking&) = delete;

@@ -1,96 +1,270 @@
-// tensorflow_session.hpp — malleable thread pools for TensorFlow's C++ Session API.
+// tensorflow_session.hpp — TensorFlow's OWN thread pools, parked to follow mall, for the C++
+// Session API (park, don't replace: see pool_parking.hpp).
 //
-// Contract: MalleableSessionPools owns a resizable intra-op pool (and optionally an inter-op pool)
-// implementing tensorflow::thread::ThreadPoolInterface; attach() ties them to a libmall handle so
-// that every mall_step() that brings a new allocation resizes and re-pins them before it acks;
-// options() gives the tensorflow::thread::ThreadPoolOptions to pass to Session::Run or
-// Session::RunCallable. DirectSession re-reads the intra-op pool's NumThreads() at every Run, so a
-// resize at a step boundary takes effect on the next step. The pools must outlive the handle's
-// last mall_step() and every Run that uses them.
+// Contract: SessionPoolParking::find(session, inter_op_threads) reaches the two pools a created
+// DirectSession runs on, without any ThreadPoolOptions: the intra-op pool through the session's
+// device manager (the CPU device's tensorflow_cpu_worker_threads()), the inter-op pool through the
+// runner TensorFlow hands a tiny op of ours (MallInterOpRunner, run once in a private one-node
+// session: TensorFlow's inter-op pool is process-wide unless a session asks for its own, so the
+// private session's runner schedules onto the pool the user's session uses). A session made with
+// use_per_session_threads or session_inter_op_thread_pool has an inter-op pool of its own that
+// this cannot reach: pass inter_op_threads < 0 there (its intra-op pool is still parked). attach(m) makes every mall_step() on m that brings a new
+// allocation pin both pools' workers to its cpus and park or release workers to its thread count,
+// before the ack. Session::Run is called exactly as before (no pool options): TensorFlow's kernels
+// run on TensorFlow's pools, at TensorFlow's speed. TensorFlow still splits a kernel's work by its
+// own (fixed) pool size; the running workers steal the parked workers' shares.
+//
+// Lifetime: destroy the SessionPoolParking (which releases every parked worker) before the session
+// is closed or destroyed (a session-owned pool, use_per_session_threads, is destroyed with it), and
+// call mall_close() on the handle before that. TensorFlow's global pools live to process exit; a
+// parked worker is released at exit too.
 //
 // Built and tested against TensorFlow's CPU wheel from PyPI (2.21.0, pinned in
 // launch_scripts/requirements-tensorflow.txt; install-deps.sh puts it in <repo>/.venv): CMake gives
-// it the target mall::tf_tensorflow when it finds TensorFlow (MALL_WITH_TENSORFLOW, reported at
-// configure time), and tests/integration/tf_test_session_adapter.cpp checks that TensorFlow's
-// kernels run on these pools and that a resize applies at the next Run. The pool itself,
-// ResizableThreadPoolTempl, is also compiled and tested with Debian's Eigen on every build
-// (tests/unit/tf_test_resizable_pool.cpp); this file instantiates it with TensorFlow's interface.
-//
-// Only the graph/Session API has this hook. TensorFlow's eager mode and Keras (tf.function,
-// model.fit) create their thread pools inside the runtime context and offer no way to pass
-// caller-owned pools or to resize them afterwards (tf.config.threading.set_*_parallelism_threads
-// raises once the context exists), so they cannot be made malleable without changing TensorFlow.
+// it the target mall::tf_tensorflow when it finds TensorFlow (MALL_WITH_TENSORFLOW).
+// tests/integration/tf_test_session_adapter.cpp checks that parked TensorFlow workers run no kernel
+// and that results do not change.
 //
 // Usage (C++, TensorFlow 2.x; error handling shortened):
 //
 //   #include <mall/mall.h>
 //   #include <mall/tf/tensorflow_session.hpp>
-//   #include "tensorflow/core/public/session.h"
 //
+//   tensorflow::SessionOptions options;                    // TensorFlow's pools, sized as usual
+//   std::unique_ptr<tensorflow::Session> session(tensorflow::NewSession(options));
+//   TF_CHECK_OK(session->Create(graph));
+//   std::unique_ptr<mall::tf::SessionPoolParking> parking;
+//   TF_CHECK_OK(mall::tf::SessionPoolParking::find(*session, /*inter_op_threads=*/0, &parking));
 //   mall_t* m = nullptr;
 //   mall_error_t err;
-//   if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) fprintf(stderr, "not malleable: %s\n", err.text);
-//   mall::tf::MalleableSessionPools pools(/*intra_op_max=*/std::thread::hardware_concurrency(),
-//                                         /*inter_op_max=*/2);
-//   if (m) pools.attach(m);
-//   const tensorflow::thread::ThreadPoolOptions pool_options = pools.options();
+//   if (mall_open(nullptr, &m, &err) == MALL_SUCCESS) parking->attach(m);
 //   for (int step = 0; step < steps; ++step) {
-//     if (m) mall_step(m);  // one load when nothing changed; resizes the pools when it did
-//     TF_CHECK_OK(session->Run(run_options, feeds, {"loss"}, {"train_op"}, &outputs,
-//                              /*run_metadata=*/nullptr, pool_options));
+//     if (m) mall_step(m);  // one load when nothing changed; parks/releases workers when it did
+//     TF_CHECK_OK(session->Run(feeds, {"loss"}, {"train_op"}, &outputs));
 //   }
-//   mall_close(m);  // before the pools go away
+//   mall_close(m);
+//   parking.reset();  // before the session goes
 //
 // CMake: find_package(mall) then target_link_libraries(app PRIVATE mall::tf_tensorflow).
 #pragma once
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
 
 #include <mall/mall.h>
 #include <mall/tf/mall_pool_glue.hpp>
-#include <mall/tf/resizable_thread_pool.hpp>
+#include <mall/tf/pool_parking.hpp>
 
-#include "tensorflow/core/platform/threadpool_options.h"
+#include "tensorflow/core/common_runtime/device.h"
+#include "tensorflow/core/common_runtime/device_mgr.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/kernel_def_builder.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def_builder.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/platform/threadpool.h"
+#include "tensorflow/core/public/session.h"
 
 namespace mall::tf {
 
-// The resizable pool as the thread::ThreadPoolInterface that Session::Run accepts.
-using TensorFlowResizableThreadPool =
-    ResizableThreadPoolTempl<Eigen::StlThreadEnvironment, tensorflow::thread::ThreadPoolInterface>;
+namespace detail {
 
-class MalleableSessionPools {
- public:
-  // intra_op_max: the most intra-op workers the job may ever get (e.g. the node's cores, or the
-  // job's --malleable MAX); inter_op_max: the inter-op pool's largest size, 0 for no inter-op pool
-  // (TensorFlow then runs ops on its own inter-op threads, which mall does not resize). Both pools
-  // start at their largest size and follow ncpus (clamped to 1..max) once attached.
-  explicit MalleableSessionPools(int intra_op_max, int inter_op_max = 0)
-      : intra_op_(std::make_unique<TensorFlowResizableThreadPool>(std::max(1, intra_op_max))),
-        inter_op_(inter_op_max > 0 ? std::make_unique<TensorFlowResizableThreadPool>(inter_op_max)
-                                   : nullptr) {}
+using InterOpRunner = std::function<void(std::function<void()>)>;
 
-  MalleableSessionPools(const MalleableSessionPools&) = delete;
-  MalleableSessionPools& operator=(const MalleableSessionPools&) = delete;
-
-  // Resizes and re-pins the pools at every mall_step() on m that applies a new allocation.
-  // Returns MALL_SUCCESS or the mall_error_t code of mall_on_resize (see attach_pool()).
-  int attach(mall_t* m) { return attach_pool(m, *intra_op_, inter_op_.get()); }
-
-  // What Session::Run / RunCallable take. Null inter_op_threadpool when there is no inter-op pool.
-  tensorflow::thread::ThreadPoolOptions options() const {
-    tensorflow::thread::ThreadPoolOptions pool_options{};
-    pool_options.inter_op_threadpool = inter_op_.get();
-    pool_options.intra_op_threadpool = intra_op_.get();
-    return pool_options;
+// The runner the last MallInterOpRunner kernel saw (it schedules onto the Run's inter-op pool).
+struct InterOpRunnerCapture {
+  std::mutex finding;  // one find() at a time
+  std::mutex mutex;
+  InterOpRunner runner;
+  static InterOpRunnerCapture& instance() {
+    static InterOpRunnerCapture* capture = new InterOpRunnerCapture;  // leaked: used at exit
+    return *capture;
   }
+};
 
-  TensorFlowResizableThreadPool& intra_op() { return *intra_op_; }
-  TensorFlowResizableThreadPool* inter_op() { return inter_op_.get(); }
+class MallInterOpRunnerKernel : public tensorflow::OpKernel {
+ public:
+  explicit MallInterOpRunnerKernel(tensorflow::OpKernelConstruction* context) : OpKernel(context) {}
+  void Compute(tensorflow::OpKernelContext* context) override {
+    InterOpRunnerCapture& capture = InterOpRunnerCapture::instance();
+    std::lock_guard lock(capture.mutex);
+    if (context->runner() != nullptr) capture.runner = *context->runner();
+  }
+};
+
+// Registers the op and its CPU kernel once per process (at run time, so this header can be
+// included in any number of translation units).
+inline void register_inter_op_runner_op() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    tensorflow::OpRegistry::Global()->Register([](tensorflow::OpRegistrationData* op) {
+      return tensorflow::OpDefBuilder("MallInterOpRunner").SetIsStateful().Finalize(op);
+    });
+    tensorflow::KernelDefBuilder kernel("MallInterOpRunner");
+    kernel.Device(tensorflow::DEVICE_CPU);
+    static tensorflow::kernel_factory::OpKernelRegistrar* registrar =  // leaked: lives with the registry
+        new tensorflow::kernel_factory::OpKernelRegistrar(
+            kernel.Build(), "MallInterOpRunnerKernel",
+            [](tensorflow::OpKernelConstruction* context) -> tensorflow::OpKernel* {
+              return new MallInterOpRunnerKernel(context);
+            });
+    (void)registrar;
+  });
+}
+
+}  // namespace detail
+
+// TensorFlow's inter-op pool as an Eigen::ThreadPoolInterface, through a runner TensorFlow gave an
+// op: Schedule() runs the closure on that pool. The runner does not tell the pool's size or which
+// thread is a worker, so the size is the caller's (TensorFlow's inter_op_parallelism_threads) and
+// CurrentThreadId() says -1.
+class RunnerPool : public Eigen::ThreadPoolInterface {
+ public:
+  RunnerPool(detail::InterOpRunner runner, int threads) : runner_(std::move(runner)), threads_(std::max(1, threads)) {}
+  void Schedule(std::function<void()> fn) override { runner_(std::move(fn)); }
+  void ScheduleWithHint(std::function<void()> fn, int, int) override { runner_(std::move(fn)); }
+  void Cancel() override {}
+  int NumThreads() const override { return threads_; }
+  int CurrentThreadId() const override { return -1; }
 
  private:
-  std::unique_ptr<TensorFlowResizableThreadPool> intra_op_;
-  std::unique_ptr<TensorFlowResizableThreadPool> inter_op_;
+  detail::InterOpRunner runner_;
+  int threads_;
+};
+
+class SessionPoolParking {
+ public:
+  // Finds session's pools and puts a PoolParking on each (every worker running until attached).
+  // inter_op_threads: the inter-op pool's size as configured (SessionOptions' ConfigProto
+  // inter_op_parallelism_threads); 0 means TensorFlow's default, the schedulable cpus; < 0 leaves
+  // the inter-op pool alone (TensorFlow then runs ops on the caller's thread anyway).
+  // Errors: the session has no local device manager or CPU device (not a DirectSession), or the
+  // runner op could not be added or run.
+  static absl::Status find(tensorflow::Session& session, int inter_op_threads,
+                           std::unique_ptr<SessionPoolParking>* out) {
+    const tensorflow::DeviceMgr* devices = nullptr;
+    absl::Status status = session.LocalDeviceManager(&devices);
+    if (!status.ok()) return status;
+    Eigen::ThreadPoolInterface* intra_op = nullptr;
+    for (tensorflow::Device* device : devices->ListDevices()) {
+      if (device->device_type() != tensorflow::DEVICE_CPU) continue;
+      const auto* workers = device->tensorflow_cpu_worker_threads();
+      if (workers != nullptr && workers->workers != nullptr) {
+        intra_op = workers->workers->AsEigenThreadPool();
+        break;
+      }
+    }
+    if (intra_op == nullptr) return absl::NotFoundError("mall: the session has no CPU device with an intra-op pool");
+
+    std::unique_ptr<RunnerPool> inter_op;
+    std::unique_ptr<tensorflow::Session> runner_session;
+    if (inter_op_threads >= 0) {
+      detail::InterOpRunner runner;
+      status = capture_inter_op_runner(inter_op_threads, &runner_session, &runner);
+      if (!status.ok()) return status;
+      const int threads = inter_op_threads > 0
+                              ? inter_op_threads
+                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      inter_op = std::make_unique<RunnerPool>(std::move(runner), threads);
+    }
+    out->reset(new SessionPoolParking(*intra_op, std::move(runner_session), std::move(inter_op)));
+    return absl::OkStatus();
+  }
+
+  ~SessionPoolParking() {
+    inter_op_parking_.reset();  // releases the parked workers first
+    if (runner_session_) (void)runner_session_->Close();
+  }
+
+  SessionPoolParking(const SessionPoolParking&) = delete;
+  SessionPoolParking& operator=(const SessionPoolParking&) = delete;
+
+  // Pins and parks both pools at every mall_step() on m that applies a new allocation. Returns
+  // MALL_SUCCESS or the code of mall_on_resize (see attach_pool()).
+  int attach(mall_t* m) { return attach_pool(m, intra_op_parking_, inter_op_parking_.get()); }
+
+  PoolParking& intra_op() { return intra_op_parking_; }
+  PoolParking* inter_op() { return inter_op_parking_.get(); }
+
+ private:
+  // Runs MallInterOpRunner once in a private one-node session and keeps the runner its kernel saw
+  // (it schedules onto the process-wide inter-op pool), after checking that it does not run
+  // closures inline on the caller.
+  static absl::Status capture_inter_op_runner(int inter_op_threads, std::unique_ptr<tensorflow::Session>* session,
+                                              detail::InterOpRunner* runner) {
+    detail::register_inter_op_runner_op();
+    tensorflow::SessionOptions options;
+    options.config.set_inter_op_parallelism_threads(std::max(0, inter_op_threads));
+    session->reset(tensorflow::NewSession(options));
+    if (!*session) return absl::InternalError("mall: TensorFlow made no session to reach its inter-op pool");
+    tensorflow::GraphDef graph;
+    tensorflow::NodeDef* node = graph.add_node();
+    node->set_name("mall_inter_op_runner");
+    node->set_op("MallInterOpRunner");
+    node->set_device("/device:CPU:0");
+    absl::Status status = (*session)->Create(graph);
+    auto& capture = detail::InterOpRunnerCapture::instance();
+    std::lock_guard one_at_a_time(capture.finding);
+    {
+      std::lock_guard lock(capture.mutex);
+      capture.runner = nullptr;
+    }
+    if (status.ok()) status = (*session)->Run({}, {}, {"mall_inter_op_runner"}, nullptr);
+    if (!status.ok()) return status;
+    {
+      std::lock_guard lock(capture.mutex);
+      *runner = std::move(capture.runner);
+    }
+    if (!*runner) return absl::InternalError("mall: TensorFlow gave the runner op no runner");
+    // A runner that runs closures on the caller (inter_op_parallelism_threads < 0) is no pool.
+    std::mutex mutex;
+    std::condition_variable ran;
+    pid_t runner_tid = 0;
+    (*runner)([&] {
+      std::lock_guard lock(mutex);
+      runner_tid = static_cast<pid_t>(syscall(SYS_gettid));
+      ran.notify_all();
+    });
+    std::unique_lock lock(mutex);
+    if (!ran.wait_for(lock, std::chrono::seconds(5), [&] { return runner_tid != 0; }))
+      return absl::DeadlineExceededError("mall: TensorFlow's inter-op pool ran no closure in 5 s");
+    if (runner_tid == static_cast<pid_t>(syscall(SYS_gettid)))
+      return absl::FailedPreconditionError(
+          "mall: TensorFlow runs ops on the caller's thread (inter_op_parallelism_threads < 0): there is no inter-op "
+          "pool to park; pass inter_op_threads < 0");
+    return absl::OkStatus();
+  }
+
+  SessionPoolParking(Eigen::ThreadPoolInterface& intra_op, std::unique_ptr<tensorflow::Session> runner_session,
+                     std::unique_ptr<RunnerPool> inter_op)
+      : runner_session_(std::move(runner_session)),
+        inter_op_pool_(std::move(inter_op)),
+        intra_op_parking_(intra_op),
+        inter_op_parking_(inter_op_pool_ ? std::make_unique<PoolParking>(*inter_op_pool_, census_sized()) : nullptr) {}
+
+  // The runner does not tell its pool's size: never park more workers than the census found.
+  static PoolParking::Options census_sized() {
+    PoolParking::Options options;
+    options.size_by_census = true;
+    return options;
+  }
+
+  std::unique_ptr<tensorflow::Session> runner_session_;  // whose Run gave the runner
+  std::unique_ptr<RunnerPool> inter_op_pool_;  // declared before its parking: outlives it
+  PoolParking intra_op_parking_;
+  std::unique_ptr<PoolParking> inter_op_parking_;
 };
 
 }  // namespace mall::tf
