@@ -165,7 +165,7 @@ void report_threads(mall::tf::SessionPoolParking *parking) {
         const struct {
             const char *name;
             mall::tf::PoolParking *pool;
-        } pools[] = {{"tf-intra-op", &parking->intra_op()}, {"tf-inter-op", parking->inter_op()}};
+        } pools[] = {{"tf-intra-op", &parking->intra_op_parking()}, {"tf-inter-op", parking->inter_op_parking()}};
         for (const auto &entry : pools) {
             if (entry.pool == nullptr) continue;
             const std::vector<pid_t> tids = entry.pool->worker_tids();
@@ -198,9 +198,9 @@ void report_threads(mall::tf::SessionPoolParking *parking) {
 
 // The Linux thread ids of the workers parked now in both pools, "t1,t2" ("-" for none).
 std::string parked_tid_list(mall::tf::SessionPoolParking &parking) {
-    std::vector<pid_t> tids = parking.intra_op().parked_tids();
-    if (parking.inter_op() != nullptr)
-        for (pid_t tid : parking.inter_op()->parked_tids()) tids.push_back(tid);
+    std::vector<pid_t> tids = parking.intra_op_parking().parked_tids();
+    if (parking.inter_op_parking() != nullptr)
+        for (pid_t tid : parking.inter_op_parking()->parked_tids()) tids.push_back(tid);
     std::string text;
     for (pid_t tid : tids) text += (text.empty() ? "" : ",") + std::to_string(tid);
     return text.empty() ? "-" : text;

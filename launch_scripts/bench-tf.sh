@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# bench-tf.sh — what running TensorFlow's kernels on mall's pools costs: runs the TensorFlow example
-# (mall_train_tf) at a fixed size three ways, alternating, and prints each way's step rate (training
-# images per second, TensorFlow's startup excluded) and the ratios of their medians:
-#   tensorflow  TensorFlow's own intra-op and inter-op pools (a plain TensorFlow program)
-#   eigen       Eigen's fixed ThreadPool handed to Session::Run through ThreadPoolOptions, the path
-#               mall's pools take: tensorflow/eigen is the cost of that path alone
-#   mall        mall's resizable pools through the same path (not attached to malld: the pools keep
-#               their size, so only the pool itself is measured)
-# Last line: "mall_vs_tensorflow=X.XX eigen_vs_tensorflow=Y.YY mall_vs_eigen=Z.ZZ". A benchmark,
-# not a test: figures vary with the machine's load. It starts no daemon and leaves nothing behind.
+# bench-tf.sh — what being malleable costs a TensorFlow C++ job: runs the TensorFlow example
+# (mall_train_tf) four ways, alternating, and prints each way's step rate (training images per
+# second, TensorFlow's startup excluded) and the ratios of their medians:
+#   tensorflow        TensorFlow's own pools of T threads, nothing of mall (a plain program)
+#   mall              the same pools with mall's parking on them, nothing parked (full size)
+#   tensorflow-small  TensorFlow's own pools made with S threads (a rigid job that small)
+#   shrunk            pools of T threads parked to S (a malleable job shrunk to S)
+# with S = T/2 (at least 1). The two small ways run confined to S cpus (taskset), as malld confines a
+# job shrunk to S. Not attached to malld: only the pools are measured.
+# Last line: "mall_vs_tensorflow=X.XX shrunk_vs_small=Y.YY". A benchmark, not a test: figures vary
+# with the machine's load. It starts no daemon and leaves nothing behind.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,9 +22,10 @@ repeat=5
 
 usage() {
   cat <<EOF
-bench-tf.sh — TensorFlow's step rate on mall's pools against TensorFlow's own and Eigen's
+bench-tf.sh — TensorFlow's step rate with mall parking its pools against TensorFlow alone
 
 Usage: launch_scripts/bench-tf.sh [--steps N] [--batch B] [--hidden H] [--threads T] [--repeat R]
+                                 [--build-dir DIR]
 
 Options:
   --steps N    training steps per run (default $steps)
@@ -31,15 +33,17 @@ Options:
   --hidden H   hidden units (default $hidden): the size of each step's kernels (the default makes
                few long parallel regions, ~5 ms a step on 2 cores; --batch 128 --hidden 128 makes
                many short ones)
-  --threads T  intra-op and inter-op pool size of every way (default: the cpus, $threads)
+  --threads T  intra-op and inter-op pool size T (default: the cpus, $threads); the small and
+               shrunk ways run S = T/2 threads (at least 1)
   --repeat R   runs of each way, interleaved, reported as medians (default $repeat)
+  --build-dir DIR  the build tree (default: \$MALL_BUILD_DIR, else <repo>/build)
   -h, --help   this text
 
 Needs a build with TensorFlow (MALL_BUILD_DIR, default build/): launch_scripts/install-deps.sh puts
 the pinned wheel in <repo>/.venv and launch_scripts/run-tests.sh configures with it; or configure
 with -DMALL_WITH_TENSORFLOW=ON and run ninja mall_train_tf.
 Output: one line per run, a table of medians (with min and max), then
-  mall_vs_tensorflow=X.XX eigen_vs_tensorflow=Y.YY mall_vs_eigen=Z.ZZ
+  mall_vs_tensorflow=X.XX shrunk_vs_small=Y.YY
 EOF
 }
 
@@ -50,6 +54,7 @@ while [ $# -gt 0 ]; do
     --hidden) hidden=${2:?--hidden needs a value}; shift 2 ;;
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --repeat) repeat=${2:?--repeat needs a value}; shift 2 ;;
+    --build-dir) build=${2:?--build-dir needs a value}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-tf.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -64,12 +69,24 @@ if [ ! -x "$program" ]; then
   exit 1
 fi
 
-echo "bench-tf.sh: mall_train_tf, $steps steps of $batch images, $hidden hidden units, pools of $threads threads, $repeat round(s)"
+small=$((threads / 2 > 0 ? threads / 2 : 1))
+small_cpus=$(python3 -c 'import os, sys; print(",".join(map(str, sorted(os.sched_getaffinity(0))[:int(sys.argv[1])])))' "$small")
+ways=(tensorflow mall tensorflow-small shrunk)
+way_args() { # the command of one way
+  case $1 in
+    tensorflow) echo "$program --pool tensorflow --threads $threads" ;;
+    mall) echo "$program --pool mall --threads $threads --max-threads $threads" ;;
+    tensorflow-small) echo "taskset -c $small_cpus $program --pool tensorflow --threads $small" ;;
+    shrunk) echo "taskset -c $small_cpus $program --pool mall --threads $small --max-threads $threads" ;;
+  esac
+}
+echo "bench-tf.sh: mall_train_tf, $steps steps of $batch images, $hidden hidden units, pools of $threads threads (small: $small), $repeat round(s)"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
-  for way in tensorflow eigen mall; do
+  for way in "${ways[@]}"; do
     # Not under malld (no MALL_SOCKET/MALL_JOB_ID): the pools keep --threads.
-    if ! output=$(env -u MALL_SOCKET -u MALL_JOB_ID "$program" --pool "$way" --threads "$threads" \
+    # shellcheck disable=SC2046  # way_args is a list of words
+    if ! output=$(env -u MALL_SOCKET -u MALL_JOB_ID TF_CPP_MIN_LOG_LEVEL=2 $(way_args "$way") \
                     --steps "$steps" --batch "$batch" --hidden "$hidden" --print-every 0 2>&1); then
       echo "bench-tf.sh: the $way run failed:" >&2
       echo "$output" >&2
@@ -77,18 +94,18 @@ for ((round = 1; round <= repeat; round++)); do
     fi
     rate=$(awk '$1 == "done" {print $7}' <<<"$output")
     [ -n "$rate" ] || { echo "bench-tf.sh: the $way run printed no done line:" >&2; echo "$output" >&2; exit 1; }
-    printf '  round %d %-10s %10.1f images/s\n' "$round" "$way" "$rate"
+    printf '  round %d %-16s %10.1f images/s\n' "$round" "$way" "$rate"
     results[$way]+="$rate "
   done
 done
 
 stats() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m, v[1], v[NR]}'; }
-printf '\n%-10s %12s %12s %12s\n' way "median" "min" "max"
+printf '\n%-16s %12s %12s %12s\n' way "median" "min" "max"
 declare -A median
-for way in tensorflow eigen mall; do
+for way in "${ways[@]}"; do
   read -r med low high <<<"$(stats "${results[$way]}")"
   median[$way]=$med
-  printf '%-10s %12.1f %12.1f %12.1f\n' "$way" "$med" "$low" "$high"
+  printf '%-16s %12.1f %12.1f %12.1f\n' "$way" "$med" "$low" "$high"
 done
-awk -v m="${median[mall]}" -v t="${median[tensorflow]}" -v e="${median[eigen]}" \
-  'BEGIN {printf "mall_vs_tensorflow=%.2f eigen_vs_tensorflow=%.2f mall_vs_eigen=%.2f\n", m / t, e / t, m / e}'
+awk -v m="${median[mall]}" -v t="${median[tensorflow]}" -v s="${median[shrunk]}" -v f="${median[tensorflow-small]}" \
+  'BEGIN {printf "mall_vs_tensorflow=%.2f shrunk_vs_small=%.2f\n", m / t, s / f}'

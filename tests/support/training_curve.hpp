@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -66,10 +67,11 @@ inline uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
 // 100 ms (it trains on). Returns "" or what failed.
 inline std::string parked_workers_idle(pid_t pid, const std::vector<pid_t> &parked,
                                        std::chrono::milliseconds window = std::chrono::milliseconds(600)) {
-    auto process_ns = [pid] {
-        std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+    auto process_ns = [pid] {  // every thread's, summed
         uint64_t ns = 0;
-        in >> ns;
+        std::error_code error;
+        for (const auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error))
+            ns += task_cpu_ns(pid, static_cast<pid_t>(std::stol(task.path().filename().string())));
         return ns;
     };
     std::vector<uint64_t> before;

@@ -231,6 +231,40 @@ class PoolParking : public ResizablePool {
     return active;
   }
 
+  // Runs fn once on each running (not parked) worker, all at once (each waits for the others, so
+  // no worker runs it twice), e.g. to set a framework's thread-local setting on every thread that
+  // may run its kernels. Returns how many ran it; waits at most `bound` for busy workers (those
+  // run it later, once free, unless the bound passed). From a worker of the pool: does nothing.
+  int run_on_each_running_worker(const std::function<void()>& fn,
+                                 std::chrono::milliseconds bound = std::chrono::milliseconds(1000)) {
+    if (pool_.CurrentThreadId() >= 0) return 0;
+    struct Rendezvous {
+      std::mutex mutex;
+      std::condition_variable all_here;
+      int expected = 0, arrived = 0;
+      bool gave_up = false;
+      std::function<void()> fn;
+    };
+    auto meeting = std::make_shared<Rendezvous>();
+    meeting->expected = active_threads();
+    meeting->fn = fn;
+    for (int i = 0; i < meeting->expected; ++i) {
+      pool_.Schedule([meeting] {
+        std::unique_lock lock(meeting->mutex);
+        if (meeting->gave_up) return;
+        meeting->fn();
+        ++meeting->arrived;
+        meeting->all_here.notify_all();
+        meeting->all_here.wait(lock, [&] { return meeting->gave_up || meeting->arrived == meeting->expected; });
+      });
+    }
+    std::unique_lock lock(meeting->mutex);
+    meeting->all_here.wait_for(lock, bound, [&] { return meeting->arrived == meeting->expected; });
+    meeting->gave_up = true;
+    meeting->all_here.notify_all();
+    return meeting->arrived;
+  }
+
   // Pins every worker the constructor learned (running or parked) to cpus.
   int set_affinity(const cpu_set_t& cpus) override {
     std::lock_guard lock(workers_mutex_);

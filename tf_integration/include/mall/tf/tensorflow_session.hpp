@@ -76,6 +76,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/threadpool.h"
 #include "tensorflow/core/public/session.h"
+#include "tensorflow/core/util/work_sharder.h"
 
 namespace mall::tf {
 
@@ -183,7 +184,12 @@ class SessionPoolParking {
     return absl::OkStatus();
   }
 
+  // Releases every parked worker and gives TensorFlow back its full split before the parkings go.
   ~SessionPoolParking() {
+    intra_op_parking_.resize(intra_op_parking_.max_threads());
+    if (inter_op_parking_) inter_op_parking_->resize(inter_op_parking_->max_threads());
+    split_by_running_workers();
+    inter_op_split_.reset();
     inter_op_parking_.reset();  // releases the parked workers first
     if (runner_session_) (void)runner_session_->Close();
   }
@@ -193,10 +199,15 @@ class SessionPoolParking {
 
   // Pins and parks both pools at every mall_step() on m that applies a new allocation. Returns
   // MALL_SUCCESS or the code of mall_on_resize (see attach_pool()).
-  int attach(mall_t* m) { return attach_pool(m, intra_op_parking_, inter_op_parking_.get()); }
+  int attach(mall_t* m) { return attach_pool(m, intra_op_split_, inter_op_split_.get()); }
 
-  PoolParking& intra_op() { return intra_op_parking_; }
-  PoolParking* inter_op() { return inter_op_parking_.get(); }
+  // Each pool as attach() drives it: resize() parks or releases workers, then sets the split
+  // TensorFlow's kernels use (split_by_running_workers()). Call them from the stepping thread.
+  ResizablePool& intra_op() { return intra_op_split_; }
+  ResizablePool* inter_op() { return inter_op_split_.get(); }
+  // The parkings themselves (which workers, which are parked, loans).
+  PoolParking& intra_op_parking() { return intra_op_parking_; }
+  PoolParking* inter_op_parking() { return inter_op_parking_.get(); }
 
  private:
   // Runs MallInterOpRunner once in a private one-node session and keeps the runner its kernel saw
@@ -247,6 +258,39 @@ class SessionPoolParking {
     return absl::OkStatus();
   }
 
+  // A pool's parking as the glue drives it, plus what must follow each resize: the split.
+  class ParkingThatSplits : public ResizablePool {
+   public:
+    ParkingThatSplits(PoolParking& parking, std::function<void()> after_resize)
+        : parking_(parking), after_resize_(std::move(after_resize)) {}
+    int resize(int active_count) override {
+      const int applied = parking_.resize(active_count);
+      after_resize_();
+      return applied;
+    }
+    int set_affinity(const cpu_set_t& cpus) override { return parking_.set_affinity(cpus); }
+    int max_threads() const override { return parking_.max_threads(); }
+    int active_threads() const override { return parking_.active_threads(); }
+
+   private:
+    PoolParking& parking_;
+    std::function<void()> after_resize_;
+  };
+
+  // TensorFlow splits a kernel's work by a per-thread bound (GetPerThreadMaxParallelism(): Shard()
+  // and the Eigen device a kernel gets both follow it) on the thread that runs the kernel: the
+  // stepping thread (ops run inline on it) and the inter-op workers (and intra-op workers, for
+  // nested regions). Setting it to the running intra-op count on each of them makes a kernel cut
+  // as many pieces as there are running workers, and run inline at one, as a pool made that small
+  // would. Runs at each resize (in mall_step(), between Runs: no kernel in flight).
+  void split_by_running_workers() {
+    const int parallelism = intra_op_parking_.active_threads();
+    const auto set = [parallelism] { tensorflow::SetPerThreadMaxParallelism(parallelism); };
+    set();  // the stepping thread
+    intra_op_parking_.run_on_each_running_worker(set);
+    if (inter_op_parking_) inter_op_parking_->run_on_each_running_worker(set);
+  }
+
   SessionPoolParking(Eigen::ThreadPoolInterface& intra_op, std::unique_ptr<tensorflow::Session> runner_session,
                      std::unique_ptr<RunnerPool> inter_op)
       : runner_session_(std::move(runner_session)),
@@ -265,6 +309,10 @@ class SessionPoolParking {
   std::unique_ptr<RunnerPool> inter_op_pool_;  // declared before its parking: outlives it
   PoolParking intra_op_parking_;
   std::unique_ptr<PoolParking> inter_op_parking_;
+  ParkingThatSplits intra_op_split_{intra_op_parking_, [this] { split_by_running_workers(); }};
+  std::unique_ptr<ParkingThatSplits> inter_op_split_ =
+      inter_op_parking_ ? std::make_unique<ParkingThatSplits>(*inter_op_parking_, [this] { split_by_running_workers(); })
+                        : nullptr;
 };
 
 }  // namespace mall::tf
