@@ -28,7 +28,8 @@
 //
 // Threads. resize(), set_affinity() and the queries may be called from any thread outside the
 // pool; resize() from a worker of the pool itself does not wait (it would wait on itself).
-// Header-only; needs Eigen's ThreadPoolInterface and pthreads, nothing of libmall.
+// Header-only; needs Eigen's ThreadPoolInterface and pthreads, nothing of libmall. (std::min and
+// std::max are parenthesised: it also builds under Eigen's test harness, which defines min/max.)
 #pragma once
 
 #include <pthread.h>
@@ -95,7 +96,7 @@ struct ParkingState {
   std::vector<pid_t> parked_tids;
   std::atomic<bool> probe_pending{false};
 
-  int parked_target() const { return std::max(0, wanted_parked - lent); }
+  int parked_target() const { return (std::max)(0, wanted_parked - lent); }
 };
 
 // Every live state, for the release at exit. Never destroyed (an exit handler may run after
@@ -178,7 +179,7 @@ class PoolParking : public ResizablePool {
   explicit PoolParking(Eigen::ThreadPoolInterface& pool) : PoolParking(pool, Options{}) {}
   PoolParking(Eigen::ThreadPoolInterface& pool, Options options)
       : pool_(pool), options_(options), state_(std::make_shared<detail::ParkingState>()) {
-    state_->pool_threads = std::max(1, pool.NumThreads());
+    state_->pool_threads = (std::max)(1, pool.NumThreads());
     active_.store(state_->pool_threads, std::memory_order_release);
     detail::ParkingRegistry::instance().add(state_);
     learn_workers();
@@ -210,7 +211,7 @@ class PoolParking : public ResizablePool {
   // Options::settle_timeout.
   int resize(int active_count) override {
     const int threads = state_->pool_threads;
-    const int active = std::clamp(active_count, 1, threads);
+    const int active = (std::clamp)(active_count, 1, threads);
     std::unique_lock lock(state_->mutex);
     if (state_->shut) return threads;
     state_->wanted_parked = threads - active;
