@@ -56,7 +56,11 @@ GROUPS (--only, comma-separated; default all)
             case, which is the pool group's code at TSan's speed); test_slurm_jobs and
             test_slurm_lookup (the Slurm checker's thread: queries and AdminComment
             updates, and an in-process malld that holds a Deregister's answer for
-            them). They need root and a cpuset controller (else they skip).
+            them); test_parking_soak_examples on cgroup-v1 (mall_train_digits and
+            mall_train_linear, instrumented, 2,400 steps each while mallctl toggles
+            their allocation every few steps: parking, the stall guard and the glue
+            under real changes). They need root and a cpuset controller (else they
+            skip).
     mpi     the MPI collective step: mpi_test_collective_step (mpirun -np 2 and -np 4
             of mall_train_mpi: libmall_mpi, the pool and libmall in every rank, with
             Open MPI's own threads beside them). Needs root (mpirun as root is
@@ -127,6 +131,7 @@ malld test_restart 300
 malld test_usage 300
 malld test_two_jobs 300
 malld test_control_by_signal 300 --gtest_filter=-*TrainDigits*
+malld test_parking_soak_examples 900 --gtest_filter=*cgroup_v1:-*Tf*
 malld test_slurm_jobs 120
 malld test_slurm_lookup 300
 mpi mpi_test_collective_step 900
@@ -135,7 +140,7 @@ EOF
 # Programs the tests start (besides the test programs themselves), by group.
 helpers_of() {
   case $1 in
-    malld) echo "malld mallctl mallrun mall_test_client mall_signal_client" ;;
+    malld) echo "malld mallctl mallrun mall_test_client mall_signal_client mall_train_digits mall_train_linear" ;;
     mpi) echo "malld mallctl mallrun mall_test_client mall_train_mpi" ;;
     *) echo "" ;;
   esac
