@@ -109,9 +109,10 @@ class Bench:
         self.procs: list[subprocess.Popen] = []
         self.malld: subprocess.Popen | None = None
         self.cgroup_parent = f"mall_bench_cosched{os.getpid()}"
-        self.backend = "affinity"
-        if os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup/cpuset"):
-            self.backend = "auto"
+        # As root malld decides (--backend auto: a cgroup-v1 or cgroup-v2 cpuset where one is
+        # usable, else thread affinity) and says which in its status; without root, affinity.
+        self.backend = "auto" if os.geteuid() == 0 else "affinity"
+        self.enforcement: str | None = None  # what malld reported it uses
         self.kinds = {
             "dense": Kind("dense", "mall_train_digits", 512, "images_per_s",
                           ["--batch", "512", "--hidden", "1024", "--print-every", "0"], 250,
@@ -163,7 +164,11 @@ class Bench:
         for _ in range(100):
             if self.malld.poll() is not None:
                 fail(f"malld exited: {self.read(f'malld-{policy}.log')}")
-            if self.mallctl_status(sock) is not None:
+            status = self.mallctl_status(sock)
+            if status is not None:
+                if self.enforcement is None:
+                    self.enforcement = str(status.get("backend", "unknown"))
+                    print(f"{PROG}: malld --backend {self.backend} enforces with {self.enforcement}", flush=True)
                 return sock
             time.sleep(0.1)
         fail("malld did not answer within 10 s")
@@ -178,12 +183,12 @@ class Bench:
                 self.malld.kill()
                 self.malld.wait()
         self.malld = None
-        path = f"/sys/fs/cgroup/cpuset/{self.cgroup_parent}"
-        if os.path.isdir(path):
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+        for path in (f"/sys/fs/cgroup/cpuset/{self.cgroup_parent}", f"/sys/fs/cgroup/{self.cgroup_parent}"):
+            if os.path.isdir(path):  # cgroup v1's cpuset tree, or the v2 tree
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
 
     def mallctl_status(self, sock: str) -> dict | None:
         result = subprocess.run([os.path.join(self.bin, "mallctl"), "--socket", sock, "status", "--json"],
@@ -424,7 +429,8 @@ class Bench:
         return jobs
 
     def run(self) -> None:
-        print(f"{PROG}: {self.ncpu} cpus, enforcement by {'cgroup cpusets' if self.backend == 'auto' else 'thread affinity'}; "
+        print(f"{PROG}: {self.ncpu} cpus, malld --backend {self.backend} "
+              f"({'malld picks cgroup-v1, cgroup-v2 or affinity and says which' if self.backend == 'auto' else 'not root'}); "
               f"results in {self.args.out}/", flush=True)
         jobs = self.prepared_jobs()
         results = {}

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "bench_cosched_check: FAIL: $*" >&2; exit 1; }
 small=(--work-scale 0.05 --linear-rows 65536 --linear-batch 4096)
 leftovers() {
-  { ls -d /tmp/mall-bench-cosched.* /sys/fs/cgroup/cpuset/mall_bench_cosched* 2>/dev/null || true
+  { ls -d /tmp/mall-bench-cosched.* /sys/fs/cgroup/cpuset/mall_bench_cosched* /sys/fs/cgroup/mall_bench_cosched* 2>/dev/null || true
     pgrep -f 'mall-bench-cosched\.' 2>/dev/null || true; } | sort
 }
 before=$(leftovers)
@@ -23,6 +23,11 @@ before=$(leftovers)
 . "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"
 out=$(watchdog_run 600 "$bench" "${small[@]}" --out "$tmp/out") || fail "bench exited $?: $out"
 echo "$out"
+# malld decides the enforcement (--backend auto as root) and the bench says which it used.
+if [ "$(id -u)" -eq 0 ]; then
+  grep -Eq '^bench-cosched.sh: malld --backend auto enforces with (cgroup-v1|cgroup-v2|affinity)$' <<<"$out" ||
+    fail "the bench did not say which enforcement malld chose"
+fi
 last=$(tail -n 1 <<<"$out")
 [[ $last =~ ^throughput_vs_static=[0-9]+\.[0-9]{2}\ throughput_vs_oversub=[0-9]+\.[0-9]{2}$ ]] || fail "last line: $last"
 for way in static oversub equal throughput; do
