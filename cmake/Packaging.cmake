@@ -24,7 +24,7 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "malleable training jobs on shared HPC node
 mall lends a node's idle cores to running training jobs and takes them back, enforcing each job's
 share with cgroup cpusets: malld (the node manager, with its systemd unit), mallctl, mallrun,
 mallsim and mall-oci-hook; libmall (C API, C++ wrapper, CMake package: find_package(mall)) and the
-header-only resizable thread pool; the Slurm SPANK plugin --malleable and cli_filter.lua; the
+header-only adapters that park workers of a framework's own thread pool; the Slurm SPANK plugin --malleable and cli_filter.lua; the
 Python module mall.")
 # Depends: dpkg-shlibdeps on the ELF files (libc6, libstdc++6, libhwloc, libboost-program-options,
 # libslurm for malld's Slurm checks); a shlibs file ("libmall 0 mall (>= VERSION)", so packages built

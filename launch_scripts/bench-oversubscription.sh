@@ -6,8 +6,8 @@
 #            ThreadPool for mall_train_digits, TensorFlow's own intra-op and inter-op pools for
 #            mall_train_tf — the research's scenario)
 #   static   every copy pinned (taskset) to its own equal share of the cores, sized to it
-#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal) on mall's
-#            resizable pools, which follow the cores malld gives it
+#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal) on its
+#            framework's own pools, parked by mall to follow the cores malld gives it
 # --program digits (default) runs the Eigen example mall_train_digits, --program tf the TensorFlow
 # one, mall_train_tf (a build with TensorFlow: launch_scripts/run-tests.sh makes one).
 # Last line: "mall_vs_oversub=X.XX mall_vs_static=Y.YY". A benchmark, not a test: figures vary

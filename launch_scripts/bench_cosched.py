@@ -63,7 +63,7 @@ class Kind:
     steps_per_s_n: float = 0.0    # measured: every core
 
     def command(self, bin_dir: str, steps: int, threads: int | None) -> list[str]:
-        """threads None: under mall (the resizable pool follows malld); else a fixed-size run."""
+        """threads None: under mall (the parked pool follows malld); else a fixed-size run."""
         cmd = [os.path.join(bin_dir, self.program), "--steps", str(steps), "--quiet", *self.extra]
         if threads:
             cmd += ["--threads", str(threads)] + (["--pool", "eigen"] if self.stock_pool else [])

@@ -1,7 +1,8 @@
-// Proves that the Eigen example (mall_train_digits: Eigen::Tensor on a ThreadPoolDevice over the
-// resizable pool) follows `mallctl set` under a real malld — the pool's thread count matches each
-// allocation and every thread of the process (the pool's workers included) is allowed exactly the
-// allocated cpus — and that its loss curve is the one a plain run without malld prints.
+// Proves that the Eigen example (mall_train_digits: Eigen::Tensor on a ThreadPoolDevice over
+// Eigen's own pool, parked by mall) follows `mallctl set` under a real malld — the pool's running
+// thread count matches each allocation, every thread of the process (the pool's workers included)
+// is allowed exactly the allocated cpus, the parked workers use no cpu while it trains — and that
+// its loss curve is the one a plain run without malld prints.
 #include <unistd.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
 // Proves that the memory-bound example (mall_train_linear: logistic regression streaming a dataset
-// larger than the caches, blocks on the resizable pool) keeps its promise under a real malld: the
-// pool follows `mallctl set` (threads reported and every thread's Cpus_allowed_list equal the
+// larger than the caches, blocks on Eigen's own pool, parked by mall) keeps its promise under a
+// real malld: the pool follows `mallctl set` (threads reported and every thread's Cpus_allowed_list equal the
 // allocation) and the trained weights are bit-identical to a plain one-thread run's (same
 // checksum), with the held-out accuracy it documents.
 #include <regex>

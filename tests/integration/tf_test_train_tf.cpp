@@ -1,8 +1,9 @@
 // tf_test_train_tf.cpp — the TensorFlow example (mall_train_tf: TensorFlow's own ops, one
-// Session::Run per step on mall's pools) under a real malld, as a user would check it: it follows
-// `mallctl set` 0 -> 0-1 -> 1 (its own resize lines, every thread's Cpus_allowed_list, the next
-// step's thread count), its loss curve is the one a fixed-size run prints (TensorFlow's kernels
-// give the same losses here for 1 and 2 threads; the tolerance only allows float rounding), two
+// Session::Run per step on TensorFlow's own pools, parked by mall) under a real malld, as a user
+// would check it: it follows `mallctl set` 0 -> 0-1 -> 1 (its own resize lines, every thread's
+// Cpus_allowed_list, the parked workers idle while it trains, the next step's thread count), its
+// loss curve is the one a fixed-size run prints (TensorFlow's kernels give the same losses here for
+// 1 and 2 threads; the tolerance only allows float rounding), two
 // TensorFlow jobs share the node without overlap, and without malld it trains non-malleable after
 // one warning. Built only when CMake finds TensorFlow (MALL_WITH_TENSORFLOW).
 #include <signal.h>
