@@ -87,13 +87,7 @@ TEST_P(EigenExample, PoolFollowsMallctlSetAndTheLossCurveIsUnchanged) {
         const auto parked_line = trainer.wait_for_line(
             [&](const std::string &l) { return l.rfind("parked step ", 0) == 0; }, 20s);
         ASSERT_TRUE(parked_line) << joined_lines(trainer.all_lines());
-        const auto parked = parked_tids_of(*parked_line);
-        if (expected_threads == 1) {
-            EXPECT_FALSE(parked.empty()) << *parked_line;
-            EXPECT_EQ(parked_workers_idle(pids[0], parked), "") << *parked_line << "\n" << describe_threads(pids);
-        } else {
-            EXPECT_TRUE(parked.empty()) << "all workers run on 2 cpus: " << *parked_line;
-        }
+        EXPECT_EQ(parked_workers_follow(*parked_line, pids[0], expected_threads), "") << describe_threads(pids);
         // The pool's workers exist: 2 workers + the main thread at least.
         EXPECT_GE(thread_cpus_allowed(pids[0]).size(), 3u) << describe_threads(pids);
         // The next printed step reports the same thread count.

@@ -88,4 +88,15 @@ inline std::string parked_workers_idle(pid_t pid, const std::vector<pid_t> &park
     return failed.str();
 }
 
+// What a "parked step N tids ..." line printed after a change to `threads` running workers (on a
+// 2-cpu machine, pools of 2) must show: some workers parked, idle while process pid trains on, at
+// one thread; none at two. Returns "" or what failed.
+inline std::string parked_workers_follow(const std::string &parked_line, pid_t pid, int threads) {
+    const std::vector<pid_t> parked = parked_tids_of(parked_line);
+    if (threads >= 2) return parked.empty() ? "" : "workers parked while all run: " + parked_line;
+    if (parked.empty()) return "no worker parked at one thread: " + parked_line;
+    const std::string idle = parked_workers_idle(pid, parked);
+    return idle.empty() ? "" : idle + " (" + parked_line + ")";
+}
+
 }  // namespace mall::test
