@@ -154,7 +154,8 @@ TEST(TensorFlowSession, ParkedWorkersOfTensorFlowsOwnPoolsRunNothingAndResultsDo
     EXPECT_TRUE(session->Close().ok());
 }
 
-// A second find() in the same process (a program with two sessions) reaches the same pools.
+// A second find() in the same process (a program with two sessions) reaches the same pools once
+// the first is gone, and is refused while it lives.
 TEST(TensorFlowSession, FindTwiceReachesTheSamePools) {
     const Model model = build_model();
     auto session = make_session(model);
@@ -162,6 +163,10 @@ TEST(TensorFlowSession, FindTwiceReachesTheSamePools) {
     std::unique_ptr<mall::tf::SessionPoolParking> first, second;
     ASSERT_TRUE(mall::tf::SessionPoolParking::find(*session, 2, &first).ok());
     const auto intra = first->intra_op_parking().worker_tids();
+    // While the first lives, a second is refused: the pools are process-wide.
+    const absl::Status refused = mall::tf::SessionPoolParking::find(*session, 2, &second);
+    EXPECT_TRUE(absl::IsAlreadyExists(refused)) << refused.ToString();
+    EXPECT_EQ(second, nullptr);
     first.reset();
     ASSERT_TRUE(mall::tf::SessionPoolParking::find(*session, 2, &second).ok());
     const auto again = second->intra_op_parking().worker_tids();

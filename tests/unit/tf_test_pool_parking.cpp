@@ -24,6 +24,8 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <condition_variable>
+#include <stdexcept>
 #include <random>
 #include <set>
 #include <string>
@@ -342,6 +344,55 @@ TEST(PoolParking, APoolIsDestroyedAfterItsParkingWithoutHanging) {
     pool.reset();  // joins: hangs if a worker were still parked
     EXPECT_EQ(done.load(), 100);
   }
+}
+
+TEST(PoolParking, ASecondParkingOfTheSamePoolIsRefused) {
+  // Two parkings of one pool could park every worker between them (hazard 1).
+  Eigen::ThreadPool pool(3);
+  auto first = std::make_unique<PoolParking>(pool);
+  EXPECT_THROW(PoolParking second(pool), std::invalid_argument);
+  first->resize(1);
+  EXPECT_EQ(first->parked_now(), 2);
+  first.reset();
+  PoolParking again(pool);  // once the first is gone
+  EXPECT_EQ(again.resize(2), 2);
+}
+
+TEST(PoolParking, ATaskRunInlineByAFullQueueNeverBlocksTheCaller) {
+  // Eigen runs a task on the scheduling thread when the chosen queue is full (1024 tasks). A parker
+  // (or census, or rendezvous task) run that way must not block the caller; the parker is sent
+  // again later, once there is room.
+  Eigen::ThreadPool pool(2);
+  PoolParking::Options options;
+  options.settle_timeout = 300ms;
+  PoolParking parking(pool, options);
+  std::mutex gate_mutex;
+  std::condition_variable gate;
+  bool open = false;
+  std::atomic<int> held{0};
+  for (int i = 0; i < 2; ++i) {
+    pool.Schedule([&] {
+      held.fetch_add(1);
+      std::unique_lock lock(gate_mutex);
+      gate.wait(lock, [&] { return open; });
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return held.load() == 2; }, 10s));
+  std::atomic<long> ran{0};
+  for (int i = 0; i < 2 * 1024 + 64; ++i) pool.Schedule([&] { ran.fetch_add(1); });  // both queues full
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(parking.resize(1), 1);  // the parker runs inline here, returns, and resize() gives up
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "resize() blocked its caller";
+  EXPECT_EQ(parking.run_on_each_running_worker([] {}, 200ms), 0);  // nobody free: returns, bounded
+  {
+    std::lock_guard lock(gate_mutex);
+    open = true;
+  }
+  gate.notify_all();
+  EXPECT_TRUE(wait_until([&] { return ran.load() == 2 * 1024 + 64; }, 30s));
+  EXPECT_TRUE(wait_until([&] { return parking.parked_now() == 1; }, 10s))
+      << "the parker run inline was not sent again: " << parking.parked_now() << " parked";
+  EXPECT_EQ(parking.run_on_each_running_worker([] {}), 1);
 }
 
 TEST(PoolParking, GlueParksAndPinsFromAnAllocation) {

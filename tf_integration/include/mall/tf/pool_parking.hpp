@@ -45,6 +45,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <stdexcept>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -91,6 +93,9 @@ struct ParkingState {
   int scheduling = 0;     // threads inside pool.Schedule() for this state right now
   bool shut = false;      // released for good: parkers return, nothing is scheduled any more
   bool guard_running = false;  // the stall guard (a detached thread) has not left its loop yet
+  const void* pool = nullptr;  // the pool it controls: one PoolParking per pool (the registry checks)
+  std::chrono::steady_clock::time_point probe_sent{};  // when the pending probe was scheduled
+  std::chrono::steady_clock::time_point lent_since{};  // when the guard first lent a worker
   uint64_t parks = 0;     // parkers that blocked a worker, since the start
   uint64_t loans = 0;     // times the stall guard lent a parked worker back
   std::vector<pid_t> parked_tids;
@@ -98,6 +103,22 @@ struct ParkingState {
 
   int parked_target() const { return (std::max)(0, wanted_parked - lent); }
 };
+
+// Set on a thread while it calls the pool's Schedule() for a ParkingState: Eigen runs a task on
+// the calling thread when the chosen queue is full (1024 tasks), and a parker, census or rendezvous
+// task that finds itself there must return at once instead of blocking the scheduler.
+inline const void*& scheduling_for() {
+  static thread_local const void* state = nullptr;
+  return state;
+}
+
+// Schedules fn on pool while marking this thread as scheduling for `owner`.
+inline void schedule_marked(Eigen::ThreadPoolInterface& pool, const void* owner, std::function<void()> fn) {
+  const void* previous = scheduling_for();
+  scheduling_for() = owner;
+  pool.Schedule(std::move(fn));
+  scheduling_for() = previous;
+}
 
 // Every live state, for the release at exit. Never destroyed (an exit handler may run after
 // static destructors), so it cannot vanish under the handler.
@@ -110,29 +131,43 @@ struct ParkingRegistry {
     return *registry;
   }
 
-  // Releases every parked worker of every live state (hazard 3). Never waits on a worker.
+  // Releases every parked worker of every live state (hazard 3). Never waits on a worker; waits at
+  // most 200 ms for a stall guard to leave a Schedule() call (a static pool's destructor runs next).
   static void release_all_at_exit() {
     ParkingRegistry& registry = instance();
     std::lock_guard lock(registry.mutex);
     for (auto& weak : registry.states) {
       if (auto state = weak.lock()) {
-        std::lock_guard state_lock(state->mutex);
+        std::unique_lock state_lock(state->mutex);
         state->shut = true;
         state->released.notify_all();
         state->guard_wake.notify_all();
+        state->changed.notify_all();
+        state->changed.wait_for(state_lock, std::chrono::milliseconds(200), [&] { return state->scheduling == 0; });
       }
     }
   }
 
-  void add(const std::shared_ptr<ParkingState>& state) {
+  // Adds state; false when a live state already controls the same pool (two parkings on one
+  // pool could park every worker between them).
+  bool add(const std::shared_ptr<ParkingState>& state) {
     std::lock_guard lock(mutex);
     states.erase(std::remove_if(states.begin(), states.end(), [](auto& w) { return w.expired(); }),
                  states.end());
+    for (auto& weak : states) {
+      // A state outlives its PoolParking while a queued task holds it; once shut it controls
+      // nothing (and a new pool may sit at the old one's address).
+      if (auto other = weak.lock(); other && other->pool == state->pool) {
+        std::lock_guard other_lock(other->mutex);
+        if (!other->shut) return false;
+      }
+    }
     states.push_back(state);
     // Registered at every PoolParking's birth, so the handler runs before the destructor of any
     // static pool made before that PoolParking (exit runs handlers and static destructors in
     // reverse order of registration).
-    std::atexit(&ParkingRegistry::release_all_at_exit);
+    (void)std::atexit(&ParkingRegistry::release_all_at_exit);
+    return true;
   }
 };
 
@@ -140,7 +175,8 @@ struct ParkingRegistry {
 inline void park_this_worker(const std::shared_ptr<ParkingState>& state) {
   std::unique_lock lock(state->mutex);
   --state->queued;
-  if (state->shut || state->parked >= state->parked_target()) {
+  // Not needed (any more), or run inline by the thread that scheduled it (not a worker to park).
+  if (state->shut || state->parked >= state->parked_target() || scheduling_for() == state.get()) {
     state->changed.notify_all();
     return;  // not needed (any more): the worker goes on with the pool's work
   }
@@ -176,12 +212,18 @@ class PoolParking : public ResizablePool {
 
   // Controls pool's workers; pool must outlive this object. Learns the workers' thread handles
   // (for set_affinity) by running one short task on each; returns after that, or after 2 s.
+  // Throws std::invalid_argument when another live PoolParking controls the same pool (between
+  // them they could park every worker), std::bad_alloc when memory runs out.
   explicit PoolParking(Eigen::ThreadPoolInterface& pool) : PoolParking(pool, Options{}) {}
   PoolParking(Eigen::ThreadPoolInterface& pool, Options options)
       : pool_(pool), options_(options), state_(std::make_shared<detail::ParkingState>()) {
     state_->pool_threads = (std::max)(1, pool.NumThreads());
+    state_->pool = &pool;
     active_.store(state_->pool_threads, std::memory_order_release);
-    detail::ParkingRegistry::instance().add(state_);
+    if (!detail::ParkingRegistry::instance().add(state_)) {
+      state_->shut = true;  // nothing was parked or started: the destructor does not run
+      throw std::invalid_argument("mall: another PoolParking already controls this pool");
+    }
     learn_workers();
     if (options_.size_by_census && !worker_tids_.empty() &&
         static_cast<int>(worker_tids_.size()) < state_->pool_threads) {
@@ -250,13 +292,14 @@ class PoolParking : public ResizablePool {
     meeting->expected = active_threads();
     meeting->fn = fn;
     for (int i = 0; i < meeting->expected; ++i) {
-      pool_.Schedule([meeting] {
+      detail::schedule_marked(pool_, meeting.get(), [meeting, bound] {
+        if (detail::scheduling_for() == meeting.get()) return;  // run inline by the scheduler
         std::unique_lock lock(meeting->mutex);
         if (meeting->gave_up) return;
         meeting->fn();
         ++meeting->arrived;
         meeting->all_here.notify_all();
-        meeting->all_here.wait(lock, [&] { return meeting->gave_up || meeting->arrived == meeting->expected; });
+        meeting->all_here.wait_for(lock, bound, [&] { return meeting->gave_up || meeting->arrived == meeting->expected; });
       });
     }
     std::unique_lock lock(meeting->mutex);
@@ -314,7 +357,7 @@ class PoolParking : public ResizablePool {
     ++state_->scheduling;
     lock.unlock();
     for (int i = 0; i < n; ++i) {
-      pool_.Schedule([state = state_] { detail::park_this_worker(state); });
+      detail::schedule_marked(pool_, state_.get(), [state = state_] { detail::park_this_worker(state); });
     }
     lock.lock();
     --state_->scheduling;
@@ -338,9 +381,12 @@ class PoolParking : public ResizablePool {
     }
   }
 
-  // Hazard 2. While anything is parked: every period, if the last probe is still untaken, lend
-  // one more parked worker back; once a probe runs, take the loans back and send a new probe.
+  // Hazard 2. While anything is parked: a probe task is kept in the pool; one that stays untaken
+  // for a whole stall_after while every running worker is off its cpu means the pool is stuck, and
+  // one more parked worker is lent back. Loans are held at least 4 periods (a nested region needs
+  // the help for as long as it runs) and taken back once a probe runs promptly again.
   void guard_loop() {
+    using Clock = std::chrono::steady_clock;
     std::unique_lock lock(state_->mutex);
     while (!state_->shut) {
       if (state_->wanted_parked == 0) {
@@ -349,32 +395,51 @@ class PoolParking : public ResizablePool {
       }
       state_->guard_wake.wait_for(lock, options_.stall_after);
       if (state_->shut || state_->wanted_parked == 0) continue;
+      // A parker that found itself run inline by its scheduler (a full queue) returned: send it again.
+      if (const int missing = state_->parked_target() - (state_->parked + state_->queued); missing > 0) {
+        schedule_parkers(lock, missing);
+        if (state_->shut) break;
+      }
+      const auto now = Clock::now();
       if (state_->probe_pending.load(std::memory_order_acquire)) {
-        // Untaken for a period. Busy (a running worker: it takes the probe when its own queue is
-        // done) or stuck (every running worker blocked, as in a nested region's wait)?
-        if (state_->parked > 0 && state_->lent < state_->wanted_parked && !a_running_worker_is_on_cpu()) {
+        const bool untaken_for_a_period = now - state_->probe_sent >= options_.stall_after;
+        const bool parkers_settled = state_->parked >= state_->parked_target() && state_->parked > 0;
+        if (untaken_for_a_period && parkers_settled && state_->lent < state_->wanted_parked &&
+            !a_running_worker_is_on_cpu()) {
+          if (state_->lent == 0) state_->lent_since = now;
           ++state_->lent;
           ++state_->loans;
           state_->released.notify_all();
+          state_->changed.notify_all();
         }
         continue;
       }
       if (state_->lent > 0) {
+        if (now - state_->lent_since < 4 * options_.stall_after) {
+          send_probe(lock);
+          continue;
+        }
         state_->lent = 0;
+        state_->changed.notify_all();
         const int missing = state_->parked_target() - (state_->parked + state_->queued);
         if (missing > 0) schedule_parkers(lock, missing);
         if (state_->shut) break;
       }
-      state_->probe_pending.store(true, std::memory_order_release);
-      ++state_->scheduling;
-      lock.unlock();
-      // The probe takes no lock: run inline by a full queue, it must not deadlock.
-      pool_.Schedule([state = state_] { state->probe_pending.store(false, std::memory_order_release); });
-      lock.lock();
-      --state_->scheduling;
-      state_->changed.notify_all();
+      send_probe(lock);
     }
     state_->guard_running = false;
+    state_->changed.notify_all();
+  }
+
+  // Schedules a probe (it takes no lock: run inline by a full queue, it cannot deadlock).
+  void send_probe(std::unique_lock<std::mutex>& lock) {
+    state_->probe_pending.store(true, std::memory_order_release);
+    state_->probe_sent = std::chrono::steady_clock::now();
+    ++state_->scheduling;
+    lock.unlock();
+    pool_.Schedule([state = state_] { state->probe_pending.store(false, std::memory_order_release); });
+    lock.lock();
+    --state_->scheduling;
     state_->changed.notify_all();
   }
 
@@ -390,7 +455,10 @@ class PoolParking : public ResizablePool {
       char path[64];
       std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
       std::FILE* file = std::fopen(path, "re");
-      if (file == nullptr) continue;  // the thread is gone
+      if (file == nullptr) {
+        if (errno == ENOENT) continue;  // the thread is gone
+        return true;                    // cannot tell (EMFILE, ...): never lend on a guess
+      }
       char text[512];
       const size_t length = std::fread(text, 1, sizeof text - 1, file);
       std::fclose(file);
@@ -415,14 +483,16 @@ class PoolParking : public ResizablePool {
     auto census = std::make_shared<Census>();
     census->expected = state_->pool_threads;
     for (int i = 0; i < census->expected; ++i) {
-      pool_.Schedule([census] {
+      detail::schedule_marked(pool_, census.get(), [census] {
+        if (detail::scheduling_for() == census.get()) return;  // run inline by the scheduler
         std::unique_lock lock(census->mutex);
         if (census->gave_up) return;
         census->handles.push_back(pthread_self());
         census->tids.push_back(static_cast<pid_t>(syscall(SYS_gettid)));
         ++census->arrived;
         census->all_here.notify_all();
-        census->all_here.wait(lock, [&] { return census->gave_up || census->arrived == census->expected; });
+        census->all_here.wait_for(lock, std::chrono::seconds(3),
+                                  [&] { return census->gave_up || census->arrived == census->expected; });
       });
     }
     std::unique_lock lock(census->mutex);

@@ -51,6 +51,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -60,6 +62,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <stdexcept>
 #include <utility>
 
 #include <mall/mall.h>
@@ -151,8 +154,9 @@ class SessionPoolParking {
   // inter_op_threads: the inter-op pool's size as configured (SessionOptions' ConfigProto
   // inter_op_parallelism_threads); 0 means TensorFlow's default, the schedulable cpus; < 0 leaves
   // the inter-op pool alone (TensorFlow then runs ops on the caller's thread anyway).
-  // Errors: the session has no local device manager or CPU device (not a DirectSession), or the
-  // runner op could not be added or run.
+  // Errors: the session has no local device manager or CPU device (not a DirectSession), the
+  // runner op could not be run, or TensorFlow's pools are already parked by another
+  // SessionPoolParking of this process (AlreadyExists: the pools are process-wide).
   static absl::Status find(tensorflow::Session& session, int inter_op_threads,
                            std::unique_ptr<SessionPoolParking>* out) {
     const tensorflow::DeviceMgr* devices = nullptr;
@@ -175,12 +179,25 @@ class SessionPoolParking {
       detail::InterOpRunner runner;
       status = capture_inter_op_runner(inter_op_threads, &runner_session, &runner);
       if (!status.ok()) return status;
-      const int threads = inter_op_threads > 0
-                              ? inter_op_threads
-                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      // TensorFlow's default inter-op size is the cpus the process may use (a guess the census
+      // corrects downwards).
+      cpu_set_t usable;
+      CPU_ZERO(&usable);
+      const int cpus = sched_getaffinity(0, sizeof usable, &usable) == 0
+                           ? CPU_COUNT(&usable)
+                           : static_cast<int>(std::thread::hardware_concurrency());
+      const int threads = inter_op_threads > 0 ? inter_op_threads : std::max(1, cpus);
       inter_op = std::make_unique<RunnerPool>(std::move(runner), threads);
     }
-    out->reset(new SessionPoolParking(*intra_op, std::move(runner_session), std::move(inter_op)));
+    try {
+      out->reset(new SessionPoolParking(*intra_op, std::move(runner_session), std::move(inter_op)));
+    } catch (const std::invalid_argument&) {
+      return absl::AlreadyExistsError(
+          "mall: TensorFlow's pools are already parked by another SessionPoolParking in this process (its pools "
+          "are process-wide): use that one, or destroy it first");
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError("mall: out of memory");
+    }
     return absl::OkStatus();
   }
 
@@ -188,7 +205,8 @@ class SessionPoolParking {
   ~SessionPoolParking() {
     intra_op_parking_.resize(intra_op_parking_.max_threads());
     if (inter_op_parking_) inter_op_parking_->resize(inter_op_parking_->max_threads());
-    split_by_running_workers();
+    split_by_running_workers(&intra_op_parking_, true);
+    split_by_running_workers(inter_op_parking_.get(), false);
     inter_op_split_.reset();
     inter_op_parking_.reset();  // releases the parked workers first
     if (runner_session_) (void)runner_session_->Close();
@@ -240,18 +258,22 @@ class SessionPoolParking {
     }
     if (!*runner) return absl::InternalError("mall: TensorFlow gave the runner op no runner");
     // A runner that runs closures on the caller (inter_op_parallelism_threads < 0) is no pool.
-    std::mutex mutex;
-    std::condition_variable ran;
-    pid_t runner_tid = 0;
-    (*runner)([&] {
-      std::lock_guard lock(mutex);
-      runner_tid = static_cast<pid_t>(syscall(SYS_gettid));
-      ran.notify_all();
+    // (The closure's state is shared: it may run after a timed-out wait has returned.)
+    struct Ran {
+      std::mutex mutex;
+      std::condition_variable done;
+      pid_t tid = 0;
+    };
+    auto ran = std::make_shared<Ran>();
+    (*runner)([ran] {
+      std::lock_guard lock(ran->mutex);
+      ran->tid = static_cast<pid_t>(syscall(SYS_gettid));
+      ran->done.notify_all();
     });
-    std::unique_lock lock(mutex);
-    if (!ran.wait_for(lock, std::chrono::seconds(5), [&] { return runner_tid != 0; }))
+    std::unique_lock lock(ran->mutex);
+    if (!ran->done.wait_for(lock, std::chrono::seconds(5), [&] { return ran->tid != 0; }))
       return absl::DeadlineExceededError("mall: TensorFlow's inter-op pool ran no closure in 5 s");
-    if (runner_tid == static_cast<pid_t>(syscall(SYS_gettid)))
+    if (ran->tid == static_cast<pid_t>(syscall(SYS_gettid)))
       return absl::FailedPreconditionError(
           "mall: TensorFlow runs ops on the caller's thread (inter_op_parallelism_threads < 0): there is no inter-op "
           "pool to park; pass inter_op_threads < 0");
@@ -283,12 +305,14 @@ class SessionPoolParking {
   // nested regions). Setting it to the running intra-op count on each of them makes a kernel cut
   // as many pieces as there are running workers, and run inline at one, as a pool made that small
   // would. Runs at each resize (in mall_step(), between Runs: no kernel in flight).
-  void split_by_running_workers() {
+  // After the intra-op pool's resize: the stepping thread and its running workers; after the
+  // inter-op pool's (the glue resizes it second, also when its count did not change): its running
+  // workers, the released ones included. One rendezvous per pool per change.
+  void split_by_running_workers(PoolParking* pool, bool and_this_thread) {
     const int parallelism = intra_op_parking_.active_threads();
     const auto set = [parallelism] { tensorflow::SetPerThreadMaxParallelism(parallelism); };
-    set();  // the stepping thread
-    intra_op_parking_.run_on_each_running_worker(set);
-    if (inter_op_parking_) inter_op_parking_->run_on_each_running_worker(set);
+    if (and_this_thread) set();
+    if (pool != nullptr) pool->run_on_each_running_worker(set);
   }
 
   SessionPoolParking(Eigen::ThreadPoolInterface& intra_op, std::unique_ptr<tensorflow::Session> runner_session,
@@ -309,9 +333,11 @@ class SessionPoolParking {
   std::unique_ptr<RunnerPool> inter_op_pool_;  // declared before its parking: outlives it
   PoolParking intra_op_parking_;
   std::unique_ptr<PoolParking> inter_op_parking_;
-  ParkingThatSplits intra_op_split_{intra_op_parking_, [this] { split_by_running_workers(); }};
+  ParkingThatSplits intra_op_split_{intra_op_parking_,
+                                    [this] { split_by_running_workers(&intra_op_parking_, true); }};
   std::unique_ptr<ParkingThatSplits> inter_op_split_ =
-      inter_op_parking_ ? std::make_unique<ParkingThatSplits>(*inter_op_parking_, [this] { split_by_running_workers(); })
+      inter_op_parking_ ? std::make_unique<ParkingThatSplits>(
+                              *inter_op_parking_, [this] { split_by_running_workers(inter_op_parking_.get(), false); })
                         : nullptr;
 };
 
