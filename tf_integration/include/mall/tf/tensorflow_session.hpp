@@ -68,6 +68,7 @@
 #include <mall/mall.h>
 #include <mall/tf/mall_pool_glue.hpp>
 #include <mall/tf/pool_parking.hpp>
+#include <mall/tf/runner_pool.hpp>
 
 #include "tensorflow/core/common_runtime/device.h"
 #include "tensorflow/core/common_runtime/device_mgr.h"
@@ -84,8 +85,6 @@
 namespace mall::tf {
 
 namespace detail {
-
-using InterOpRunner = std::function<void(std::function<void()>)>;
 
 // The runner the last MallInterOpRunner kernel saw (it schedules onto the Run's inter-op pool).
 struct InterOpRunnerCapture {
@@ -130,24 +129,6 @@ inline void register_inter_op_runner_op() {
 
 }  // namespace detail
 
-// TensorFlow's inter-op pool as an Eigen::ThreadPoolInterface, through a runner TensorFlow gave an
-// op: Schedule() runs the closure on that pool. The runner does not tell the pool's size or which
-// thread is a worker, so the size is the caller's (TensorFlow's inter_op_parallelism_threads) and
-// CurrentThreadId() says -1.
-class RunnerPool : public Eigen::ThreadPoolInterface {
- public:
-  RunnerPool(detail::InterOpRunner runner, int threads) : runner_(std::move(runner)), threads_(std::max(1, threads)) {}
-  void Schedule(std::function<void()> fn) override { runner_(std::move(fn)); }
-  void ScheduleWithHint(std::function<void()> fn, int, int) override { runner_(std::move(fn)); }
-  void Cancel() override {}
-  int NumThreads() const override { return threads_; }
-  int CurrentThreadId() const override { return -1; }
-
- private:
-  detail::InterOpRunner runner_;
-  int threads_;
-};
-
 class SessionPoolParking {
  public:
   // Finds session's pools and puts a PoolParking on each (every worker running until attached).
@@ -176,7 +157,7 @@ class SessionPoolParking {
     std::unique_ptr<RunnerPool> inter_op;
     std::unique_ptr<tensorflow::Session> runner_session;
     if (inter_op_threads >= 0) {
-      detail::InterOpRunner runner;
+      InterOpRunner runner;
       status = capture_inter_op_runner(inter_op_threads, &runner_session, &runner);
       if (!status.ok()) return status;
       // TensorFlow's default inter-op size is the cpus the process may use (a guess the census
@@ -232,7 +213,7 @@ class SessionPoolParking {
   // (it schedules onto the process-wide inter-op pool), after checking that it does not run
   // closures inline on the caller.
   static absl::Status capture_inter_op_runner(int inter_op_threads, std::unique_ptr<tensorflow::Session>* session,
-                                              detail::InterOpRunner* runner) {
+                                              InterOpRunner* runner) {
     detail::register_inter_op_runner_op();
     tensorflow::SessionOptions options;
     options.config.set_inter_op_parallelism_threads(std::max(0, inter_op_threads));
