@@ -183,12 +183,20 @@ class Bench:
                 self.malld.kill()
                 self.malld.wait()
         self.malld = None
+        # The cgroup parent, and any job folder malld kept: a job whose processes were still ending
+        # when malld stopped keeps its folder (malld keeps it for a restart to re-adopt); once its
+        # processes are gone the folder is empty. Retried for a few seconds while they finish.
+        deadline = time.monotonic() + 5
         for path in (f"/sys/fs/cgroup/cpuset/{self.cgroup_parent}", f"/sys/fs/cgroup/{self.cgroup_parent}"):
-            if os.path.isdir(path):  # cgroup v1's cpuset tree, or the v2 tree
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
+            while os.path.isdir(path):  # cgroup v1's cpuset tree, or the v2 tree
+                for folder, subfolders, _files in os.walk(path, topdown=False):
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        pass
+                if not os.path.isdir(path) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
 
     def mallctl_status(self, sock: str) -> dict | None:
         result = subprocess.run([os.path.join(self.bin, "mallctl"), "--socket", sock, "status", "--json"],
