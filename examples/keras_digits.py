@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""keras_digits.py — a small real Keras training (TensorFlow backend, eager), for measuring how Keras jobs share a node.
+"""keras_digits.py — a small real Keras training (TensorFlow backend), malleable with mall's callback.
 
 Trains a seeded MLP (64-H-10, ReLU, softmax cross-entropy, plain SGD) with model.fit on the 1797
 8x8 handwritten digits that Debian's python3-sklearn ships (examples/digits_data.hpp's
 kDefaultDigits, read with numpy; sklearn is not imported), a seeded 1437/360 train/test split like
-the C++ examples. It does not use mall and cannot: TensorFlow's Python runtime sizes its
-intra-op and inter-op thread pools once, when its eager context starts (by default to the cpus
-of the process's affinity mask at that moment), and tf.config.threading's setters raise
-RuntimeError afterwards. Started under `mallrun --malleable=MIN:MAX` it is confined to the cores
-malld gives it before it runs, so its pools are sized to those cores; later changes of its cores
-move its threads but never change the pool sizes.
+the C++ examples. Launched under malld (mallrun, or the Slurm plugin: MALL_SOCKET or MALL_JOB_ID
+set), model.fit gets mall.keras.Malleable(): at each batch end TensorFlow's own intra-op and
+inter-op pools park or release workers to the job's allocation (unpatched TensorFlow: mall's op
+library parks workers inside TensorFlow's pools). TensorFlow makes its pools once, at its first
+op: mall.tensorflow.size_pools() makes them as large as the job may grow ($MALL_MAX, else the
+online cpus) before that. --no-mall trains as a plain Keras program (the baseline).
 
 Run from a checkout with the project's venv (launch_scripts/install-deps.sh makes it):
   .venv/bin/python examples/keras_digits.py [--steps N] [--batch B] [--hidden H] [--lr X]
@@ -17,6 +17,9 @@ Run from a checkout with the project's venv (launch_scripts/install-deps.sh make
 
 Output (stdout, line-buffered; launch_scripts/bench-keras.sh parses the fit and done lines):
   start pid P cpus LIST                           the affinity mask when TensorFlow's pools are made
+  step N loss X threads T cpus LIST               every --print-every steps (T: running intra-op workers)
+  resize step N threads A -> B cpus LIST          with --log-changes, each allocation applied, then
+  parked step N tids T1,T2|-                      the pools' workers parked now
   ready                                           with --go-file, after the warm-up
   fit start T0 end T1                             wall-clock (time.time()) bounds of the timed fit
   done steps N seconds S images_per_s R intra_op T inter_op U threads K
@@ -70,6 +73,12 @@ def parse_args():
     parser.add_argument("--go-file", default=None, metavar="PATH",
                         help="after the warm-up, print 'ready' and wait until PATH exists before the "
                              "timed fit (lets copies run at once start their timed fits together)")
+    parser.add_argument("--print-every", type=int, default=0,
+                        help="print the loss every K steps of the timed fit (0: never), default %(default)s")
+    parser.add_argument("--log-changes", action="store_true",
+                        help="print a line for each allocation applied (under malld)")
+    parser.add_argument("--no-mall", action="store_true",
+                        help="plain Keras, even under malld (the baseline)")
     parser.add_argument("--data", default=default_digits_path(),
                         help="sklearn's digits.csv.gz (default: %(default)s, from python3-sklearn)")
     args = parser.parse_args()
@@ -126,8 +135,16 @@ def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
     train_x, train_y, test_x, test_y = load_digits(args.data, args.seed)
 
+    under_malld = bool(os.environ.get("MALL_SOCKET") or os.environ.get("MALL_JOB_ID")) and not args.no_mall
     import tensorflow as tf
     import keras
+    callbacks = []
+    if under_malld:
+        import mall.keras
+        import mall.tensorflow
+        mall.tensorflow.size_pools()  # before TensorFlow's first op: pools as large as the job may grow
+        malleable = mall.keras.Malleable()
+        callbacks.append(malleable)
 
     # TensorFlow makes its pools with the first op below, from this affinity mask.
     print(f"start pid {os.getpid()} cpus {cpu_list(os.sched_getaffinity(0))}")
@@ -152,8 +169,35 @@ def main() -> int:
         print("ready")
         while not os.path.exists(args.go_file):
             time.sleep(0.01)
+    class Report(keras.callbacks.Callback):
+        """The step lines, and the change lines under malld (after mall's callback ran)."""
+
+        def __init__(self):
+            super().__init__()
+            self.step = 0
+            self.changes = 0
+            self.threads = mall.tensorflow.threads().intra if under_malld else 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+            if under_malld and malleable.changes != self.changes:
+                self.changes = malleable.changes
+                if args.log_changes:
+                    pools = mall.tensorflow.threads()
+                    allocation = malleable.client.allocation
+                    print(f"resize step {self.step} threads {self.threads} -> {pools.intra} cpus {allocation.text}")
+                    self.threads = pools.intra
+                    parked = pools.intra_parked + pools.inter_parked
+                    print(f"parked step {self.step} tids {','.join(map(str, parked)) or '-'}")
+            if args.print_every and (self.step % args.print_every == 0 or self.step == 1):
+                running = mall.tensorflow.threads().intra if under_malld else os.cpu_count()
+                print(f"step {self.step} loss {float(logs['loss']):.6f} threads {running} "
+                      f"cpus {cpu_list(os.sched_getaffinity(0))}")
+
+    callbacks.append(Report())
     start = time.time()
-    history = model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0)
+    history = model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0,
+                        callbacks=callbacks)
     end = time.time()
     seconds = end - start
 

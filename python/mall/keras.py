@@ -1,0 +1,41 @@
+"""mall.keras — a Keras callback that makes model.fit follow the job's mall allocation.
+
+    model.fit(x, y, callbacks=[mall.keras.Malleable()])
+
+At the end of each training batch it calls the step of mall.tensorflow.Malleable: when malld
+changed the job's allocation, TensorFlow's own intra-op and inter-op pools park or release workers
+to the new thread count (and every thread is pinned to the new cpus) before malld gets the ack;
+otherwise it costs one ctypes call. client=None opens a mall.Client the usual way ($MALL_SOCKET,
+$MALL_JOB_ID, as mallrun and the Slurm plugin set them) with required=False: without malld it
+prints one warning and training runs on, unchanged. Keras and TensorFlow are imported only when
+this module is.
+"""
+
+from __future__ import annotations
+
+from tensorflow import keras
+
+from . import Client
+from . import tensorflow as mall_tensorflow
+
+__all__ = ["Malleable"]
+
+
+class Malleable(keras.callbacks.Callback):
+    """Follows the allocation at every batch end of fit(). `changes` counts the allocations
+    applied, `threads` is the running intra-op count after the last one."""
+
+    def __init__(self, client: Client | None = None):
+        super().__init__()
+        self._own_client = client is None
+        self.client = client if client is not None else Client(required=False)
+        self._malleable = mall_tensorflow.Malleable(self.client)
+        self.changes = 0
+
+    @property
+    def threads(self) -> int:
+        return self._malleable.threads
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._malleable.step() is not None:
+            self.changes += 1

@@ -1,0 +1,173 @@
+"""mall.tensorflow — TensorFlow's own thread pools follow the job's mall allocation (park, don't
+replace), for custom training loops (tf.function or eager); mall.keras wraps it for model.fit.
+
+TensorFlow has no API to resize its pools once made. mall loads a small op library into the
+unpatched TensorFlow (libmall_tf_ops.so, built against the pinned wheel) whose op parks workers of
+TensorFlow's intra-op and inter-op pools inside tasks that block until released: parked workers
+sleep, the others steal their work. Unparked, the pools are TensorFlow's as they were. TensorFlow's
+per-thread split (how many pieces Shard() and Eigen cut a kernel into) follows the running count.
+
+    client = mall.Client(required=False)          # MALL_SOCKET / MALL_JOB_ID, as mallrun sets
+    malleable = mall.tensorflow.Malleable(client)
+    for batch in dataset:
+        malleable.step()                          # parks/releases workers when malld changed it
+        train_step(batch)                         # a tf.function
+
+Contract: Malleable.step() is one ctypes call when nothing changed. On a change, before malld gets
+the ack, both pools run allocation.threads workers (at least one each; never more than TensorFlow
+made) and every thread of the process is pinned to the allocation's cpus. threads() reports the
+pools. TensorFlow is imported only by these functions (importing mall alone never imports it).
+Call them from Python, between steps, not from inside a tf.function. Everything parked is released
+at process exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import Allocation, Client, MallError, pin_process_threads
+from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
+
+__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "op_library_path"]
+
+_LIBRARY_NAME = "libmall_tf_ops.so"
+_VERSION_SUFFIX = ".tensorflow-version"
+_ops = None
+
+
+@dataclass(frozen=True)
+class Threads:
+    """TensorFlow's pools as mall sees them: running workers and pool sizes, and the Linux thread
+    ids of each pool's workers and of those parked now (for checks in /proc)."""
+
+    intra: int
+    intra_size: int
+    inter: int
+    inter_size: int
+    intra_workers: tuple[int, ...] = ()
+    intra_parked: tuple[int, ...] = ()
+    inter_workers: tuple[int, ...] = ()
+    inter_parked: tuple[int, ...] = ()
+
+
+def op_library_path() -> str:
+    """Where libmall_tf_ops.so is: $MALL_TF_OPS_LIBRARY, beside this package (installed), or the
+    source checkout's build/lib. Raises MallError naming every place looked at."""
+    candidates = []
+    if os.environ.get("MALL_TF_OPS_LIBRARY"):
+        candidates.append(Path(os.environ["MALL_TF_OPS_LIBRARY"]))
+    package_dir = Path(__file__).resolve().parent
+    candidates.append(package_dir / _LIBRARY_NAME)
+    candidates.append(package_dir.parent.parent / "build" / "lib" / _LIBRARY_NAME)
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    raise MallError(MALL_ERR_SYSTEM, "mall.tensorflow: no " + _LIBRARY_NAME + " (looked at " +
+                    ", ".join(map(str, candidates)) + "); build mall with TensorFlow "
+                    "(launch_scripts/install-deps.sh, then cmake -DMALL_WITH_TENSORFLOW=ON) or set "
+                    "MALL_TF_OPS_LIBRARY")
+
+
+def _load():
+    global _ops
+    if _ops is not None:
+        return _ops
+    import tensorflow as tf  # only here: `import mall` never imports TensorFlow
+
+    path = op_library_path()
+    version_file = Path(path[: -len(".so")] + _VERSION_SUFFIX)
+    try:
+        built_for = version_file.read_text().strip()
+    except OSError:
+        built_for = ""
+    if built_for and built_for != tf.__version__:
+        raise MallError(MALL_ERR_VERSION,
+                        f"mall.tensorflow: {path} was built for TensorFlow {built_for}, this process "
+                        f"runs TensorFlow {tf.__version__}: rebuild mall against this TensorFlow "
+                        f"(cmake -DMALL_TENSORFLOW_PYTHON=<its python>), or install TensorFlow {built_for}")
+    _ops = tf.load_op_library(path)
+    return _ops
+
+
+def _inter_pool_size() -> int:
+    """The inter-op pool's size as TensorFlow made it (its config, else the usable cpus)."""
+    import tensorflow as tf
+
+    configured = tf.config.threading.get_inter_op_parallelism_threads()
+    return configured if configured > 0 else max(1, len(os.sched_getaffinity(0)))
+
+
+def _call(intra: int, inter: int) -> Threads:
+    ops = _load()
+    counts, intra_workers, intra_parked, inter_workers, inter_parked = ops.mall_pool_threads(
+        intra=intra, inter=inter, inter_pool_size=_inter_pool_size())
+    c = [int(v) for v in counts.numpy()]
+    as_tuple = lambda t: tuple(int(v) for v in t.numpy())  # noqa: E731
+    return Threads(c[0], c[1], c[2], c[3], as_tuple(intra_workers), as_tuple(intra_parked),
+                   as_tuple(inter_workers), as_tuple(inter_parked))
+
+
+def size_pools(threads: int | None = None) -> int:
+    """Makes TensorFlow create its intra-op and inter-op pools with `threads` workers each (default:
+    $MALL_MAX, the most the job may grow to, else the online cpus), so that mall can later release
+    workers up to that many: TensorFlow sizes its pools once, at its first op, from the cpus it may
+    use then (a malleable job often starts small). Must run before TensorFlow's first op; later it
+    only warns (once, on stderr) and the job can grow to the pools TensorFlow made. Returns the
+    count asked for."""
+    import tensorflow as tf
+
+    if threads is None:
+        from_env = os.environ.get("MALL_MAX", "")
+        threads = int(from_env) if from_env.isdigit() and int(from_env) > 0 else (os.cpu_count() or 1)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError as exc:
+        print(f"mall.tensorflow: TensorFlow made its pools before size_pools() ({exc}); the job "
+              f"grows to {tf.config.threading.get_intra_op_parallelism_threads() or 'the cpus it had then'} "
+              "threads at most: call mall.tensorflow.size_pools() before the first op", file=sys.stderr)
+    return threads
+
+
+def threads() -> Threads:
+    """TensorFlow's pools now (running and total workers of each, their thread ids)."""
+    return _call(0, 0)
+
+
+def set_threads(count: int) -> Threads:
+    """Leaves `count` workers of each pool running (clamped to 1..its size) and parks the rest;
+    returns once they are parked."""
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"set_threads needs a count >= 1, not {count!r}")
+    return _call(count, count)
+
+
+class Malleable:
+    """Follows `client`'s allocation with TensorFlow's own pools. `threads` is the running
+    intra-op count after the last change, `allocation` the last applied Allocation (None before
+    the first)."""
+
+    def __init__(self, client: Client, *, repin: bool = True):
+        self._client = client
+        self._repin = repin
+        self.allocation: Allocation | None = None
+        self.threads = threads().intra
+        client.on_resize(self._resize)
+
+    def step(self) -> int | None:
+        """Call once per training step. Returns the new running count when the allocation
+        changed, None when it did not."""
+        if not self._client.step():
+            return None
+        return self.threads
+
+    def _resize(self, allocation: Allocation) -> None:
+        # Runs inside mall_step(), on the training thread, before the ack: pin first (a shrinking
+        # job leaves the cpus it loses), then park or release.
+        if self._repin and allocation.cpus:
+            pin_process_threads(allocation.cpus)
+        self.threads = set_threads(max(1, allocation.threads)).intra
+        self.allocation = allocation
