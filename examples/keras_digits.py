@@ -140,8 +140,14 @@ def main() -> int:
     import keras
     callbacks = []
     if under_malld:
-        import mall.keras
-        import mall.tensorflow
+        try:
+            import mall.keras
+            import mall.tensorflow
+        except ImportError as exc:  # mall's Python package is not on the path
+            print(f"keras_digits.py: warning: not malleable, mall's Python package cannot be imported "
+                  f"({exc}): install mall, or set PYTHONPATH=<repo>/python", file=sys.stderr)
+            under_malld = False
+    if under_malld:
         mall.tensorflow.size_pools()  # before TensorFlow's first op: pools as large as the job may grow
         malleable = mall.keras.Malleable()
         callbacks.append(malleable)
