@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# bench-keras.sh — what mall gives Python Keras jobs (TensorFlow, eager) that share a node: runs J
-# copies of examples/keras_digits.py at once, two ways, one after the other, and prints each copy's
-# training rate, the total throughput, the threads per core and the ratio:
-#   default  every copy as TensorFlow starts it by default: it sees the whole node and sizes its
-#            intra-op and inter-op pools to all the cpus
-#   mall     every copy under a private malld (mallrun --malleable=1:NCPU, policy equal): malld
-#            confines it to its cores before it runs, so TensorFlow sizes its pools to them. Keras
-#            cannot resize its pools afterwards (tf.config.threading's setters raise once the
-#            runtime exists), so this is confinement at start, not malleability. The copies
-#            register within milliseconds of each other and TensorFlow makes its pools seconds
-#            later (after its import), so each sees only its own share; its start line says so.
-# Last line: "mall_vs_default=X.XX" (total images/s under mall over that of default). A benchmark,
-# not a test: figures vary with the machine's load. Everything it starts (malld, copies, cgroups,
+# bench-keras.sh — what mall gives Python Keras jobs (TensorFlow) that share a node: runs J copies
+# of examples/keras_digits.py at once, three ways, one after the other, and prints each copy's
+# training rate, the total throughput, the threads per core and the ratios:
+#   default   every copy as TensorFlow starts it by default: it sees the whole node and sizes its
+#             intra-op and inter-op pools to all the cpus (oversubscription)
+#   confined  every copy under a private malld (mallrun --malleable=1:NCPU, policy equal), plain
+#             Keras (--no-mall): malld confines it to its cores before it runs, so TensorFlow sizes
+#             its pools to them and keeps them (confinement at start, not malleability)
+#   mall      the same with mall's Keras callback (mall.keras.Malleable): TensorFlow's pools are
+#             made as large as the node and parked to the job's share, released when it grows
+# Last line: "mall_vs_default=X.XX mall_vs_confined=Y.YY" (total images/s). A benchmark, not a
+# test: figures vary with the machine's load. Everything it starts (malld, copies, cgroups,
 # temp folder) is removed at exit.
 set -euo pipefail
 
@@ -26,18 +25,21 @@ repeat=1
 
 usage() {
   cat <<EOF
-bench-keras.sh — co-located Keras (TensorFlow, eager) trainings: TensorFlow's defaults vs
-confinement at start by mall
+bench-keras.sh — co-located Keras trainings: TensorFlow's defaults, confinement at start, and
+mall's callback
 
 Usage: launch_scripts/bench-keras.sh [--steps N] [--batch B] [--hidden H] [--jobs J] [--repeat R]
 
 Runs J copies of examples/keras_digits.py (a 64-H-10 MLP trained with model.fit on sklearn's
-digits) at once, two ways:
-  default  each copy sees the whole node; TensorFlow sizes its pools to every cpu
-  mall     each copy runs as
-             mallrun --socket S --malleable=1:NCPU --job kerasI -- python examples/keras_digits.py ...
-           under a private malld (policy equal), which confines it to its share of the cores
-           before it starts; TensorFlow sizes its pools to that share and keeps them fixed
+digits) at once, three ways:
+  default   each copy sees the whole node; TensorFlow sizes its pools to every cpu
+  confined  each copy runs as
+              mallrun --socket S --malleable=1:NCPU --job kerasI -- python examples/keras_digits.py --no-mall
+            under a private malld (policy equal), which confines it to its share of the cores
+            before it starts; TensorFlow sizes its pools to that share and keeps them fixed
+  mall      the same without --no-mall: mall's Keras callback parks TensorFlow's own pools (made
+            as large as the node) to the copy's share at each batch end, and releases them when
+            it grows (when the other copy ends)
 
 Options:
   --steps N    timed training steps per copy (default $steps), after 20 untimed warm-up steps;
@@ -46,7 +48,7 @@ Options:
   --batch B    images per step (default $batch)
   --hidden H   hidden units (default $hidden)
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
-  --repeat R   run the two ways R times, alternating, and report medians (default $repeat)
+  --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
   -h, --help   this text
 
 Environment:
@@ -98,15 +100,19 @@ if [ ! -x "$python" ] || ! "$python" -c 'import importlib.util as u, sys; sys.ex
   exit 1
 fi
 
-for program in malld mallrun mallctl; do
-  if [ ! -x "$build/bin/$program" ]; then
+for program in bin/malld bin/mallrun bin/mallctl lib/libmall_tf_ops.so; do
+  if [ ! -e "$build/$program" ]; then
     echo "bench-keras.sh: building ($build)"
     [ -f "$build/build.ninja" ] || cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    ninja -C "$build" -j2 malld mallrun mallctl >/dev/null
+    ninja -C "$build" -j2 malld mallrun mallctl mall_tf_ops >/dev/null ||
+      { echo "bench-keras.sh: the build failed (mall_tf_ops needs TensorFlow: launch_scripts/install-deps.sh)" >&2; exit 1; }
     break
   fi
 done
 bin=$build/bin
+# mall's Python package and libraries from this checkout and build, for the mall way's callback.
+export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH} MALL_LIBRARY=$build/lib/libmall.so.0 \
+       MALL_TF_OPS_LIBRARY=$build/lib/libmall_tf_ops.so
 
 tmp=$(mktemp -d /tmp/mall-bench-keras.XXXXXX)
 malld_pid=
@@ -222,6 +228,7 @@ run_copies() {
 
 command=()
 default_command() { command=("${train[@]}"); }
+confined_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}" --no-mall); }
 mall_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}"); }
 
 backend=affinity
@@ -242,7 +249,7 @@ echo "bench-keras.sh: $jobs copies of keras_digits.py ($steps steps of $batch im
   "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status")"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
-  for way in default mall; do
+  for way in default confined mall; do
     echo "  round $round $way:"
     run_copies "${way}_command"
     cat "$tmp/copies"
@@ -254,7 +261,8 @@ done
 
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 default=$(median "${results[default]}")
+confined=$(median "${results[confined]}")
 mall=$(median "${results[mall]}")
 printf '\n%-10s %14s\n' way "images/s (median)"
-printf '%-10s %14.1f\n' default "$default" mall "$mall"
-awk -v m="$mall" -v d="$default" 'BEGIN {printf "mall_vs_default=%.2f\n", m / d}'
+printf '%-10s %14.1f\n' default "$default" confined "$confined" mall "$mall"
+awk -v m="$mall" -v d="$default" -v c="$confined" 'BEGIN {printf "mall_vs_default=%.2f mall_vs_confined=%.2f\n", m / d, m / c}'
