@@ -49,7 +49,7 @@ TEST_P(KerasExample, FitFollowsMallctlSetOnTensorFlowsOwnPools) {
                                                           false, 250s});
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
     const Curve reference = parse_curve(split_lines(plain.out));
-    ASSERT_GE(reference.loss_at_step.size(), 30u) << plain.out;
+    ASSERT_GE(reference.loss_at_step.size(), 20u) << plain.out;  // steps 1, 500, ..., 10000
 
     MalldOptions options;
     options.backend = GetParam();
