@@ -174,6 +174,12 @@ void report_threads(mall::tf::SessionPoolParking *parking) {
         }
     }
     roles[getpid()] = "main";
+    if (parking != nullptr)
+        std::printf("parking intra-op parks %llu loans %llu inter-op parks %llu loans %llu\n",
+                    static_cast<unsigned long long>(parking->intra_op_parking().parks()),
+                    static_cast<unsigned long long>(parking->intra_op_parking().loans()),
+                    static_cast<unsigned long long>(parking->inter_op_parking() ? parking->inter_op_parking()->parks() : 0),
+                    static_cast<unsigned long long>(parking->inter_op_parking() ? parking->inter_op_parking()->loans() : 0));
     DIR *dir = opendir("/proc/self/task");
     if (dir == nullptr) return;
     std::vector<pid_t> tids;

@@ -30,6 +30,9 @@ out=$(watchdog_run 300 "$build/bin/mall_train_tf" \
         --threads 1 --max-threads 2 --steps 60 --batch 256 --hidden 512 --print-every 0 --report-pool) || fail "mall_train_tf exited $?: $out"
 echo "$out"
 grep -q '^done steps 60 ' <<<"$out" || fail "no done line"
+# One worker of each pool parked once, and never lent back: nothing was stuck, so the stall guard
+# had no reason to (a loan here would be a false alarm, running a parked worker).
+grep -qx 'parking intra-op parks 1 loans 0 inter-op parks 1 loans 0' <<<"$out" || fail "parks or loans: $(grep '^parking' <<<"$out")"
 for pool in intra inter; do
   [ "$(grep -Ec "role tf-$pool-op\[[0-9]+\] parked yes " <<<"$out")" -eq 1 ] || fail "not exactly one $pool-op worker parked"
   [ "$(grep -Ec "role tf-$pool-op\[[0-9]+\] parked no " <<<"$out")" -eq 1 ] || fail "not exactly one $pool-op worker running"

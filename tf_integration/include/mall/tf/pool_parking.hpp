@@ -16,9 +16,10 @@
 //    active worker: its children may sit in the queue of the blocked worker, where no active worker
 //    is free to take them. A stall guard (one thread per PoolParking, asleep while nothing is
 //    parked) schedules a tiny probe task every `stall_after`; a probe that no worker took for a
-//    whole period while no running worker is on a cpu (/proc state R) means the pool is stuck, so
-//    one parked worker is lent back until a probe runs again, then re-parked. (A busy pool whose
-//    workers are on their cpus gets no loan: they take the probe when their own queues are done.) Where the framework re-reads a thread count (Eigen's ThreadPoolDevice
+//    whole period while no running worker is on a cpu (/proc state R) and they used under 5% of a
+//    cpu meanwhile (schedstat) means the pool is stuck, so one parked worker is lent back until a
+//    probe runs again, then re-parked. (A busy pool gets no loan: its workers take the probe when
+//    their own queues are done.) Where the framework re-reads a thread count (Eigen's ThreadPoolDevice
 //    built with active_threads() each step) a one-worker region runs inline and never stalls.
 // 3. Process exit with workers parked: every PoolParking's state is registered with an atexit
 //    handler that releases all parkers (a static pool's destructor joins its workers), and the
@@ -95,6 +96,7 @@ struct ParkingState {
   bool guard_running = false;  // the stall guard (a detached thread) has not left its loop yet
   const void* pool = nullptr;  // the pool it controls: one PoolParking per pool (the registry checks)
   std::chrono::steady_clock::time_point probe_sent{};  // when the pending probe was scheduled
+  uint64_t probe_sent_cpu_ns = 0;  // the running workers' cpu time then (UINT64_MAX: unknown)
   std::chrono::steady_clock::time_point lent_since{};  // when the guard first lent a worker
   uint64_t parks = 0;     // parkers that blocked a worker, since the start
   uint64_t loans = 0;     // times the stall guard lent a parked worker back
@@ -405,7 +407,7 @@ class PoolParking : public ResizablePool {
         const bool untaken_for_a_period = now - state_->probe_sent >= options_.stall_after;
         const bool parkers_settled = state_->parked >= state_->parked_target() && state_->parked > 0;
         if (untaken_for_a_period && parkers_settled && state_->lent < state_->wanted_parked &&
-            !a_running_worker_is_on_cpu()) {
+            running_workers_stalled(now)) {
           if (state_->lent == 0) state_->lent_since = now;
           ++state_->lent;
           ++state_->loans;
@@ -435,12 +437,52 @@ class PoolParking : public ResizablePool {
   void send_probe(std::unique_lock<std::mutex>& lock) {
     state_->probe_pending.store(true, std::memory_order_release);
     state_->probe_sent = std::chrono::steady_clock::now();
+    state_->probe_sent_cpu_ns = running_workers_cpu_ns();
     ++state_->scheduling;
     lock.unlock();
     pool_.Schedule([state = state_] { state->probe_pending.store(false, std::memory_order_release); });
     lock.lock();
     --state_->scheduling;
     state_->changed.notify_all();
+  }
+
+  // Stuck, not busy: no running worker is runnable now (state R) AND together they ran under 5%
+  // of a cpu since the probe was sent (a worker that waits for other work but goes on with its
+  // own, as a TensorFlow inter-op worker waiting for intra-op shards does, keeps using cpu).
+  // Anything unknown (a census cut short, an unreadable /proc file) counts as progress: the
+  // guard never lends on a guess. Called by the guard with the state's lock held.
+  bool running_workers_stalled(std::chrono::steady_clock::time_point now) const {
+    if (a_running_worker_is_on_cpu()) return false;
+    const uint64_t cpu_now = running_workers_cpu_ns();
+    if (cpu_now == UINT64_MAX || state_->probe_sent_cpu_ns == UINT64_MAX || cpu_now < state_->probe_sent_cpu_ns)
+      return false;
+    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(now - state_->probe_sent).count();
+    return (cpu_now - state_->probe_sent_cpu_ns) * 20 < static_cast<uint64_t>(waited);
+  }
+
+  // The cpu time (ns, /proc/self/task/TID/schedstat) the workers not parked have used so far;
+  // UINT64_MAX when it cannot be known. Called with the state's lock held.
+  uint64_t running_workers_cpu_ns() const {
+    std::lock_guard workers_lock(workers_mutex_);
+    if (static_cast<int>(worker_tids_.size()) < state_->pool_threads) return UINT64_MAX;
+    const auto& parked = state_->parked_tids;
+    uint64_t total = 0;
+    for (pid_t tid : worker_tids_) {
+      if (std::find(parked.begin(), parked.end(), tid) != parked.end()) continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+      std::FILE* file = std::fopen(path, "re");
+      if (file == nullptr) {
+        if (errno == ENOENT) continue;  // the thread is gone
+        return UINT64_MAX;
+      }
+      unsigned long long ns = 0;
+      const int read = std::fscanf(file, "%llu", &ns);
+      std::fclose(file);
+      if (read != 1) return UINT64_MAX;
+      total += ns;
+    }
+    return total;
   }
 
   // Whether a worker that is not parked is runnable (state R in /proc): the pool is progressing.
