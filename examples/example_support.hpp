@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,13 @@ private:
 };
 
 // Linux list text ("0-1,4") of a cpu set; "" when it is empty.
+// Thread ids as "t1,t2" ("-" for none), for the "parked" log lines.
+inline std::string tid_list(const std::vector<pid_t> &tids) {
+    std::string text;
+    for (pid_t tid : tids) text += (text.empty() ? "" : ",") + std::to_string(tid);
+    return text.empty() ? "-" : text;
+}
+
 inline std::string cpu_list(const cpu_set_t &set) {
     std::string text;
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {

@@ -32,13 +32,6 @@ inline bool signal_control_requested() {
     return value != nullptr && *value != '\0' && std::string(value) != "0";
 }
 
-// Thread ids as "t1,t2" ("-" for none), for the "parked" log lines.
-inline std::string tid_list(const std::vector<pid_t> &tids) {
-    std::string text;
-    for (pid_t tid : tids) text += (text.empty() ? "" : ",") + std::to_string(tid);
-    return text.empty() ? "-" : text;
-}
-
 // The allocation's cpu list for a log line ("-" before the first allocation).
 inline const char *allocation_text(const mall_alloc_t &alloc) { return alloc.cpus[0] != '\0' ? alloc.cpus : "-"; }
 

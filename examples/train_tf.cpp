@@ -207,9 +207,7 @@ std::string parked_tid_list(mall::tf::SessionPoolParking &parking) {
     std::vector<pid_t> tids = parking.intra_op_parking().parked_tids();
     if (parking.inter_op_parking() != nullptr)
         for (pid_t tid : parking.inter_op_parking()->parked_tids()) tids.push_back(tid);
-    std::string text;
-    for (pid_t tid : tids) text += (text.empty() ? "" : ",") + std::to_string(tid);
-    return text.empty() ? "-" : text;
+    return mall::examples::tid_list(tids);
 }
 
 std::string affinity_list() {

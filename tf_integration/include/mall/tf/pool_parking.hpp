@@ -223,7 +223,6 @@ class PoolParking : public ResizablePool {
     state_->pool = &pool;
     active_.store(state_->pool_threads, std::memory_order_release);
     if (!detail::ParkingRegistry::instance().add(state_)) {
-      state_->shut = true;  // nothing was parked or started: the destructor does not run
       throw std::invalid_argument("mall: another PoolParking already controls this pool");
     }
     learn_workers();
@@ -460,55 +459,57 @@ class PoolParking : public ResizablePool {
     return (cpu_now - state_->probe_sent_cpu_ns) * 20 < static_cast<uint64_t>(waited);
   }
 
-  // The cpu time (ns, /proc/self/task/TID/schedstat) the workers not parked have used so far;
-  // UINT64_MAX when it cannot be known. Called with the state's lock held.
-  uint64_t running_workers_cpu_ns() const {
+  // Calls read(file) on /proc/self/task/TID/<name> of each worker that is not parked, until it
+  // returns false; false when the workers are not all known (a census cut short) or a file cannot
+  // be opened for another reason than the thread being gone. Called with the state's lock held.
+  template <typename Read>
+  bool read_running_workers(const char* name, Read read) const {
     std::lock_guard workers_lock(workers_mutex_);
-    if (static_cast<int>(worker_tids_.size()) < state_->pool_threads) return UINT64_MAX;
+    if (static_cast<int>(worker_tids_.size()) < state_->pool_threads) return false;
     const auto& parked = state_->parked_tids;
-    uint64_t total = 0;
     for (pid_t tid : worker_tids_) {
       if (std::find(parked.begin(), parked.end(), tid) != parked.end()) continue;
       char path[64];
-      std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", static_cast<int>(tid), name);
       std::FILE* file = std::fopen(path, "re");
       if (file == nullptr) {
         if (errno == ENOENT) continue;  // the thread is gone
-        return UINT64_MAX;
+        return false;
       }
-      unsigned long long ns = 0;
-      const int read = std::fscanf(file, "%llu", &ns);
+      const bool go_on = read(file);
       std::fclose(file);
-      if (read != 1) return UINT64_MAX;
-      total += ns;
+      if (!go_on) break;
     }
-    return total;
+    return true;
+  }
+
+  // The cpu time (ns, schedstat) the workers not parked have used so far; UINT64_MAX when it
+  // cannot be known.
+  uint64_t running_workers_cpu_ns() const {
+    uint64_t total = 0;
+    bool readable = true;
+    const bool known = read_running_workers("schedstat", [&](std::FILE* file) {
+      unsigned long long ns = 0;
+      readable = std::fscanf(file, "%llu", &ns) == 1;
+      total += ns;
+      return readable;
+    });
+    return known && readable ? total : UINT64_MAX;
   }
 
   // Whether a worker that is not parked is runnable (state R in /proc): the pool is progressing.
-  // Unknown workers (the census was cut short) count as running, so they never cause a loan.
-  // Called by the guard with the state's lock held.
+  // Unknown workers count as running, so they never cause a loan.
   bool a_running_worker_is_on_cpu() const {
-    std::lock_guard workers_lock(workers_mutex_);
-    if (static_cast<int>(worker_tids_.size()) < state_->pool_threads) return true;
-    const auto& parked = state_->parked_tids;
-    for (pid_t tid : worker_tids_) {
-      if (std::find(parked.begin(), parked.end(), tid) != parked.end()) continue;
-      char path[64];
-      std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
-      std::FILE* file = std::fopen(path, "re");
-      if (file == nullptr) {
-        if (errno == ENOENT) continue;  // the thread is gone
-        return true;                    // cannot tell (EMFILE, ...): never lend on a guess
-      }
+    bool runnable = false;
+    const bool known = read_running_workers("stat", [&](std::FILE* file) {
       char text[512];
       const size_t length = std::fread(text, 1, sizeof text - 1, file);
-      std::fclose(file);
       text[length] = '\0';
       const char* close = std::strrchr(text, ')');  // the name may hold spaces and parentheses
-      if (close != nullptr && close[1] == ' ' && close[2] == 'R') return true;
-    }
-    return false;
+      runnable = close != nullptr && close[1] == ' ' && close[2] == 'R';
+      return !runnable;
+    });
+    return runnable || !known;
   }
 
   // Runs one task on each worker at once (each waits for the others), recording its thread.
