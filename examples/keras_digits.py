@@ -43,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ bann
 
 DEFAULT_DIGITS = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 TEST_SAMPLES = 360  # as the C++ examples (examples/digits_data.hpp, kTestSamples)
+MODELS = ("mlp", "conv", "gru")
 
 
 def default_digits_path() -> str:
@@ -67,6 +68,14 @@ def parse_args():
                         help="untimed steps run first (tracing, first allocations), default %(default)s")
     parser.add_argument("--batch", type=int, default=128, help="images per step, default %(default)s")
     parser.add_argument("--hidden", type=int, default=128, help="hidden units, default %(default)s")
+    parser.add_argument("--model", choices=MODELS, default="mlp",
+                        help="mlp: 64-H-10 dense; conv: Conv2D(H/8 filters, 3x3) on the 8x8 image, then "
+                             "dense; gru: a GRU of H units over the image's 8 rows (kernels that nest "
+                             "parallel regions), default %(default)s")
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="make TensorFlow's pools N workers each (what a user who fixes "
+                             "TensorFlow's threads gets: under malld they are pinned to the allocation "
+                             "but never more than N run); default: as large as the job may grow")
     parser.add_argument("--lr", type=float, default=0.5, help="SGD learning rate, default %(default)s")
     parser.add_argument("--seed", type=int, default=1,
                         help="seed of the split, the shuffling and the initial weights, default %(default)s")
@@ -82,6 +91,8 @@ def parse_args():
     parser.add_argument("--data", default=default_digits_path(),
                         help="sklearn's digits.csv.gz (default: %(default)s, from python3-sklearn)")
     args = parser.parse_args()
+    if args.threads < 0:
+        parser.error("--threads must be at least 1 (or 0: the default)")
     for name in ("steps", "batch", "hidden"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
@@ -130,36 +141,93 @@ def thread_names() -> collections.Counter:
     return names
 
 
+def build_model(kind: str, hidden: int, seed: int):
+    """The seeded model --model names, its logits unscaled (10 classes); input: 64 pixels."""
+    import keras
+    keras.utils.set_random_seed(seed)
+    if kind == "conv":
+        body = [keras.layers.Reshape((8, 8, 1)),
+                keras.layers.Conv2D(max(1, hidden // 8), 3, padding="same", activation="relu"),
+                keras.layers.Flatten()]
+    elif kind == "gru":
+        body = [keras.layers.Reshape((8, 8)), keras.layers.GRU(hidden)]
+    else:
+        body = [keras.layers.Dense(hidden, activation="relu")]
+    return keras.Sequential([keras.Input(shape=(64,)), *body, keras.layers.Dense(10)])
+
+
+def size_tensorflow_pools(threads: int, under_malld: bool) -> None:
+    """Before TensorFlow's first op: under malld, pools as large as the job may grow (or --threads);
+    a plain run with --threads fixes TensorFlow's pools the usual way."""
+    import tensorflow as tf
+    if under_malld:
+        import mall.tensorflow
+        mall.tensorflow.size_pools(threads or None)
+    elif threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+class ChangeLog:
+    """The resize and parked lines (--log-changes) and the running count for the step lines."""
+
+    def __init__(self, under_malld: bool, log_changes: bool):
+        self.under_malld = under_malld
+        self.log_changes = log_changes
+        self.threads = self.running() if under_malld else 0
+
+    def running(self) -> int:
+        if not self.under_malld:
+            return os.cpu_count() or 1
+        import mall.tensorflow
+        return mall.tensorflow.threads().intra
+
+    def changed(self, step: int, allocation_text: str) -> None:
+        """After an allocation was applied at `step`."""
+        if not self.log_changes:
+            return
+        import mall.tensorflow
+        pools = mall.tensorflow.threads()
+        print(f"resize step {step} threads {self.threads} -> {pools.intra} cpus {allocation_text}")
+        self.threads = pools.intra
+        parked = pools.intra_parked + pools.inter_parked
+        print(f"parked step {step} tids {','.join(map(str, parked)) or '-'}")
+
+    def step_line(self, step: int, loss: float) -> str:
+        return f"step {step} loss {loss:.6f} threads {self.running()} cpus {cpu_list(os.sched_getaffinity(0))}"
+
+
+def under_malld_or_warn(no_mall: bool, program: str) -> bool:
+    """Launched under malld (mallrun, the Slurm plugin) and mall's Python package importable."""
+    if no_mall or not (os.environ.get("MALL_SOCKET") or os.environ.get("MALL_JOB_ID")):
+        return False
+    try:
+        import mall.tensorflow  # noqa: F401
+    except ImportError as exc:  # mall's Python package is not on the path
+        print(f"{program}: warning: not malleable, mall's Python package cannot be imported "
+              f"({exc}): install mall, or set PYTHONPATH=<repo>/python", file=sys.stderr)
+        return False
+    return True
+
+
 def main() -> int:
     args = parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     train_x, train_y, test_x, test_y = load_digits(args.data, args.seed)
 
-    under_malld = bool(os.environ.get("MALL_SOCKET") or os.environ.get("MALL_JOB_ID")) and not args.no_mall
+    under_malld = under_malld_or_warn(args.no_mall, "keras_digits.py")
     import tensorflow as tf
     import keras
+    size_tensorflow_pools(args.threads, under_malld)
     callbacks = []
     if under_malld:
-        try:
-            import mall.keras
-            import mall.tensorflow
-        except ImportError as exc:  # mall's Python package is not on the path
-            print(f"keras_digits.py: warning: not malleable, mall's Python package cannot be imported "
-                  f"({exc}): install mall, or set PYTHONPATH=<repo>/python", file=sys.stderr)
-            under_malld = False
-    if under_malld:
-        mall.tensorflow.size_pools()  # before TensorFlow's first op: pools as large as the job may grow
+        import mall.keras
         malleable = mall.keras.Malleable()
         callbacks.append(malleable)
 
     # TensorFlow makes its pools with the first op below, from this affinity mask.
     print(f"start pid {os.getpid()} cpus {cpu_list(os.sched_getaffinity(0))}")
-    keras.utils.set_random_seed(args.seed)
-    model = keras.Sequential([
-        keras.Input(shape=(64,)),
-        keras.layers.Dense(args.hidden, activation="relu"),
-        keras.layers.Dense(10),
-    ])
+    model = build_model(args.model, args.hidden, args.seed)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.lr),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)  # no XLA: TensorFlow's own kernels and pools
@@ -175,6 +243,7 @@ def main() -> int:
         print("ready")
         while not os.path.exists(args.go_file):
             time.sleep(0.01)
+
     class Report(keras.callbacks.Callback):
         """The step lines, and the change lines under malld (after mall's callback ran)."""
 
@@ -182,23 +251,15 @@ def main() -> int:
             super().__init__()
             self.step = 0
             self.changes = 0
-            self.threads = mall.tensorflow.threads().intra if under_malld else 0
+            self.log = ChangeLog(under_malld, args.log_changes)
 
         def on_train_batch_end(self, batch, logs=None):
             self.step += 1
             if under_malld and malleable.changes != self.changes:
                 self.changes = malleable.changes
-                if args.log_changes:
-                    pools = mall.tensorflow.threads()
-                    allocation = malleable.client.allocation
-                    print(f"resize step {self.step} threads {self.threads} -> {pools.intra} cpus {allocation.text}")
-                    self.threads = pools.intra
-                    parked = pools.intra_parked + pools.inter_parked
-                    print(f"parked step {self.step} tids {','.join(map(str, parked)) or '-'}")
+                self.log.changed(self.step, malleable.client.allocation.text)
             if args.print_every and (self.step % args.print_every == 0 or self.step == 1):
-                running = mall.tensorflow.threads().intra if under_malld else os.cpu_count()
-                print(f"step {self.step} loss {float(logs['loss']):.6f} threads {running} "
-                      f"cpus {cpu_list(os.sched_getaffinity(0))}")
+                print(self.log.step_line(self.step, float(logs["loss"])))
 
     callbacks.append(Report())
     start = time.time()

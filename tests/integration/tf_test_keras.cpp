@@ -1,10 +1,21 @@
-// tf_test_keras.cpp — Keras model.fit made malleable by mall's callback (mall.keras.Malleable:
-// TensorFlow's own pools parked through mall's op library, unpatched TensorFlow from the project's
-// venv), under a real malld, as a user would check it: examples/keras_digits.py follows `mallctl
-// set` 0 -> 0-1 -> 1 -> auto (its own resize lines with TensorFlow's running intra-op count, every
-// thread's Cpus_allowed_list, the parked workers idle while it trains), exits 0, and prints the
-// loss curve of a plain Keras run (--no-mall) within float rounding. Built only with TensorFlow.
+// tf_test_keras.cpp — Python TensorFlow made malleable by mall (TensorFlow's own pools parked through
+// mall's op library, unpatched TensorFlow from the project's venv), under a real malld, as a user
+// would check it:
+//  - Keras model.fit with mall.keras.Malleable (examples/keras_digits.py) and a custom loop of
+//    tf.function steps with mall.tensorflow.Malleable (examples/tf_function_digits.py) follow
+//    `mallctl set` 0 -> 0-1 -> 1 -> auto: their own resize lines with TensorFlow's running intra-op
+//    count, every thread's Cpus_allowed_list, the parked workers idle and the process on about one
+//    core while it trains at one, exit 0, and the loss curve of a plain run (--no-mall) within
+//    float rounding (the largest difference is printed); with --threads 1 (pools TensorFlow made
+//    with one worker) the masks follow and nothing is ever parked;
+//  - a Conv2D and a GRU model survive 2,000 steps with the allocation changing every few steps;
+//  - a job parked at exit ends 0, Ctrl-C while parked ends the job, and malld SIGKILLed mid-fit
+//    leaves it training with one warning and re-attached (it follows a set) after the restart.
+// Built only with TensorFlow.
+#include <signal.h>
 #include <unistd.h>
+
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -20,29 +31,52 @@ bool ends_with(const std::string &s, const std::string &tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::vector<std::string> keras_argv(const std::string &steps) {
-    return {MALL_TF_PYTHON, std::string(MALL_SOURCE_DIR) + "/examples/keras_digits.py", "--steps", steps,
-            "--print-every", "500", "--log-changes"};
+std::vector<std::string> python_argv(const std::string &program, const std::string &steps,
+                                     const std::vector<std::string> &extra = {}) {
+    std::vector<std::string> argv{MALL_TF_PYTHON, std::string(MALL_SOURCE_DIR) + "/examples/" + program, "--steps", steps,
+                                  "--log-changes"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
 }
 
-class KerasExample : public ::testing::TestWithParam<std::string> {
+bool is_resize_to(const std::string &line, int threads, const std::string &cpus) {
+    return line.rfind("resize ", 0) == 0 && ends_with(line, "-> " + std::to_string(threads) + " cpus " + cpus);
+}
+
+// Everything a test of this file needs before it starts a Python trainer.
+void require_python_tensorflow() {
+    if (access(kDigits, R_OK) != 0)
+        GTEST_FAIL() << kDigits << " is missing: launch_scripts/install-deps.sh installs python3-sklearn";
+    if (access(MALL_TF_PYTHON, X_OK) != 0)
+        GTEST_FAIL() << MALL_TF_PYTHON << " is missing: launch_scripts/install-deps.sh makes the venv";
+    // What a user's environment has after `cmake --install`; here the build tree's files.
+    ::setenv("PYTHONPATH", (std::string(MALL_SOURCE_DIR) + "/python").c_str(), 1);
+    ::setenv("MALL_LIBRARY", MALL_LIBRARY_FILE, 1);
+    ::setenv("MALL_TF_OPS_LIBRARY", MALL_TF_OPS_FILE, 1);
+    ::setenv("TF_CPP_MIN_LOG_LEVEL", "2", 1);
+}
+
+struct Trainer {
+    std::string name;     // the test's name part
+    std::string program;  // under examples/
+    std::vector<std::string> options;
+    std::string backend;
+    int pool_size;  // TensorFlow's pools: the most workers that can run
+};
+
+class FollowsMallctlSet : public ::testing::TestWithParam<Trainer> {
 protected:
     void SetUp() override {
         MALL_REQUIRE_ROOT_AND_CPUSET();
-        if (access(kDigits, R_OK) != 0)
-            GTEST_FAIL() << kDigits << " is missing: launch_scripts/install-deps.sh installs python3-sklearn";
-        if (access(MALL_TF_PYTHON, X_OK) != 0)
-            GTEST_FAIL() << MALL_TF_PYTHON << " is missing: launch_scripts/install-deps.sh makes the venv";
-        // What a user's environment has after `cmake --install`; here the build tree's files.
-        ::setenv("PYTHONPATH", (std::string(MALL_SOURCE_DIR) + "/python").c_str(), 1);
-        ::setenv("MALL_LIBRARY", MALL_LIBRARY_FILE, 1);
-        ::setenv("MALL_TF_OPS_LIBRARY", MALL_TF_OPS_FILE, 1);
-        ::setenv("TF_CPP_MIN_LOG_LEVEL", "2", 1);
+        require_python_tensorflow();
     }
 };
 
-TEST_P(KerasExample, FitFollowsMallctlSetOnTensorFlowsOwnPools) {
-    auto plain_argv = keras_argv("10000");
+TEST_P(FollowsMallctlSet, OnTensorFlowsOwnPools) {
+    const Trainer &trainer_kind = GetParam();
+    auto argv = python_argv(trainer_kind.program, "10000", trainer_kind.options);
+    argv.insert(argv.end(), {"--print-every", "500"});
+    auto plain_argv = argv;
     plain_argv.push_back("--no-mall");
     const auto plain = run_command(plain_argv, RunOptions{{{"PYTHONPATH", std::string(MALL_SOURCE_DIR) + "/python"},
                                                            {"TF_CPP_MIN_LOG_LEVEL", "2"}},
@@ -52,30 +86,26 @@ TEST_P(KerasExample, FitFollowsMallctlSetOnTensorFlowsOwnPools) {
     ASSERT_GE(reference.loss_at_step.size(), 20u) << plain.out;  // steps 1, 500, ..., 10000
 
     MalldOptions options;
-    options.backend = GetParam();
-    options.ack_timeout_ms = 20000;  // every change must be acked at a batch end, never timed out
+    options.backend = trainer_kind.backend;
+    options.ack_timeout_ms = 20000;  // every change must be acked at a step boundary, never timed out
     PrivateMalld malld(options);
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
-    Child trainer(mallrun_argv(malld.socket(), "1:2", "keras", keras_argv("10000")));
+    Child trainer(mallrun_argv(malld.socket(), "1:2", "tf", argv));
     ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 90s)) << joined_lines(trainer.all_lines());
-    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "keras", "0-1", 1); }, 30s)) << status_text(malld);
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "tf", "0-1", 1); }, 30s)) << status_text(malld);
 
     for (const std::string cpus : {"0", "0-1", "1", "auto"}) {
         const std::string expected_cpus = cpus == "auto" ? "0-1" : cpus;
-        const int threads = expected_cpus == "0-1" ? 2 : 1;
-        auto set = run_command(mallctl_argv(malld.socket(), {"set", "keras", "--cpus", cpus}));
+        const int threads = std::min(expected_cpus == "0-1" ? 2 : 1, trainer_kind.pool_size);
+        auto set = run_command(mallctl_argv(malld.socket(), {"set", "tf", "--cpus", cpus}));
         ASSERT_EQ(set.exit_code, 0) << set.err;
-        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "keras", expected_cpus, 1); }, 30s))
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "tf", expected_cpus, 1); }, 30s))
             << "the trainer did not ack " << cpus << "\n" << status_text(malld) << joined_lines(trainer.all_lines());
         // Its own report: TensorFlow's intra-op pool runs as many workers as the allocation has cpus.
-        EXPECT_TRUE(trainer.wait_for_line(
-            [&](const std::string &l) {
-                return l.rfind("resize ", 0) == 0 && ends_with(l, "-> " + std::to_string(threads) + " cpus " + expected_cpus);
-            },
-            30s))
+        EXPECT_TRUE(trainer.wait_for_line([&](const std::string &l) { return is_resize_to(l, threads, expected_cpus); }, 30s))
             << "no resize to " << threads << " on " << expected_cpus << ":\n" << joined_lines(trainer.all_lines());
-        auto job = job_status(malld.socket(), "keras");
+        auto job = job_status(malld.socket(), "tf");
         ASSERT_TRUE(job);
         const auto pids = job_pids(*job);
         ASSERT_EQ(pids.size(), 1u);
@@ -83,7 +113,17 @@ TEST_P(KerasExample, FitFollowsMallctlSetOnTensorFlowsOwnPools) {
         const auto parked_line = trainer.wait_for_line(
             [&](const std::string &l) { return l.rfind("parked step ", 0) == 0; }, 20s);
         ASSERT_TRUE(parked_line) << joined_lines(trainer.all_lines());
-        EXPECT_EQ(parked_workers_follow(*parked_line, pids[0], threads), "") << describe_threads(pids);
+        if (trainer_kind.pool_size == 1) {
+            EXPECT_TRUE(parked_tids_of(*parked_line).empty()) << "a pool of one worker parked it: " << *parked_line;
+        } else {
+            EXPECT_EQ(parked_workers_follow(*parked_line, pids[0], threads), "") << describe_threads(pids);
+        }
+        if (expected_cpus != "0-1") {
+            // One cpu, one running worker: the process uses about one core (it could use two).
+            const double cores = process_cores_over(pids[0], 1000ms);
+            EXPECT_LT(cores, 1.25) << "on one cpu the trainer used " << cores << " cores";
+            std::printf("%s on cpus %s: the process used %.2f cores\n", trainer_kind.name.c_str(), cpus.c_str(), cores);
+        }
     }
     ASSERT_EQ(trainer.wait_exit(250s), 0) << joined_lines(trainer.all_lines());
 
@@ -95,13 +135,139 @@ TEST_P(KerasExample, FitFollowsMallctlSetOnTensorFlowsOwnPools) {
         largest = std::max(largest, std::abs(resized.loss_at_step.at(step) - loss));
         EXPECT_NEAR(resized.loss_at_step.at(step), loss, 1e-4 * std::max(1.0, loss)) << "at step " << step;
     }
-    std::printf("largest loss difference against the plain run: %.3g\n", largest);
+    std::printf("%s: largest loss difference against the plain run: %.3g\n", trainer_kind.name.c_str(), largest);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, KerasExample, ::testing::Values("cgroup-v1", "affinity"),
-                         [](const ::testing::TestParamInfo<std::string> &backend) {
-                             return backend.param == "cgroup-v1" ? std::string("cgroup_v1") : backend.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Trainers, FollowsMallctlSet,
+    ::testing::Values(Trainer{"keras_cgroup_v1", "keras_digits.py", {}, "cgroup-v1", 2},
+                      Trainer{"keras_affinity", "keras_digits.py", {}, "affinity", 2},
+                      Trainer{"tf_function_cgroup_v1", "tf_function_digits.py", {}, "cgroup-v1", 2},
+                      Trainer{"keras_threads_1_cgroup_v1", "keras_digits.py", {"--threads", "1"}, "cgroup-v1", 1}),
+    [](const ::testing::TestParamInfo<Trainer> &trainer) { return trainer.param.name; });
+
+// A trainer under a private malld (cgroup-v1 backend), started and settled on both cpus.
+class KerasUnderMalld : public ::testing::Test {
+protected:
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_CPUSET();
+        require_python_tensorflow();
+        MalldOptions options;
+        options.backend = "cgroup-v1";
+        options.ack_timeout_ms = 20000;
+        malld_ = std::make_unique<PrivateMalld>(options);
+        std::string error;
+        ASSERT_TRUE(malld_->start(&error)) << error;
+    }
+    void start(const std::vector<std::string> &argv) {
+        trainer_ = std::make_unique<Child>(mallrun_argv(malld_->socket(), "1:2", "keras", argv),
+                                           ChildOptions{{}, false, true});
+        ASSERT_TRUE(trainer_->wait_for_line_starting("step 1 ", 90s)) << output();
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "keras", "0-1", 1); }, 30s))
+            << status_text(*malld_);
+    }
+    // mallctl set, then the trainer's own resize line for it.
+    void set_and_see(const std::string &cpus, int threads, const std::string &expected_cpus) {
+        auto set = run_command(mallctl_argv(malld_->socket(), {"set", "keras", "--cpus", cpus}));
+        ASSERT_EQ(set.exit_code, 0) << set.err;
+        ASSERT_TRUE(trainer_->wait_for_line([&](const std::string &l) { return is_resize_to(l, threads, expected_cpus); }, 30s))
+            << "no resize to " << threads << " on " << expected_cpus << ":\n" << output();
+    }
+    pid_t python_pid() {
+        auto job = job_status(malld_->socket(), "keras");
+        if (!job) return -1;
+        const auto pids = job_pids(*job);
+        return pids.size() == 1 ? pids[0] : -1;
+    }
+    std::string output() const { return trainer_ ? joined_lines(trainer_->all_lines()) : ""; }
+
+    std::unique_ptr<PrivateMalld> malld_;
+    std::unique_ptr<Child> trainer_;
+};
+
+// Kernels that may nest parallel regions (Conv2D, GRU), with the allocation changing every few
+// steps for 2,000 steps: no hang (the watchdog), no crash, the training ends as usual.
+class ModelSoak : public KerasUnderMalld, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ModelSoak, TwoThousandStepsWithTheAllocationChangingEveryFewSteps) {
+    start(python_argv("keras_digits.py", "2000", {"--model", GetParam(), "--print-every", "200", "--warmup", "5"}));
+    const std::vector<std::string> cycle{"0", "0-1", "1", "auto"};
+    int sets = 0;
+    while (!trainer_->exited() && !trainer_->wait_exit(20ms)) {
+        auto set = run_command(mallctl_argv(malld_->socket(), {"set", "keras", "--cpus", cycle[sets % cycle.size()]}));
+        if (set.exit_code != 0 && trainer_->wait_exit(10s)) break;  // the job ended meanwhile
+        ASSERT_EQ(set.exit_code, 0) << set.err << output();
+        ++sets;
+    }
+    ASSERT_EQ(trainer_->wait_exit(200s), 0) << output();
+    const auto lines = trainer_->all_lines();
+    int resizes = 0;
+    for (const auto &line : lines) resizes += line.rfind("resize ", 0) == 0;
+    EXPECT_GE(resizes, 20) << "the allocation hardly changed during the run (" << sets << " sets):\n" << output();
+    double accuracy = -1;
+    const std::regex final_line(R"(^final loss \S+ test_loss \S+ accuracy (\S+)$)");
+    std::smatch m;
+    for (const auto &line : lines)
+        if (std::regex_match(line, m, final_line)) accuracy = std::stod(m[1]);
+    EXPECT_GT(accuracy, 0.5) << "it did not learn:\n" << output();
+    std::printf("%s: %d sets, %d resizes applied in 2000 steps, test accuracy %.3f\n", GetParam().c_str(), sets,
+                resizes, accuracy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelSoak, ::testing::Values("conv", "gru"));
+
+// Parked at exit: the pools' parked workers are released at exit and the job ends 0, at once.
+TEST_F(KerasUnderMalld, AJobParkedWhenItEndsExitsZero) {
+    start(python_argv("keras_digits.py", "3000", {"--print-every", "1000"}));
+    set_and_see("0", 1, "0");
+    ASSERT_EQ(trainer_->wait_exit(200s), 0) << output();
+    EXPECT_TRUE(wait_until([&] { return !job_status(malld_->socket(), "keras"); }, 10s)) << status_text(*malld_);
+}
+
+// Ctrl-C while workers are parked: the terminal's SIGINT reaches mallrun and Python; Keras stops
+// with KeyboardInterrupt, nothing hangs on a parked worker, and malld forgets the job.
+TEST_F(KerasUnderMalld, CtrlCWhileParkedEndsTheJob) {
+    start(python_argv("keras_digits.py", "1000000", {"--print-every", "1000"}));
+    set_and_see("0", 1, "0");
+    const pid_t pid = python_pid();
+    ASSERT_GT(pid, 0) << status_text(*malld_);
+    trainer_->signal_group(SIGINT);  // what Ctrl-C in a terminal does: the foreground process group
+    const auto code = trainer_->wait_exit(60s);
+    ASSERT_TRUE(code) << "still running 60 s after Ctrl-C:\n" << output();
+    EXPECT_NE(*code, 0) << output();
+    EXPECT_NE(output().find("KeyboardInterrupt"), std::string::npos) << output();
+    EXPECT_TRUE(wait_until([&] { return ::kill(pid, 0) != 0; }, 10s)) << "python " << pid << " outlived mallrun";
+    EXPECT_TRUE(wait_until([&] { return !job_status(malld_->socket(), "keras"); }, 10s)) << status_text(*malld_);
+}
+
+// malld SIGKILLed mid-fit: the training runs on (its steps go on, one warning), and once malld is
+// back on its state it re-adopts the job, which follows the next set.
+TEST_F(KerasUnderMalld, MalldKilledMidFitTrainingRunsOnAndReattaches) {
+    start(python_argv("keras_digits.py", "20000", {"--print-every", "500"}));
+    malld_->kill9();
+    auto step_after = [&](Millis timeout) {
+        return trainer_->wait_for_line([](const std::string &l) { return l.rfind("step ", 0) == 0; }, timeout);
+    };
+    ASSERT_TRUE(step_after(30s)) << "no step after malld died:\n" << output();
+    ASSERT_TRUE(step_after(30s)) << "no step after malld died:\n" << output();
+    std::string error;
+    ASSERT_TRUE(malld_->restart(&error)) << error;
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld_->socket(), "keras", "0-1", 1); }, 30s))
+        << "not re-adopted and re-attached:\n" << status_text(*malld_) << output();
+    set_and_see("1", 1, "1");
+    const pid_t pid = python_pid();
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(wait_until([&] { return threads_all_on({pid}, "1"); }, 10s)) << describe_threads({pid});
+    set_and_see("auto", 2, "0-1");
+    ASSERT_EQ(trainer_->wait_exit(250s), 0) << output();
+    int lost = 0, reconnected = 0;
+    for (const auto &line : trainer_->all_lines()) {
+        lost += line.rfind("mall: lost the connection to malld", 0) == 0;
+        reconnected += line.rfind("mall: reconnected to malld", 0) == 0;
+    }
+    EXPECT_EQ(lost, 1) << "one warning for one malld outage:\n" << output();
+    EXPECT_EQ(reconnected, 1) << output();
+}
 
 }  // namespace
 }  // namespace mall::test

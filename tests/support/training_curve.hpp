@@ -63,17 +63,30 @@ inline uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
     return ns;
 }
 
+// Nanoseconds every live thread of process pid has run, summed.
+inline uint64_t process_cpu_ns(pid_t pid) {
+    uint64_t ns = 0;
+    std::error_code error;
+    for (const auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error))
+        ns += task_cpu_ns(pid, static_cast<pid_t>(std::stol(task.path().filename().string())));
+    return ns;
+}
+
+// The cores process pid used over `window` (cpu time / wall time, its threads summed).
+inline double process_cores_over(pid_t pid, std::chrono::milliseconds window) {
+    const uint64_t before = process_cpu_ns(pid);
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(window);
+    const uint64_t gained = process_cpu_ns(pid) - before;
+    const auto elapsed = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    return elapsed > 0 ? static_cast<double>(gained) / elapsed : 0.0;
+}
+
 // Over `window`, each parked tid must gain under 5 ms of cpu while the whole process gains over
 // 100 ms (it trains on). Returns "" or what failed.
 inline std::string parked_workers_idle(pid_t pid, const std::vector<pid_t> &parked,
                                        std::chrono::milliseconds window = std::chrono::milliseconds(600)) {
-    auto process_ns = [pid] {  // every thread's, summed
-        uint64_t ns = 0;
-        std::error_code error;
-        for (const auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error))
-            ns += task_cpu_ns(pid, static_cast<pid_t>(std::stol(task.path().filename().string())));
-        return ns;
-    };
+    auto process_ns = [pid] { return process_cpu_ns(pid); };
     std::vector<uint64_t> before;
     for (pid_t tid : parked) before.push_back(task_cpu_ns(pid, tid));
     const uint64_t process_before = process_ns();
