@@ -18,10 +18,12 @@ Run from a checkout with the project's venv (launch_scripts/install-deps.sh make
 Output (stdout, line-buffered; launch_scripts/bench-keras.sh parses the fit and done lines):
   start pid P cpus LIST                           the affinity mask when TensorFlow's pools are made
   step N loss X threads T cpus LIST               every --print-every steps (T: running intra-op workers)
-  resize step N threads A -> B cpus LIST          with --log-changes, each allocation applied, then
+  resize step N threads A -> B cpus LIST          with --log-changes, each allocation applied (step
+                                                  0: while waiting for --go-file), then
   parked step N tids T1,T2|-                      the pools' workers parked now
   ready                                           with --go-file, after the warm-up
-  fit start T0 end T1                             wall-clock (time.time()) bounds of the timed fit
+  fit start T0 end T1 cpu C                       wall-clock (time.time()) bounds of the timed fit,
+                                                  and the cpu seconds all its threads used meanwhile
   done steps N seconds S images_per_s R intra_op T inter_op U threads K
   thread_names NAME:COUNT,...                     the process's threads by name, after the fit
   final loss X test_loss Y accuracy A           X: mean training loss of the timed fit; Y, A: on the 360 held out
@@ -239,9 +241,13 @@ def main() -> int:
                .prefetch(2))
     if args.warmup > 0:
         model.fit(dataset, epochs=1, steps_per_epoch=args.warmup, shuffle=False, verbose=0)
+    change_log = ChangeLog(under_malld, args.log_changes)
     if args.go_file:
         print("ready")
         while not os.path.exists(args.go_file):
+            # Between fits is a step boundary too: a change made while it waits is applied now.
+            if under_malld and malleable.step() is not None:
+                change_log.changed(0, malleable.client.allocation.text)
             time.sleep(0.01)
 
     class Report(keras.callbacks.Callback):
@@ -250,8 +256,8 @@ def main() -> int:
         def __init__(self):
             super().__init__()
             self.step = 0
-            self.changes = 0
-            self.log = ChangeLog(under_malld, args.log_changes)
+            self.changes = malleable.changes if under_malld else 0
+            self.log = change_log
 
         def on_train_batch_end(self, batch, logs=None):
             self.step += 1
@@ -262,14 +268,14 @@ def main() -> int:
                 print(self.log.step_line(self.step, float(logs["loss"])))
 
     callbacks.append(Report())
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     history = model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0,
                         callbacks=callbacks)
-    end = time.time()
+    end, cpu_seconds = time.time(), time.process_time() - cpu_start
     seconds = end - start
 
     names = thread_names()
-    print(f"fit start {start:.6f} end {end:.6f}")
+    print(f"fit start {start:.6f} end {end:.6f} cpu {cpu_seconds:.3f}")
     print(f"done steps {args.steps} seconds {seconds:.3f} images_per_s {args.steps * args.batch / seconds:.1f} "
           f"intra_op {tf.config.threading.get_intra_op_parallelism_threads()} "
           f"inter_op {tf.config.threading.get_inter_op_parallelism_threads()} "

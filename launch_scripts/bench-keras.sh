@@ -9,7 +9,11 @@
 #             its pools to them and keeps them (confinement at start, not malleability)
 #   mall      the same with mall's Keras callback (mall.keras.Malleable): TensorFlow's pools are
 #             made as large as the node and parked to the job's share, released when it grows
-# Last line: "mall_vs_default=X.XX mall_vs_confined=Y.YY" (total images/s). A benchmark, not a
+# Then one copy alone, twice: "shrunk", started malleable on 2 cpus (pools of 2) and shrunk by
+# `mallctl set --cpus 0` before its timed fit, against "small", started with one thread on one cpu;
+# each one's rate and the cores it used (its cpu time over its fit's wall time).
+# Last line: "mall_vs_default=X.XX mall_vs_confined=Y.YY shrunk_vs_small=Z.ZZ shrunk_cores=C.CC"
+# (total images/s; the shrunk copy's rate over the small one's, and its cores). A benchmark, not a
 # test: figures vary with the machine's load. Everything it starts (malld, copies, cgroups,
 # temp folder) is removed at exit.
 set -euo pipefail
@@ -69,8 +73,13 @@ fits start together. Output, per run and copy: the cpus TensorFlow saw at start,
   threads     the copies' threads (counted in /proc/PID/task after the fit) per cpu
   runnable    the copies' runnable threads (state R in /proc/PID/task/*/stat) per cpu, the mean
               of samples taken every 0.2 s from the start of the timed fits until one ends
+Then one copy alone, R times each way, alternating (needs 2 cpus or more):
+  shrunk      mallrun --malleable=1:2 with the callback, TensorFlow's pools made for 2 cpus, shrunk
+              to cpu 0 by mallctl set before its timed fit (1 worker running, 1 parked per pool)
+  small       taskset -c 0 ... --threads 1 --no-mall: TensorFlow started with one thread on one cpu
+with each one's rate and the cores it used during its fit (cpu seconds / wall seconds).
 Then a table of medians and
-  mall_vs_default=X.XX
+  mall_vs_default=X.XX mall_vs_confined=Y.YY shrunk_vs_small=Z.ZZ shrunk_cores=C.CC
 Exit status: 0; 1 when something is missing or a copy fails; 2 for bad options.
 EOF
 }
@@ -259,10 +268,60 @@ for ((round = 1; round <= repeat; round++)); do
   done
 done
 
+# One copy alone, for the shrunk/small comparison: "$@" is its command; with "shrink" as $1 (then
+# the command), sets its job to cpu 0 once it is ready and waits for its resize line. Sets
+# single_rate (images/s) and single_cores (cpu seconds / wall seconds of its timed fit).
+run_single() {
+  local shrink=0 pid line fit
+  if [ "$1" = shrink ]; then shrink=1; shift; fi
+  rm -f "$tmp/single.out" "$tmp/single.err" "$tmp/go"
+  "$@" > "$tmp/single.out" 2> "$tmp/single.err" &
+  pid=$!
+  until grep -q '^ready$' "$tmp/single.out" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { echo "bench-keras.sh: the single copy failed:" >&2; cat "$tmp/single.err" >&2; exit 1; }
+    sleep 0.05
+  done
+  if [ "$shrink" = 1 ]; then
+    "$bin/mallctl" --socket "$tmp/malld.sock" set shrunk --cpus 0 > /dev/null
+    for _ in $(seq 600); do  # at most 60 s: it applies the change while it waits for the go file
+      grep -q '^resize .* -> 1 cpus 0$' "$tmp/single.out" && break
+      sleep 0.1
+    done
+    grep -q '^resize .* -> 1 cpus 0$' "$tmp/single.out" ||
+      { echo "bench-keras.sh: the shrunk copy never applied cpus 0:" >&2; cat "$tmp/single.out" "$tmp/single.err" >&2; exit 1; }
+  fi
+  touch "$tmp/go"
+  wait "$pid" || { echo "bench-keras.sh: the single copy failed:" >&2; cat "$tmp/single.err" >&2; exit 1; }
+  line=$(grep '^done ' "$tmp/single.out")
+  fit=$(grep '^fit ' "$tmp/single.out")
+  single_rate=$(awk '{print $7}' <<<"$line")
+  single_cores=$(awk '{printf "%.2f", $7 / ($5 - $3)}' <<<"$fit")
+}
+
+declare -A single
+if [ "$ncpu" -ge 2 ]; then
+  for ((round = 1; round <= repeat; round++)); do
+    run_single shrink "$bin/mallrun" --socket "$tmp/malld.sock" --malleable=1:2 --job shrunk -- "${train[@]}" --log-changes
+    printf '  round %d shrunk: %9.1f images/s  cores %s\n' "$round" "$single_rate" "$single_cores"
+    single[shrunk_rate]+="$single_rate " single[shrunk_cores]+="$single_cores "
+    run_single taskset -c 0 "${train[@]}" --threads 1 --no-mall
+    printf '  round %d small:  %9.1f images/s  cores %s\n' "$round" "$single_rate" "$single_cores"
+    single[small_rate]+="$single_rate " single[small_cores]+="$single_cores "
+  done
+fi
+
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 default=$(median "${results[default]}")
 confined=$(median "${results[confined]}")
 mall=$(median "${results[mall]}")
 printf '\n%-10s %14s\n' way "images/s (median)"
 printf '%-10s %14.1f\n' default "$default" confined "$confined" mall "$mall"
-awk -v m="$mall" -v d="$default" -v c="$confined" 'BEGIN {printf "mall_vs_default=%.2f mall_vs_confined=%.2f\n", m / d, m / c}'
+shrunk_vs_small=n/a shrunk_cores=n/a
+if [ "$ncpu" -ge 2 ]; then
+  shrunk_rate=$(median "${single[shrunk_rate]}") small_rate=$(median "${single[small_rate]}")
+  shrunk_cores=$(median "${single[shrunk_cores]}")
+  printf '%-10s %14.1f  cores %s\n' shrunk "$shrunk_rate" "$shrunk_cores" small "$small_rate" "$(median "${single[small_cores]}")"
+  shrunk_vs_small=$(awk -v a="$shrunk_rate" -v b="$small_rate" 'BEGIN {printf "%.2f", a / b}')
+fi
+awk -v m="$mall" -v d="$default" -v c="$confined" -v s="$shrunk_vs_small" -v k="$shrunk_cores" \
+  'BEGIN {printf "mall_vs_default=%.2f mall_vs_confined=%.2f shrunk_vs_small=%s shrunk_cores=%s\n", m / d, m / c, s, k}'

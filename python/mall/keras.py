@@ -36,6 +36,13 @@ class Malleable(keras.callbacks.Callback):
     def threads(self) -> int:
         return self._malleable.threads
 
-    def on_train_batch_end(self, batch, logs=None):
-        if self._malleable.step() is not None:
+    def step(self) -> int | None:
+        """What each batch end does; call it between fits too (e.g. while waiting), where nothing
+        else would apply a change. Returns the new running count when the allocation changed."""
+        threads = self._malleable.step()
+        if threads is not None:
             self.changes += 1
+        return threads
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step()
