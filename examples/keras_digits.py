@@ -93,18 +93,23 @@ def parse_args():
     parser.add_argument("--data", default=default_digits_path(),
                         help="sklearn's digits.csv.gz (default: %(default)s, from python3-sklearn)")
     args = parser.parse_args()
+    check_common_args(parser, args)
+    if args.warmup < 0:
+        parser.error("--warmup must be at least 0")
+    return args
+
+
+def check_common_args(parser, args) -> None:
+    """The checks of the options this program shares with tf_function_digits.py (exit 2 on a bad one)."""
     if args.threads < 0:
         parser.error("--threads must be at least 1 (or 0: the default)")
     for name in ("steps", "batch", "hidden"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    if args.warmup < 0:
-        parser.error("--warmup must be at least 0")
     if not args.lr > 0:
         parser.error("--lr must be positive")
     if not os.path.exists(args.data):
         parser.error(f"no digits data at {args.data!r}: install python3-sklearn (Debian) or pass --data FILE")
-    return args
 
 
 def load_digits(path: str, seed: int):

@@ -63,15 +63,7 @@ def parse_args():
     parser.add_argument("--data", default=keras_digits.default_digits_path(),
                         help="sklearn's digits.csv.gz (default: %(default)s, from python3-sklearn)")
     args = parser.parse_args()
-    for name in ("steps", "batch", "hidden"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    if args.threads < 0:
-        parser.error("--threads must be at least 1 (or 0: the default)")
-    if not args.lr > 0:
-        parser.error("--lr must be positive")
-    if not os.path.exists(args.data):
-        parser.error(f"no digits data at {args.data!r}: install python3-sklearn (Debian) or pass --data FILE")
+    keras_digits.check_common_args(parser, args)
     return args
 
 

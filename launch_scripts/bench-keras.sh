@@ -24,6 +24,7 @@ venv=${MALL_TF_VENV:-$repo/.venv}
 steps=8000
 batch=128
 hidden=128
+model=mlp
 jobs=2
 repeat=1
 
@@ -32,7 +33,7 @@ usage() {
 bench-keras.sh — co-located Keras trainings: TensorFlow's defaults, confinement at start, and
 mall's callback
 
-Usage: launch_scripts/bench-keras.sh [--steps N] [--batch B] [--hidden H] [--jobs J] [--repeat R]
+Usage: launch_scripts/bench-keras.sh [--steps N] [--batch B] [--hidden H] [--model M] [--jobs J] [--repeat R]
 
 Runs J copies of examples/keras_digits.py (a 64-H-10 MLP trained with model.fit on sklearn's
 digits) at once, three ways:
@@ -51,6 +52,7 @@ Options:
                two copies ~25 s here (~8 s of it TensorFlow's import)
   --batch B    images per step (default $batch)
   --hidden H   hidden units (default $hidden)
+  --model M    keras_digits.py's --model: mlp, conv or gru (default $model)
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
   --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
   -h, --help   this text
@@ -86,7 +88,7 @@ EOF
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --steps|--batch|--hidden|--jobs|--repeat)
+    --steps|--batch|--hidden|--model|--jobs|--repeat)
       [ $# -ge 2 ] || { echo "bench-keras.sh: $1 needs a value (see --help)" >&2; exit 2; }
       printf -v "${1#--}" '%s' "$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -97,6 +99,7 @@ ncpu=$(nproc)
 for v in steps batch hidden jobs repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --$v must be a positive integer" >&2; exit 2; }
 done
+case $model in mlp|conv|gru) ;; *) echo "bench-keras.sh: --model takes mlp, conv or gru (got '$model')" >&2; exit 2 ;; esac
 if [ "$jobs" -gt "$ncpu" ]; then
   echo "bench-keras.sh: --jobs $jobs is more than the $ncpu cpus (each copy needs at least one core under mall)" >&2
   exit 2
@@ -157,7 +160,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 train=("$python" "$repo/examples/keras_digits.py" --steps "$steps" --batch "$batch" --hidden "$hidden"
-       --go-file "$tmp/go")
+       --model "$model" --go-file "$tmp/go")
 
 # Starts the timed fits together: once every copy has printed "ready" (imported TensorFlow and
 # warmed up), creates $tmp/go, which they wait for. Then samples the copies' runnable threads every
@@ -254,7 +257,7 @@ done
 
 tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))' 2>/dev/null ||
              "$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null || echo '?')
-echo "bench-keras.sh: $jobs copies of keras_digits.py ($steps steps of $batch images, $hidden hidden units)," \
+echo "bench-keras.sh: $jobs copies of keras_digits.py (model $model, $steps steps of $batch images, $hidden hidden units)," \
   "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status")"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
