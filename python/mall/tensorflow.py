@@ -28,8 +28,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Allocation, Client, MallError, pin_process_threads
+from . import Allocation, Client, MallError
 from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
+from ._follow import AllocationFollower
 
 __all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "op_library_path"]
 
@@ -145,29 +146,15 @@ def set_threads(count: int) -> Threads:
     return _call(count, count)
 
 
-class Malleable:
-    """Follows `client`'s allocation with TensorFlow's own pools. `threads` is the running
-    intra-op count after the last change, `allocation` the last applied Allocation (None before
-    the first)."""
+class Malleable(AllocationFollower):
+    """Follows `client`'s allocation with TensorFlow's own pools (and every thread's affinity when
+    `repin` is True). `threads` is the running intra-op count after the last change, `allocation`
+    the last applied Allocation (None before the first). step() returns the new running count when
+    the allocation changed, None when it did not."""
 
     def __init__(self, client: Client, *, repin: bool = True):
-        self._client = client
-        self._repin = repin
-        self.allocation: Allocation | None = None
-        self.threads = threads().intra
-        client.on_resize(self._resize)
+        super().__init__(client, threads().intra, repin=repin)
 
-    def step(self) -> int | None:
-        """Call once per training step. Returns the new running count when the allocation
-        changed, None when it did not."""
-        if not self._client.step():
-            return None
-        return self.threads
-
-    def _resize(self, allocation: Allocation) -> None:
-        # Runs inside mall_step(), on the training thread, before the ack: pin first (a shrinking
-        # job leaves the cpus it loses), then park or release.
-        if self._repin and allocation.cpus:
-            pin_process_threads(allocation.cpus)
-        self.threads = set_threads(max(1, allocation.threads)).intra
-        self.allocation = allocation
+    def _apply(self, allocation: Allocation) -> int:
+        # After the pinning (a shrinking job leaves the cpus it loses), park or release.
+        return set_threads(max(1, allocation.threads)).intra
