@@ -22,13 +22,15 @@ Output (stdout, line-buffered; launch_scripts/bench-keras.sh parses the fit and 
                                                   0: while waiting for --go-file), then
   parked step N tids T1,T2|-                      the pools' workers parked now
   ready                                           with --go-file, after the warm-up
-  fit start T0 end T1 cpu C                       wall-clock (time.time()) bounds of the timed fit,
-                                                  and the cpu seconds all its threads used meanwhile
+  fit start T0 end T1 cpu C                       wall-clock (time.time()) bounds of the timed
+                                                  steps, and the cpu seconds all threads used meanwhile
   done steps N seconds S images_per_s R intra_op T inter_op U threads K
   thread_names NAME:COUNT,...                     the process's threads by name, after the fit
   final loss X test_loss Y accuracy A           X: mean training loss of the timed fit; Y, A: on the 360 held out
-S and R cover the timed fit only: the first --warmup steps (tracing the train step) run in an
-untimed fit before it. T and U are tf.config.threading's getters: 0 means TensorFlow's default
+S and R cover the timed fit's steps 2..N, from the end of its first step to the end of its last
+(both waited for): the first --warmup steps (tracing the train step) run in an untimed fit before
+it, and Keras's own start and end of a fit are left out (its end alone took 0-2 s here, whatever
+the steps did). T and U are tf.config.threading's getters: 0 means TensorFlow's default
 (sized from the cpus it saw at start, as the start line shows); K counts /proc/self/task.
 Exit status: 0, or 2 for bad options or missing data.
 """
@@ -263,25 +265,34 @@ def main() -> int:
             self.step = 0
             self.changes = malleable.changes if under_malld else 0
             self.log = change_log
+            self.marks = []  # (wall, cpu) at the end of the first and of the last step
 
         def on_train_batch_end(self, batch, logs=None):
             self.step += 1
+            if self.step in (1, args.steps):  # the timed window's ends, once the step has run
+                float(logs["loss"])
+                self.marks.append((time.time(), time.process_time()))
             if under_malld and malleable.changes != self.changes:
                 self.changes = malleable.changes
                 self.log.changed(self.step, malleable.client.allocation.text)
             if args.print_every and (self.step % args.print_every == 0 or self.step == 1):
                 print(self.log.step_line(self.step, float(logs["loss"])))
 
-    callbacks.append(Report())
-    start, cpu_start = time.time(), time.process_time()
+    report = Report()
+    callbacks.append(report)
+    fit_start, fit_cpu = time.time(), time.process_time()
     history = model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0,
                         callbacks=callbacks)
-    end, cpu_seconds = time.time(), time.process_time() - cpu_start
+    if args.steps > 1:
+        (start, cpu_start), (end, cpu_end) = report.marks[0], report.marks[-1]
+        timed_steps = args.steps - 1
+    else:  # one step: the whole fit
+        (start, cpu_start), (end, cpu_end), timed_steps = (fit_start, fit_cpu), (time.time(), time.process_time()), 1
     seconds = end - start
 
     names = thread_names()
-    print(f"fit start {start:.6f} end {end:.6f} cpu {cpu_seconds:.3f}")
-    print(f"done steps {args.steps} seconds {seconds:.3f} images_per_s {args.steps * args.batch / seconds:.1f} "
+    print(f"fit start {start:.6f} end {end:.6f} cpu {cpu_end - cpu_start:.3f}")
+    print(f"done steps {args.steps} seconds {seconds:.3f} images_per_s {timed_steps * args.batch / seconds:.1f} "
           f"intra_op {tf.config.threading.get_intra_op_parallelism_threads()} "
           f"inter_op {tf.config.threading.get_inter_op_parallelism_threads()} "
           f"threads {sum(names.values())}")

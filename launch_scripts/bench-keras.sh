@@ -70,7 +70,7 @@ Each copy imports TensorFlow and runs 20 untimed warm-up steps; once all are rea
 fits start together. Output, per run and copy: the cpus TensorFlow saw at start, its training rate
 (images/s over its timed fit), its thread count and test accuracy. Per run:
   total       all copies' training images over the wall time from the timed fits' start to the
-              last one's end
+              last one's end (each copy times its steps 2..N: see keras_digits.py)
   makespan    wall time from launch to the last copy's end (imports and warm-up included)
   threads     the copies' threads (counted in /proc/PID/task after the fit) per cpu
   runnable    the copies' runnable threads (state R in /proc/PID/task/*/stat) per cpu, the mean
@@ -231,7 +231,7 @@ run_copies() {
     first=$(awk -v a="$first" -v b="$(awk '{print $3}' <<<"$fit")" 'BEGIN {print (a == 0 || b < a) ? b : a}')
     last=$(awk -v a="$last" -v b="$(awk '{print $5}' <<<"$fit")" 'BEGIN {print (b > a) ? b : a}')
   done
-  total_rate=$(awk -v images=$((jobs * steps * batch)) -v f="$first" -v l="$last" 'BEGIN {printf "%.1f", images / (l - f)}')
+  total_rate=$(awk -v images=$((jobs * (steps > 1 ? steps - 1 : 1) * batch)) -v f="$first" -v l="$last" 'BEGIN {printf "%.1f", images / (l - f)}')
   makespan=$(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.3f", e - s}')
   threads_per_cpu=$(awk -v t="$threads" -v n="$ncpu" 'BEGIN {printf "%.2f", t / n}')
   runnable_per_cpu=$(awk -v n="$ncpu" '{s += $1; c++} END {if (c) printf "%.2f", s / c / n; else print "n/a"}' "$tmp/samples")
