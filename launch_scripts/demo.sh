@@ -2,8 +2,9 @@
 # demo.sh — mall end to end on this machine: builds if needed, then either (default) starts a private
 # malld and runs two malleable training jobs with mallrun, or (--slurm) brings up a private
 # single-node Slurm cluster with the mall plugin and submits three sbatch jobs, or (--containers)
-# runs two training containers (podman or docker) as malleable jobs; prints a line per event as
-# the cores move, then a summary; stops and removes everything it started. See --help.
+# runs three training containers (podman or docker: Eigen, Keras, PyTorch) as malleable jobs;
+# prints a line per event as the cores move, then a summary; stops and removes everything it
+# started. See --help.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -54,21 +55,30 @@ Modes:
                   cores, A's ranks both run one thread; then A is stopped and C grows to both
              Events are printed per node ("malld@node1 |"); the summary gives cores over time on
              each node and both ranks' checksums (equal: the ranks stepped together). About 20 s.
-  --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and two training
-             containers started with `mallrun --container -- podman run ...`:
+  --containers  Containers as malleable jobs: a private malld (cgroup cpusets) and three training
+             containers started with "mallrun --container -- podman run ...":
                eigen  the Eigen trainer (mall_train_digits), alone at first: it gets the pool
+               keras  a Keras model.fit (examples/keras_digits.py, mall.keras.Malleable: TensorFlow's
+                      own pool workers parked and released at batch ends), arriving while eigen
+                      runs: the pool is shared, eigen shrinks first; when eigen ends, keras grows
                torch  the PyTorch trainer (examples/train_torch.py, Debian's python3-torch),
-                      arriving while eigen runs: the pool is shared, eigen shrinks first
-             Each finishes and leaves; the other grows back. Nothing in the image knows mall:
-             libmall inside attaches through the socket folder mallrun bind-mounts. With no
-             registry the image is a tiny folder with the host's /usr, the checkout and the build
-             mounted read-only (tests/containers/container_kit.sh makes it, with a private podman
-             store or a private dockerd, all removed at the end). Needs root. About 30 s.
+                      arriving once eigen is gone: keras shrinks again; when one of the two ends,
+                      the other grows back
+             Nothing in the image knows mall: libmall inside attaches through the socket folder
+             mallrun bind-mounts. With no registry the image is a tiny folder with the host's /usr,
+             the checkout (with its .venv, TensorFlow's wheel) and the build mounted read-only
+             (tests/containers/container_kit.sh makes it, with a private podman store or a private
+             dockerd, all removed at the end). Without the venv (launch_scripts/install-deps.sh
+             makes it) or a build with TensorFlow (build/lib/libmall_tf_ops.so) keras is left
+             out and torch arrives while eigen runs; without python3-torch the last container runs
+             mall_train_linear. Needs root. About 25-40 s.
   --engine E with --containers: podman (default) or docker
 
 Environment:
   MALL_BUILD_DIR   build folder (default <repo>/build)
   MALL_DEMO_STEPS  training steps per job in the default mode (default 600)
+  MALL_DEMO_PYTHON --containers: the Python with TensorFlow and Keras for the keras container
+                   (default <repo>/.venv/bin/python; a venv outside the checkout is mounted too)
 EOF
 }
 
@@ -412,39 +422,89 @@ container_demo() {
     ctr_docker_start || { echo "demo: the private dockerd did not start" >&2; return 1; }
     ctr_image docker || return 1
   fi
-  local engine_bin torch_cmd torch_kind=torch torch_trainer=train_torch.py
+  local engine_bin torch_cmd torch_kind=torch torch_trainer=train_torch.py keras_python keras_venv
+  local keras=0 keras_why="" keras_cmd=() keras_env=()
   engine_bin=$(ctr_engine_bin "$engine")
   # The PyTorch trainer needs Debian's python3-torch (and numpy, sklearn's digits) on the host's
-  # /usr, which the containers see; without it the second container runs the linear trainer.
+  # /usr, which the containers see; without it the last container runs the linear trainer.
   if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && [ -f "$repo/examples/train_torch.py" ]; then
     torch_cmd=(/usr/bin/python3 -u "$repo/examples/train_torch.py" --steps 300 --print-every 100)
   else
     torch_kind=linear torch_trainer=mall_train_linear
-    note "python3-torch is not installed: the second container runs mall_train_linear instead"
+    note "python3-torch is not installed: the last container runs mall_train_linear instead"
     torch_cmd=("$bin/mall_train_linear" --steps 400 --print-every 100 --log-changes)
   fi
-  start_container() {  # start_container NAME WORDS...: mallrun --container ... run --rm ... WORDS
-    local name=$1; shift
+  # The Keras trainer needs the venv with TensorFlow's wheel (install-deps.sh makes <repo>/.venv),
+  # mounted read-only at the same path, and mall's op library (a build with TensorFlow).
+  keras_python=${MALL_DEMO_PYTHON:-$repo/.venv/bin/python}
+  if [ ! -x "$keras_python" ] ||
+     ! "$keras_python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("tensorflow") and u.find_spec("keras")))' 2>/dev/null; then
+    keras_why="no Python with TensorFlow and Keras at $keras_python (launch_scripts/install-deps.sh makes the venv)"
+  elif [ ! -f "$build/lib/libmall_tf_ops.so" ]; then
+    keras_why="no $build/lib/libmall_tf_ops.so (mall built without TensorFlow)"
+  else
+    keras=1
+    keras_venv=$(dirname "$(dirname "$keras_python")")
+    # <repo> is mounted already; a venv elsewhere is mounted at its own path.
+    if [ -f "$keras_venv/pyvenv.cfg" ] && [[ $keras_venv != "$repo"/* ]]; then ctr_bind_ro "$keras_venv"; fi
+    keras_env=(--env=PYTHONPATH="$repo/python" --env=MALL_TF_OPS_LIBRARY="$build/lib/libmall_tf_ops.so"
+               --env=TF_CPP_MIN_LOG_LEVEL=2)
+    keras_cmd=("$keras_python" -u "$repo/examples/keras_digits.py" --steps 1500 --batch 512 --hidden 1024
+               --print-every 250 --log-changes)
+  fi
+  [ "$keras" = 1 ] || note "$keras_why: the demo runs without the Keras container"
+  declare -A pid_of=() trainer_of=([eigen]=mall_train_digits [keras]=keras_digits.py [$torch_kind]=$torch_trainer)
+  start_container() {  # start_container NAME [--env=...]... WORDS...: mallrun --container ... run --rm ... WORDS
+    local name=$1 envs=(); shift
+    while [[ ${1-} == --env=* ]]; do envs+=("$1"); shift; done
     ctr_run_args "$engine" "$name" || return 1
     "$bin/mallrun" --socket "$sock" --container --malleable="1:$ncpus" --job "$name" --require -- \
-      "$engine_bin" run --rm --env=MALL_LIBRARY="$build/lib/libmall.so.0" "${CTR_RUN_ARGS[@]}" "$@" \
+      "$engine_bin" run --rm --env=MALL_LIBRARY="$build/lib/libmall.so.0" "${envs[@]}" "${CTR_RUN_ARGS[@]}" "$@" \
       > >(tee "$tmp/$name.log" | sed -u "s/^/  ${bold}$name${off} | /") 2>&1 &
+    pid_of[$name]=$!
     job_pids+=($!)
   }
+  status_now() { "$bin/mallctl" --socket "$sock" status 2>&1 | sed "s/^/  ${dim}status${off} | /"; }
   say "container eigen: mallrun --container --malleable=1:$ncpus -- $engine run --rm IMAGE mall_train_digits"
   note "(alone: it gets the whole pool; inside, nothing knows mall but libmall, told at each step)"
-  start_container eigen "$bin/mall_train_digits" --steps 500 --print-every 100 --log-changes || return 1
+  # With keras, eigen trains longer: keras's model.fit should start (TensorFlow takes a few seconds)
+  # while eigen still holds a core, so that eigen's end shows keras growing inside its fit.
+  start_container eigen "$bin/mall_train_digits" --steps "$([ "$keras" = 1 ] && echo 800 || echo 500)" \
+    --print-every 100 --log-changes || return 1
   wait_for_line "$tmp/eigen.log" '^step 100 ' || true
-  say "container $torch_kind: mallrun --container ... -- $engine run --rm IMAGE ${torch_cmd[*]##*/}"
-  note "(the equal policy shares the pool: eigen shrinks at its next step, then $torch_kind starts on its core)"
-  start_container "$torch_kind" "${torch_cmd[@]}" || return 1
-  if wait_for_line "$tmp/$torch_kind.log" '^(step|resize)'; then
-    sleep 0.3
-    "$bin/mallctl" --socket "$sock" status 2>&1 | sed "s/^/  ${dim}status${off} | /"
+  local second=$torch_kind jobs=(eigen)
+  if [ "$keras" = 1 ]; then
+    second=keras
+    say "container keras: mallrun --container ... -- $engine run --rm IMAGE python -u keras_digits.py (Keras model.fit)"
+    note "(the equal policy shares the pool: eigen shrinks at its next step, keras starts on the other core;"
+    note "mall.keras.Malleable parks TensorFlow's own pool workers at each batch end to follow its cores)"
+    start_container keras "${keras_env[@]}" "${keras_cmd[@]}" || return 1
+    jobs+=(keras)
+  else
+    say "container $torch_kind: mallrun --container ... -- $engine run --rm IMAGE ${torch_cmd[*]##*/}"
+    note "(the equal policy shares the pool: eigen shrinks at its next step, then $torch_kind starts on its core)"
+    start_container "$torch_kind" "${torch_cmd[@]}" || return 1
+    jobs+=("$torch_kind")
   fi
-  local rc_e=0 rc_t=0
-  wait "${job_pids[0]}" || rc_e=$?
-  wait "${job_pids[1]}" || rc_t=$?
+  if wait_for_line "$tmp/$second.log" '^(step|resize)' 600; then
+    sleep 0.3
+    status_now
+  fi
+  local job rc
+  declare -A rc_of=()
+  if [ "$keras" = 1 ]; then
+    rc=0; wait "${pid_of[eigen]}" || rc=$?; rc_of[eigen]=$rc
+    # eigen's cores go to keras at its next batch end (when its fit runs: TensorFlow takes a few s to start).
+    wait_for_line "$tmp/keras.log" '^resize step [0-9]+ threads 1 -> ' 100 || true
+    say "container $torch_kind: mallrun --container ... -- $engine run --rm IMAGE ${torch_cmd[*]##*/}"
+    note "(keras gives a core back at its next batch end, then $torch_kind starts on it; when one ends, the other grows)"
+    start_container "$torch_kind" "${torch_cmd[@]}" || return 1
+    jobs+=("$torch_kind")
+  fi
+  for job in "${jobs[@]}"; do
+    [ -n "${rc_of[$job]:-}" ] && continue
+    rc=0; wait "${pid_of[$job]}" || rc=$?; rc_of[$job]=$rc
+  done
   job_pids=()
   sleep 1.5  # the jobs end with their containers' last processes: let malld see it and the watchers print it
   stop_pid "$watch_pid"; watch_pid=''
@@ -452,25 +512,30 @@ container_demo() {
 
   echo
   say "summary"
-  printf '    %-7s %-22s %8s %-40s  %s\n' JOB TRAINER RESIZES "RESULT" STATUS
-  local job rc trainer events publishes result
-  for job in eigen "$torch_kind"; do
-    rc=$rc_e trainer=mall_train_digits
-    [ "$job" = eigen ] || { rc=$rc_t; trainer=$torch_trainer; }
+  printf '    %-7s %-22s %8s %-48s  %s\n' JOB TRAINER RESIZES "RESULT" STATUS
+  local events publishes result ok=1
+  for job in "${jobs[@]}"; do
+    rc=${rc_of[$job]}
+    [ "$rc" -eq 0 ] || ok=0
     events=$(grep "\"job\":\"$job\"" "$tmp/events.jsonl" || true)
     publishes=$(grep -c '"event":"publish"' <<<"$events" || true)
-    result=$(grep -E '^final ' "$tmp/$job.log" | tail -n 1 | cut -c1-40)
-    printf '    %-7s %-22s %8s %-40s  %s\n' "$job" "$trainer" "$(( publishes > 0 ? publishes - 1 : 0 ))" \
+    result=$(grep -E '^final ' "$tmp/$job.log" | tail -n 1 | cut -c1-48)
+    printf '    %-7s %-22s %8s %-48s  %s\n' "$job" "${trainer_of[$job]}" "$(( publishes > 0 ? publishes - 1 : 0 ))" \
       "${result:--}" "$([ "$rc" -eq 0 ] && echo ok || echo "exit $rc")"
   done
   note "resizes: allocation changes after the first, each applied inside the container at a step boundary"
+  if [ "$keras" = 1 ]; then
+    note "keras applied each allocation inside model.fit at a batch end (mall.keras.Malleable), e.g." \
+         "'$(grep -E '^resize .* -> 1 ' "$tmp/keras.log" | tail -n 1 || true)' and" \
+         "'$(grep -A1 -E '^resize .* -> 1 ' "$tmp/keras.log" | grep -E '^parked ' | tail -n 1 || true)' (TensorFlow's workers parked)"
+  fi
   note "engine $engine ($("$engine_bin" --version 2>/dev/null | head -n 1)); backend $used_backend;" \
        "malld and the containers ran $(( ($(now_ms) - run_start) / 1000 )) s"
   if grep -qE ' (error|warn): ' "$tmp/malld.log"; then
     note "malld reported problems:"
     grep -E ' (error|warn): ' "$tmp/malld.log" | sed 's/^/      /'
   fi
-  [ "$rc_e" -eq 0 ] && [ "$rc_t" -eq 0 ]
+  [ "$ok" = 1 ]
 }
 
 # ---- build --------------------------------------------------------------------------------------
@@ -512,6 +577,8 @@ if [ ! -f "$build/build.ninja" ]; then
       tail -30 "$tmp/configure.log"; echo "demo: cmake failed (log above)" >&2; exit 1; }
   fi
 fi
+# --containers: the Keras container needs mall's TensorFlow op library, where the build has TensorFlow.
+if [ "$containers_mode" = 1 ] && ninja -C "$build" -t query mall_tf_ops >/dev/null 2>&1; then targets+=(mall_tf_ops); fi
 # One retry: another ninja in the same build folder (e.g. a test run) can make one step fail.
 if ! ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1 &&
    ! { sleep 2; ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1; }; then
@@ -579,9 +646,9 @@ start_job() {  # start_job NAME: runs mall_train_sgd under mallrun in the backgr
     > >(tee "$tmp/$name.log" | sed -u "s/^/  ${bold}job $name${off} | /") 2>&1 &
   job_pids+=($!)
 }
-wait_for_line() {  # wait_for_line FILE REGEX: until a line matches (30 s at most)
+wait_for_line() {  # wait_for_line FILE REGEX [TENTHS]: until a line matches (TENTHS/10 s at most, default 30 s)
   local i
-  for i in $(seq 300); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  for i in $(seq "${3:-300}"); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
 if [ "$containers_mode" = 1 ]; then

@@ -6,9 +6,10 @@
 # cores; static cpusets that never move) and timeline.png; bad options exit 2 naming the option;
 # without root it exits 1 saying so; a SIGTERM through timeout(1) in the middle of the mall way
 # exits non-zero and leaves nothing behind (containers, runc state, cgroups, malld, temp folders:
-# the kit's leak check and a before/after listing). Figures are not judged: it is a benchmark.
+# the kit's leak check and a before/after listing); where the venv and the op library are there, a
+# tiny mall way of --mix keras (the keras kind) runs to its end. Figures are not judged: it is a benchmark.
 # Usage: bench_containers_check.sh REPO BUILD_DIR. Exit 0 pass, 1 fail, 77 skip (not root, or
-# podman/runc/conmon missing: printed). About 40 s on 2 cpus.
+# podman/runc/conmon missing: printed). About 60 s on 2 cpus.
 set -uo pipefail
 repo=${1:?usage: bench_containers_check.sh REPO BUILD_DIR}
 export MALL_BUILD_DIR=${2:?usage: bench_containers_check.sh REPO BUILD_DIR}
@@ -73,15 +74,35 @@ dir=$(kit_dir_of "$tmp/run.log")
 left=$("$kit" leaks "$dir") || fail "the run left: $left"
 echo "bench_containers_check: the tiny run took $(( $(date +%s) - t_start )) s"
 
+# 1b. The keras kind (the wrapper adds it: examples/keras_digits.py in the venv): a tiny mall way of
+# --mix keras, where the driver's --max-threads must reach keras_digits.py as --threads and the job
+# run to its end; only where the venv and the op library are there (install-deps.sh, a TensorFlow build).
+keras_python=${MALL_BENCH_PYTHON:-$repo/.venv/bin/python}
+if [ -x "$keras_python" ] && [ -f "$MALL_BUILD_DIR/lib/libmall_tf_ops.so" ]; then
+  t_keras=$(date +%s)
+  watchdog_run 180 "$bench" --mix keras --ways mall "${small[@]}" --out "$tmp/keras" >"$tmp/keras.log" 2>"$tmp/keras.err" ||
+    fail "--mix keras exited $?: $(cat "$tmp/keras.log" "$tmp/keras.err")"
+  grep -Eq '^  keras +keras_digits\.py +[0-9.]+ steps/s on 1 core' "$tmp/keras.log" || fail "--mix keras: no calibration line of the keras kind"
+  grep -Eq "^mall +$num +$num +$num " "$tmp/keras.log" || fail "--mix keras: no table row for mall"
+  awk -F, '$1 == "mall" && $4 == "keras" && $5 >= 1 && $7 >= 1 {found = 1} END {exit !found}' "$tmp/keras/timeline.csv" ||
+    fail "--mix keras: no sample of the keras container running"
+  dir=$(kit_dir_of "$tmp/keras.log")
+  left=$("$kit" leaks "$dir") || fail "the keras run left: $left"
+  echo "bench_containers_check: the tiny keras run took $(( $(date +%s) - t_keras )) s"
+else
+  echo "bench_containers_check: no $keras_python or $MALL_BUILD_DIR/lib/libmall_tf_ops.so: the keras kind's run is left out"
+fi
+
 # 2. Bad options: exit 2 with words naming the option, nothing run.
 for bad in "--ways static,nonsense" "--ways mall,mall" "--work-scale 0" "--cpus 0" "--engine lxc" \
-           "--policy fastest" "--resize-by magic" "--sample-ms 5" "--timeout 0" "--linear-batch 10" "--bogus"; do
+           "--policy fastest" "--resize-by magic" "--sample-ms 5" "--timeout 0" "--linear-batch 10" "--mix nonsense" "--bogus"; do
   # shellcheck disable=SC2086  # split the option from its value on purpose
   err=$("$bench" $bad 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "bench-containers.sh $bad: exit $rc, expected 2"
   grep -q -- "${bad%% *}" <<<"$err" || fail "bench-containers.sh $bad: the error does not name the option: $err"
 done
 "$bench" --help | grep -q '^EXIT STATUS' || fail "--help has no EXIT STATUS section"
+"$bench" --help | grep -q '^THE KERAS KIND' || fail "--help has no section on the keras kind"
 
 # 3. Not root: exit 1 saying so, before anything is set up.
 err=$(setpriv --reuid 65534 --regid 65534 --clear-groups env PATH=/usr/bin:/bin "$bench" "${small[@]}" 2>&1); rc=$?
