@@ -721,6 +721,16 @@ MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
         }
         spank_setenv(sp, "MALL_SOCKET", g_state.config.socket.c_str(), 1);
         spank_setenv(sp, "MALL_JOB_ID", malld_job_name(*id).c_str(), 1);
+        // The most cores this task may grow to (MAX per task, capped by the node and the admin's
+        // max_cpus): what a framework sizes its pools for (mall.tensorflow.size_pools() reads it).
+        const MalleableLimits limits = limits_here(true);
+        std::string error;
+        if (auto request = mall::slurm::parse_malleable(g_state.option_bare ? nullptr : g_state.option_text.c_str(),
+                                                        limits, &error)) {
+            unsigned max = mall::slurm::resolve_max(*request, limits);
+            if (limits.node_cpus != 0 && (max == 0 || max > limits.node_cpus)) max = limits.node_cpus;
+            if (max != 0) spank_setenv(sp, "MALL_MAX", std::to_string(max).c_str(), 1);
+        }
         return 0;
     } catch (...) {
         return 0;

@@ -308,6 +308,11 @@ TEST_F(Cli, MallrunPassesExitCodesAndSignals) {
     auto env = run_command(mallrun_argv(socket(), "1:2", "envjob", {"/bin/sh", "-c", "echo $MALL_JOB_ID $MALL_SOCKET"}));
     EXPECT_EQ(env.exit_code, 0) << env.err;
     EXPECT_EQ(trim(env.out), "envjob " + socket());
+    // ... and the most cores it may grow to (what a framework sizes its pools for): MAX, else the pool.
+    auto max_one = run_command(mallrun_argv(socket(), "1:1", "", {"/bin/sh", "-c", "echo $MALL_MAX"}));
+    EXPECT_EQ(trim(max_one.out), "1") << max_one.err;
+    auto max_pool = run_command(mallrun_argv(socket(), "1", "", {"/bin/sh", "-c", "echo $MALL_MAX"}));
+    EXPECT_EQ(trim(max_pool.out), "2") << max_pool.err;
     // Every job ended with its command: only the long-running one is left, back on the whole pool.
     EXPECT_TRUE(wait_until([&] { return job_settled_on(socket(), "cli", "0-1", 1); }, 20s));
     auto status = status_json(socket());

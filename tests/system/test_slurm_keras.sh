@@ -112,6 +112,13 @@ if wait_for $start_s out_has '^start pid [0-9]+ '; then
 else
   fail "(1) Keras job $jk printed no 'start pid' line within ${start_s}s"; dump_keras; exit 1
 fi
+# The plugin tells the task the most cores it may grow to (MAX per task), which size_pools() reads.
+task_max=$(tr '\0' '\n' < "/proc/$kpid/environ" 2>/dev/null | sed -n 's/^MALL_MAX=//p')
+if [ "$task_max" = 2 ]; then
+  pass "(1) the task's environment has MALL_MAX=2 (--malleable=1:2)"
+else
+  fail "(1) the task's environment has MALL_MAX='$task_max', not 2 (--malleable=1:2)"
+fi
 if wait_for $start_s out_has '^resize step [0-9]+ threads [0-9]+ -> 2 cpus 0-1$' &&
    wait_for $wait_default_s job_settled_on "slurm-$jk" 0-1 && wait_for 10 all_threads_on "$kpid" 5 0-1; then
   pass "(1) Keras job $jk (--malleable=1:2 -c 1) settled on 0-1 in mallctl status (pids $(job_pids "slurm-$jk" | tr '\n' ' ')), its output: $(grep -m1 -E -- '-> 2 cpus 0-1$' "$work/keras.out"), every one of its $(ls /proc/"$kpid"/task | wc -l) threads allows 0-1"

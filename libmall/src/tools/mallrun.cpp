@@ -54,7 +54,8 @@ void print_help() {
            "that may use between MIN and MAX cores, waits until malld has given it its first\n"
            "cores, then lets CMD run with MALL_SOCKET and MALL_JOB_ID in its environment, so that\n"
            "libmall inside CMD attaches to the job and follows the cores malld gives it at each\n"
-           "training step. When CMD ends, mallrun deregisters the job and exits with CMD's status.\n"
+           "training step (and MALL_MAX, the most cores it may grow to, which a framework sizes\n"
+           "its thread pools for: mall.tensorflow.size_pools() reads it). When CMD ends, mallrun deregisters the job and exits with CMD's status.\n"
            "\n"
            "Options:\n"
            "  --malleable=MIN[:MAX]  the job's core limits: integers >= 1 with MIN <= MAX.\n"
@@ -80,6 +81,7 @@ void print_help() {
            "                             created inside the job's cpuset and resized with it)\n"
            "                           --volume=<socket folder>:<socket folder>\n"
            "                           --env=MALL_SOCKET=<socket> --env=MALL_JOB_ID=<job>\n"
+           "                           --env=MALL_MAX=<the job's MAX>\n"
            "                         and, for podman, --cgroup-manager=cgroupfs before `run`.\n"
            "                         libmall inside the container attaches by itself; so does a\n"
            "                         process added with `podman exec`/`docker exec` (malld knows\n"
@@ -332,7 +334,7 @@ std::string container_command_problem(const std::vector<std::string> &command, c
 // podman, the cgroupfs manager before it, which takes --cgroup-parent as a path).
 std::vector<std::string> container_command(const std::vector<std::string> &command, const std::string &engine,
                                            const std::string &cgroup_parent, const std::string &socket,
-                                           const std::string &job) {
+                                           const std::string &job, int max) {
     const size_t run = *run_word_index(command);
     const std::string folder = socket.substr(0, socket.find_last_of('/') == 0 ? 1 : socket.find_last_of('/'));
     std::vector<std::string> out(command.begin(), command.begin() + static_cast<long>(run));
@@ -342,6 +344,7 @@ std::vector<std::string> container_command(const std::vector<std::string> &comma
     out.push_back("--volume=" + folder + ":" + folder);
     out.push_back("--env=MALL_SOCKET=" + socket);
     out.push_back("--env=MALL_JOB_ID=" + job);
+    out.push_back("--env=MALL_MAX=" + std::to_string(max));
     out.insert(out.end(), command.begin() + static_cast<long>(run) + 1, command.end());
     return out;
 }
@@ -446,8 +449,9 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
         const std::string socket = absolute_path(socket_path);
         setenv("MALL_SOCKET", socket.c_str(), 1);
         setenv("MALL_JOB_ID", o.job.c_str(), 1);
+        setenv("MALL_MAX", std::to_string(max).c_str(), 1);  // what a framework sizes its pools for
         if (o.container) {
-            const auto command = container_command(o.command, o.engine, word.substr(1), socket, o.job);
+            const auto command = container_command(o.command, o.engine, word.substr(1), socket, o.job, max);
             if (o.verbose) {
                 const std::string line = "mallrun: running " + quoted_command(command) + "\n";
                 if (write(STDERR_FILENO, line.data(), line.size()) < 0) {
