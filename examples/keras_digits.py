@@ -19,7 +19,7 @@ Output (stdout, line-buffered; launch_scripts/bench-keras.sh parses the fit and 
   start pid P cpus LIST                           the affinity mask when TensorFlow's pools are made
   step N loss X threads T cpus LIST               every --print-every steps (T: running intra-op workers)
   resize step N threads A -> B cpus LIST          with --log-changes, each allocation applied (step
-                                                  0: while waiting for --go-file), then
+                                                  0: in the warm-up or waiting for --go-file), then
   parked step N tids T1,T2|-                      the pools' workers parked now
   ready                                           with --go-file, after the warm-up
   fit start T0 end T1 cpu C                       wall-clock (time.time()) bounds of the timed
@@ -246,9 +246,23 @@ def main() -> int:
                .batch(args.batch, drop_remainder=True)
                .repeat()
                .prefetch(2))
-    if args.warmup > 0:
-        model.fit(dataset, epochs=1, steps_per_epoch=args.warmup, shuffle=False, verbose=0)
     change_log = ChangeLog(under_malld, args.log_changes)
+
+    class WarmupChanges(keras.callbacks.Callback):
+        """Under malld the warm-up follows the allocation too; its changes print as step 0."""
+
+        def __init__(self):
+            super().__init__()
+            self.changes = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            if malleable.changes != self.changes:
+                self.changes = malleable.changes
+                change_log.changed(0, malleable.client.allocation.text)
+
+    if args.warmup > 0:
+        model.fit(dataset, epochs=1, steps_per_epoch=args.warmup, shuffle=False, verbose=0,
+                  callbacks=[malleable, WarmupChanges()] if under_malld else [])
     if args.go_file:
         print("ready")
         while not os.path.exists(args.go_file):

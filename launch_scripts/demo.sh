@@ -17,7 +17,7 @@ usage() {
   cat <<EOF
 demo.sh — watch mall move cores between training jobs on this machine
 
-Usage: launch_scripts/demo.sh [--slurm [--nodes 2] | --containers [--engine podman|docker]]
+Usage: launch_scripts/demo.sh [--tensorflow | --slurm [--nodes 2] | --containers [--engine podman|docker]]
        launch_scripts/demo.sh -h|--help
 
 Both modes build what they need first (cmake + ninja into the build folder; dependencies with
@@ -30,6 +30,12 @@ Modes:
   (default)  No cluster: a private malld and two malleable training jobs (mall_train_sgd) started
              with mallrun, the second while the first runs. As root cores are enforced with cgroup
              cpusets; as another user with the affinity backend (it says so). About 15 s.
+  --tensorflow  The same story with two Keras trainings (examples/keras_digits.py, model.fit
+             with mall.keras.Malleable, from the project's venv): job A alone runs TensorFlow's
+             pools on both cores; job B arrives and A parks a worker of each pool at its next batch
+             end (its "parked" line); when B ends, A releases it. Needs the venv
+             (launch_scripts/install-deps.sh makes <repo>/.venv) and a build with TensorFlow
+             (lib/libmall_tf_ops.so, built here when the build folder has it). About 30 s.
   --slurm    Through Slurm, the way a site runs mall: brings up a private single-node Slurm
              cluster with the mall SPANK plugin and malld (launch_scripts/local-cluster.sh, in a
              temporary folder, on free ports, with its own cgroup parent, so it runs beside any
@@ -76,17 +82,18 @@ Modes:
 
 Environment:
   MALL_BUILD_DIR   build folder (default <repo>/build)
-  MALL_DEMO_STEPS  training steps per job in the default mode (default 600)
+  MALL_DEMO_STEPS  training steps per job in the default mode (default 600; --tensorflow: 8000)
   MALL_DEMO_PYTHON --containers: the Python with TensorFlow and Keras for the keras container
                    (default <repo>/.venv/bin/python; a venv outside the checkout is mounted too)
 EOF
 }
 
-slurm_mode=0 containers_mode=0 engine=podman demo_nodes=1
+slurm_mode=0 containers_mode=0 tensorflow_mode=0 engine=podman demo_nodes=1
 while [ $# -gt 0 ]; do
   case $1 in
     --slurm) slurm_mode=1 ;;
     --containers) containers_mode=1 ;;
+    --tensorflow) tensorflow_mode=1 ;;
     --nodes)
       case ${2-} in 1|2) demo_nodes=$2; shift ;;
         *) echo "demo: --nodes takes 1 or 2 (got '${2-}')" >&2; exit 2 ;; esac ;;
@@ -94,15 +101,25 @@ while [ $# -gt 0 ]; do
       case ${2-} in podman|docker) engine=$2; shift ;;
         *) echo "demo: --engine takes podman or docker (got '${2-}')" >&2; exit 2 ;; esac ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "demo: unknown argument '$1' (expected --slurm [--nodes 2], --containers, --engine E or --help)" >&2; exit 2 ;;
+    *) echo "demo: unknown argument '$1' (expected --tensorflow, --slurm [--nodes 2], --containers, --engine E or --help)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$demo_nodes" != 1 ] && [ "$slurm_mode" != 1 ]; then
   echo "demo: --nodes goes with --slurm (a cluster of nodes in network namespaces): launch_scripts/demo.sh --slurm --nodes 2" >&2; exit 2
 fi
-if [ "$slurm_mode" = 1 ] && [ "$containers_mode" = 1 ]; then
-  echo "demo: choose one of --slurm and --containers" >&2; exit 2
+if [ $((slurm_mode + containers_mode + tensorflow_mode)) -gt 1 ]; then
+  echo "demo: choose one of --tensorflow, --slurm and --containers" >&2; exit 2
+fi
+keras_python=${MALL_DEMO_PYTHON:-$repo/.venv/bin/python}
+if [ "$tensorflow_mode" = 1 ]; then
+  steps=${MALL_DEMO_STEPS:-8000}
+  if [ ! -x "$keras_python" ] ||
+     ! "$keras_python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("tensorflow") and u.find_spec("keras")))' 2>/dev/null; then
+    echo "demo: --tensorflow needs a Python with TensorFlow and Keras at $keras_python: run" \
+         "launch_scripts/install-deps.sh (it makes <repo>/.venv), or set MALL_DEMO_PYTHON" >&2
+    exit 1
+  fi
 fi
 if [ "$containers_mode" = 1 ] && [ "$(id -u)" -ne 0 ]; then
   echo "demo: --containers needs root (rootful $engine, and malld makes the containers' cgroups);" \
@@ -579,6 +596,14 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # --containers: the Keras container needs mall's TensorFlow op library, where the build has TensorFlow.
 if [ "$containers_mode" = 1 ] && ninja -C "$build" -t query mall_tf_ops >/dev/null 2>&1; then targets+=(mall_tf_ops); fi
+if [ "$tensorflow_mode" = 1 ]; then
+  if ! ninja -C "$build" -t query mall_tf_ops >/dev/null 2>&1; then
+    echo "demo: --tensorflow needs mall built with TensorFlow (no mall_tf_ops target in $build):" \
+         "cmake -B $build -DMALL_WITH_TENSORFLOW=ON (after launch_scripts/install-deps.sh)" >&2
+    exit 1
+  fi
+  targets+=(mall mall_tf_ops)
+fi
 # One retry: another ninja in the same build folder (e.g. a test run) can make one step fail.
 if ! ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1 &&
    ! { sleep 2; ninja -C "$build" -j2 "${targets[@]}" >"$tmp/build.log" 2>&1; }; then
@@ -639,11 +664,19 @@ watch_pid=$!
 sleep 0.3  # let both watchers subscribe before the first job registers
 
 # ---- the two jobs -------------------------------------------------------------------------------
-start_job() {  # start_job NAME: runs mall_train_sgd under mallrun in the background
+start_job() {  # start_job NAME: runs the trainer under mallrun in the background
   local name=$1
-  "$bin/mallrun" --socket "$sock" --malleable="1:$ncpus" --job "$name" -- \
-    "$bin/mall_train_sgd" --steps "$steps" --seed "$seed" --print-every 100 --log-changes \
-    > >(tee "$tmp/$name.log" | sed -u "s/^/  ${bold}job $name${off} | /") 2>&1 &
+  local -a trainer=("$bin/mall_train_sgd" --steps "$steps" --seed "$seed" --print-every 100 --log-changes)
+  if [ "$tensorflow_mode" = 1 ]; then
+    # mall's Python package and libraries from this checkout and build (an install puts them in place).
+    trainer=(env PYTHONPATH="$repo/python" MALL_LIBRARY="$build/lib/libmall.so.0"
+             MALL_TF_OPS_LIBRARY="$build/lib/libmall_tf_ops.so" TF_CPP_MIN_LOG_LEVEL=3
+             "$keras_python" -u "$repo/examples/keras_digits.py" --steps "$steps" --seed "$seed"
+             --print-every 1000 --log-changes)
+  fi
+  "$bin/mallrun" --socket "$sock" --malleable="1:$ncpus" --job "$name" -- "${trainer[@]}" \
+    > >(grep --line-buffered -v -e '^WARNING: All log messages' -e '^I0000 ' | tee "$tmp/$name.log" |
+        sed -u "s/^/  ${bold}job $name${off} | /") 2>&1 &
   job_pids+=($!)
 }
 wait_for_line() {  # wait_for_line FILE REGEX [TENTHS]: until a line matches (TENTHS/10 s at most, default 30 s)
@@ -655,10 +688,17 @@ if [ "$containers_mode" = 1 ]; then
   container_demo
   exit $?
 fi
-say "job A: mallrun --malleable=1:$ncpus -- mall_train_sgd --steps $steps --seed $seed (alone: gets the whole pool)"
-start_job A
-wait_for_line "$tmp/A.log" '^step 200 ' || true
-say "job B: the same training, started while A runs (the equal policy shares the pool: A shrinks first)"
+if [ "$tensorflow_mode" = 1 ]; then
+  say "job A: mallrun --malleable=1:$ncpus -- python keras_digits.py --steps $steps (Keras model.fit with mall.keras.Malleable; alone: gets the whole pool)"
+  start_job A
+  wait_for_line "$tmp/A.log" '^step 1000 ' || true
+  say "job B: the same Keras training, started while A runs (the equal policy shares the pool: A parks a worker of each of TensorFlow's pools first)"
+else
+  say "job A: mallrun --malleable=1:$ncpus -- mall_train_sgd --steps $steps --seed $seed (alone: gets the whole pool)"
+  start_job A
+  wait_for_line "$tmp/A.log" '^step 200 ' || true
+  say "job B: the same training, started while A runs (the equal policy shares the pool: A shrinks first)"
+fi
 start_job B
 if wait_for_line "$tmp/B.log" '^step 1 '; then
   sleep 0.2
@@ -700,6 +740,11 @@ for job in A B; do
 done
 note "resizes: allocation changes after the first; median ack: publish-to-ack latency of those"
 note "changes (a job acks at its next step boundary, so this is up to one training step)"
+if [ "$tensorflow_mode" = 1 ]; then
+  note "TensorFlow's pools followed each allocation inside model.fit (mall.keras.Malleable), e.g." \
+       "'$(grep -E '^resize .* -> 1 ' "$tmp/A.log" | head -n 1 || true)'," \
+       "'$(grep -A1 -E '^resize .* -> 1 ' "$tmp/A.log" | grep -E '^parked ' | head -n 1 || true)' (workers parked)"
+fi
 if [ -n "${checksums[0]}" ] && [ "${checksums[0]}" = "${checksums[1]}" ]; then
   note "A and B trained with the same seed under different resize histories: identical weights (same checksum)"
 fi
