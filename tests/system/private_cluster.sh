@@ -81,6 +81,40 @@ job_final() {
   return 1
 }
 
+# ---- malld's jobs and its event log, for the tests that record events (cluster_up_recording) -----
+job_pids() { status_json | jq -r --arg j "$1" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
+reserved_for() { status_json | jq -r --arg j "$1" '.reserved[$j] // ""' 2>/dev/null; }
+job_settled_on() { # job_settled_on JOB CPUS: published and enforced on exactly CPUS, nothing pending
+  local s; s=$(status_json) || return 1
+  [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"' <<<"$s")" = "$2 $2 settled" ]
+}
+events_of() { # events_of FILTER: matching events from the running watch, one JSON line each
+  jq -c "select($1)" "$work/watch.jsonl" 2>/dev/null
+}
+has_event() { [ -n "$(events_of "$1")" ]; }
+first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
+# "a < b" for decimal seconds since the epoch
+earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
+# cluster_up_recording: brings the private cluster up (local-cluster.sh up, then its environment),
+# then starts one `mallctl watch --json` for the whole run into $work/watch.jsonl (its pid in
+# watch_pid, for the cleanup), synced: a `policy` event proves it is subscribed. Exits 1 on failure.
+cluster_up_recording() {
+  if ! "$cluster" up >"$work/up.log" 2>&1; then
+    fail "local-cluster.sh up: $(cat "$work/up.log")"
+    for f in "$MALL_CLUSTER_DIR"/log/*; do echo "--- $f"; tail -n 20 "$f"; done
+    exit 1
+  fi
+  eval "$("$cluster" env)"
+  pass "local-cluster.sh up (port $port, cgroup parent $MALL_CLUSTER_CGROUP, plugin loaded: $(grep -c mall_spank "$MALL_CLUSTER_DIR/etc/plugstack.conf"))"
+  "$mallctl" watch --json --timeout-s "$timeout_s" >"$work/watch.jsonl" 2>"$work/watch.err" &
+  watch_pid=$!
+  watch_ready() { "$mallctl" policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
+  if ! wait_for 10 watch_ready; then
+    fail "mallctl watch recorded no event within 10s ($(cat "$work/watch.err"))"
+    exit 1
+  fi
+}
+
 private_cluster_init() {
   local name=$1 first_port=$2
   work=$(mktemp -d "/tmp/$name.XXXXXX")

@@ -50,17 +50,7 @@ trap 'echo "FAIL: interrupted"; exit 1' INT
 trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 
 # ---- helpers --------------------------------------------------------------------------------------
-job_pids() { status_json | jq -r --arg j "$1" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
-reserved_for() { status_json | jq -r --arg j "$1" '.reserved[$j] // ""' 2>/dev/null; }
-job_settled_on() { # job_settled_on JOB CPUS: published and enforced on exactly CPUS, nothing pending
-  local s; s=$(status_json) || return 1
-  [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"' <<<"$s")" = "$2 $2 settled" ]
-}
 malld_empty() { [ "$(status_json | jq -c '[.jobs, .reserved]')" = '[[],{}]' ]; }
-events_of() { jq -c "select($1)" "$work/watch.jsonl" 2>/dev/null; }
-has_event() { [ -n "$(events_of "$1")" ]; }
-first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
-earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }   # "a < b", decimal seconds
 out_has() { grep -Eq "$1" "$work/keras.out"; }
 # after_line PATTERN_A PATTERN_B: the output has a line matching B after its last line matching A;
 # prints that B line
@@ -77,22 +67,7 @@ dump_keras() { # what helps to understand a failure
 }
 
 # ---- up -------------------------------------------------------------------------------------------
-if ! "$cluster" up >"$work/up.log" 2>&1; then
-  fail "local-cluster.sh up: $(cat "$work/up.log")"
-  for f in "$MALL_CLUSTER_DIR"/log/*; do echo "--- $f"; tail -n 20 "$f"; done
-  exit 1
-fi
-eval "$("$cluster" env)"
-pass "local-cluster.sh up (port $port, cgroup parent $MALL_CLUSTER_CGROUP, plugin loaded: $(grep -c mall_spank "$MALL_CLUSTER_DIR/etc/plugstack.conf"))"
-
-# One event recorder for the whole run; synced: a `policy` event proves it is subscribed.
-"$mallctl" watch --json --timeout-s "$timeout_s" >"$work/watch.jsonl" 2>"$work/watch.err" &
-watch_pid=$!
-watch_ready() { "$mallctl" policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
-if ! wait_for 10 watch_ready; then
-  fail "mallctl watch recorded no event within 10s ($(cat "$work/watch.err"))"
-  exit 1
-fi
+cluster_up_recording   # private_cluster.sh: up, its environment, one event recorder for the run
 
 # ---- 1. the Keras job alone grows to the whole node ------------------------------------------------
 # The batch script a user writes: mall's Python package, libmall and the op library from the build

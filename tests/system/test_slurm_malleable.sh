@@ -47,47 +47,19 @@ trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 job_field() { # job_field JOB FIELD: a field of malld's job JOB ("" when malld does not list it)
   status_json | jq -r --arg j "$1" --arg f "$2" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null
 }
-job_pids() { status_json | jq -r --arg j "$1" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
 job_listed() { [ -n "$(job_field "$1" job)" ]; }
-reserved_for() { status_json | jq -r --arg j "$1" '.reserved[$j] // ""' 2>/dev/null; }
-job_settled_on() { # job_settled_on JOB CPUS: published and enforced on exactly CPUS, nothing pending
-  local s; s=$(status_json) || return 1
-  [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"' <<<"$s")" = "$2 $2 settled" ]
-}
 job_settled_on_one() { # job_settled_on_one JOB: holds exactly one cpu, settled
   local s; s=$(status_json) || return 1
   [ "$(jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.ncpus) \(.state) \(.cpus == .cpuset)"' <<<"$s")" = "1 settled true" ]
 }
 job_gone_and_released() { ! job_listed "$1" && [ -z "$(reserved_for "$1")" ]; }
-events_of() { # events_of FILTER: matching events from the running watch, one JSON line each
-  jq -c "select($1)" "$work/watch.jsonl" 2>/dev/null
-}
-has_event() { [ -n "$(events_of "$1")" ]; }
-first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
-# "a < b" for decimal seconds since the epoch
-earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
 dump_job() { # dump_job NAME ID: what helps to understand a failure
   note "--- job $2 ($1): state $(job_state "$2"); output:"; sed 's/^/        /' "$work/$1.out" 2>/dev/null | tail -n 15
   note "--- malld status: $(status_json | jq -c '{reserved, jobs: [.jobs[] | {job, cpus, cpuset, state, pids}]}' 2>/dev/null)"
 }
 
 # ---- up -------------------------------------------------------------------------------------------
-if ! "$cluster" up >"$work/up.log" 2>&1; then
-  fail "local-cluster.sh up: $(cat "$work/up.log")"
-  for f in "$MALL_CLUSTER_DIR"/log/*; do echo "--- $f"; tail -n 20 "$f"; done
-  exit 1
-fi
-eval "$("$cluster" env)"
-pass "local-cluster.sh up (port $port, cgroup parent $MALL_CLUSTER_CGROUP, plugin loaded: $(grep -c mall_spank "$MALL_CLUSTER_DIR/etc/plugstack.conf"))"
-
-# One event recorder for the whole run; synced: a `policy` event proves it is subscribed.
-"$mallctl" watch --json --timeout-s "$timeout_s" >"$work/watch.jsonl" 2>"$work/watch.err" &
-watch_pid=$!
-watch_ready() { "$mallctl" policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
-if ! wait_for 10 watch_ready; then
-  fail "mallctl watch recorded no event within 10s ($(cat "$work/watch.err"))"
-  exit 1
-fi
+cluster_up_recording   # private_cluster.sh: up, its environment, one event recorder for the run
 
 client_cmd() { # the malleable stand-in for a training process: 2 worker threads, a step every 2 ms
   echo "exec $client --threads 2 --step-us 2000 --duration-s 300"
