@@ -735,6 +735,20 @@ ctr_malld_stop() { # SIGTERM, SIGKILL after 10 s; reaped
   CTR_MALLD_PID=
 }
 
+ctr_malld_parent_dirs() { # ctr_malld_parent_dirs NAME: malld's --cgroup-parent NAME in every hierarchy, where it exists
+  local m
+  for m in $(ctr__cgroup_mounts); do [ -d "$m/$1" ] && echo "$m/$1"; done
+}
+ctr_malld_parent_remove() { # ctr_malld_parent_remove NAME: after a failed run, kill what is left in
+  # malld's folders and remove them (malld removes them itself when it stops cleanly)
+  local d p
+  for d in $(ctr_malld_parent_dirs "$1"); do
+    while read -r p; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+}
+ctr_malld_status() { timeout 10 "$1/mallctl" --socket "$2" status --json; }  # BIN_DIR SOCKET: status --json
+
 ctr_check_nothing_left() { # the kit's cleanup, then its leak check, as PASS/FAIL lines (ctr_test_reporting)
   ctr_cleanup || fail "the kit's cleanup reported an error (above)"
   local leftover line

@@ -112,14 +112,8 @@ ctr_init keras || { fail "ctr_init"; exit 1; }
 sock=$CTR_DIR/sock/malld.sock
 hook_log=$CTR_DIR/hook.log
 mparent=${CTR_CGROUP#/}-malld   # malld's --cgroup-parent: one name, unique to this run
-mparent_dirs() { local m; for m in $(ctr__cgroup_mounts); do [ -d "$m/$mparent" ] && echo "$m/$mparent"; done; }
-remove_mparent() { # after a failed run: kill what is left in malld's folders, remove them
-  local d p
-  for d in $(mparent_dirs); do
-    while read -r p; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
-  done
-}
+mparent_dirs() { ctr_malld_parent_dirs "$mparent"; }
+remove_mparent() { ctr_malld_parent_remove "$mparent"; }
 run_pid=""
 cleanup() {
   trap - EXIT
@@ -134,7 +128,7 @@ trap 'echo "FAIL: interrupted"; exit 130' INT
 note "kit folder $CTR_DIR, cgroup $CTR_CGROUP, malld's --cgroup-parent $mparent; venv $venv"
 
 # ---- helpers -------------------------------------------------------------------------------------
-mstatus() { timeout 10 "$bin/mallctl" --socket "$sock" status --json; }
+mstatus() { ctr_malld_status "$bin" "$sock"; }
 job_json() { mstatus | jq -c --arg j "$1" '.jobs[] | select(.job == $j)'; }
 job_absent() { mstatus >/dev/null && [ -z "$(job_json "$1")" ]; }
 job_attached() { [ "$(job_json "$1" | jq -r '.attached // 0')" -ge 1 ] 2>/dev/null; }

@@ -99,17 +99,8 @@ sock=$CTR_DIR/sock/malld.sock
 hook_log=$CTR_DIR/hook.log
 # malld's --cgroup-parent: one folder name (no '/'), unique to this run, removed by malld at stop.
 mparent=${CTR_CGROUP#/}-malld
-mparent_dirs() { # malld's parent folder in every hierarchy, where it exists
-  local m
-  for m in $(ctr__cgroup_mounts); do [ -d "$m/$mparent" ] && echo "$m/$mparent"; done
-}
-remove_mparent() { # after a failed run: kill what is left in malld's folders, remove them
-  local d p
-  for d in $(mparent_dirs); do
-    while read -r p; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
-  done
-}
+mparent_dirs() { ctr_malld_parent_dirs "$mparent"; }
+remove_mparent() { ctr_malld_parent_remove "$mparent"; }
 cleanup() {
   trap - EXIT
   ctr_malld_stop
@@ -122,7 +113,7 @@ trap 'echo "FAIL: interrupted"; exit 130' INT
 note "kit folder $CTR_DIR, cgroup $CTR_CGROUP, malld's --cgroup-parent $mparent"
 
 # ---- helpers -------------------------------------------------------------------------------------
-mstatus() { timeout 10 "$bin/mallctl" --socket "$sock" status --json; }
+mstatus() { ctr_malld_status "$bin" "$sock"; }
 job_json() { mstatus | jq -c --arg j "$1" '.jobs[] | select(.job == $j)'; }
 job_cpus_are() { [ "$(job_json "$1" | jq -r 'select(.state == "settled") | .cpus')" = "$2" ]; }
 job_absent() { mstatus >/dev/null && [ -z "$(job_json "$1")" ]; }
