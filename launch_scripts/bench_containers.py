@@ -9,7 +9,8 @@ resized from outside without telling the app, and mall. Prints a table with thro
 how oversubscribed each way ran (runnable threads per allotted core, sampled from /proc), writes
 summary.csv, timeline.csv and timeline.png into --out, and ends with the line
     mall_vs_static=X.XX mall_vs_outside=Y.YY
-(when all three ways ran). It needs the environment the wrapper exports (CTR_DIR, CTR_CGROUP,
+(when all three ways ran). Besides bench_cosched's kinds it has its own, keras (KerasKind).
+It needs the environment the wrapper exports (CTR_DIR, CTR_CGROUP,
 CTR_PREFIX, MALL_BENCH_*); everything it starts (containers, malld, cgroups, its temp folder) is
 stopped and removed on the way out, also on SIGTERM or ^C; the wrapper's kit clean-up then removes
 the engine's storage, the kit's cgroups and its folder.
@@ -42,9 +43,15 @@ WAYS = ("static", "outside", "mall")
 # outlasts the last short job in every way, so the makespan is the long run's and measures how
 # well the idle cores were used. In bench-cosched's mixes the short jobs queue back to back on
 # 2 cpus here, and cpusets move only once, at the end.
+# keras: the spaced mix with a long Keras training instead of the dense one.
 MIXES = {"spaced": [("dense", 0.0, 60.0), ("small", 0.0, 6.0), ("linear", 14.0, 6.0), ("small", 28.0, 6.0)],
-         **cs.MIXES}
+         **cs.MIXES,
+         "keras": [("keras", 0.0, 60.0), ("small", 0.0, 6.0), ("linear", 14.0, 6.0), ("small", 28.0, 6.0)]}
 cs.MIXES = MIXES
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The keras kind's Python: a venv with TensorFlow's wheel (launch_scripts/install-deps.sh makes it;
+# the wrapper mounts it into the containers).
+KERAS_PYTHON = os.environ.get("MALL_BENCH_PYTHON") or os.path.join(REPO, ".venv", "bin", "python")
 
 MANUAL = """\
 NAME
@@ -113,6 +120,17 @@ OUTPUT
       mall_vs_static=X.XX mall_vs_outside=Y.YY
     (mall's work/s over the other two ways').
 
+THE KERAS KIND
+    keras    examples/keras_digits.py: Keras model.fit (TensorFlow backend) of a 64-1024-10 MLP,
+             batch 512, run by the venv's python (MALL_BENCH_PYTHON, default <repo>/.venv/bin/python;
+             launch_scripts/install-deps.sh makes it), with the venv, the checkout's python/ and
+             examples/ mounted read-only at the same paths. static and outside fix TensorFlow's pools
+             at --threads T; in the mall way mall.keras.Malleable parks and releases their workers at
+             every batch end (the op library <build>/lib/libmall_tf_ops.so: a build with TensorFlow).
+             --mix keras is the spaced mix with a long keras run (60) instead of the dense one; a
+             --scenario row may name kind keras. Calibrated only when a job uses it (TensorFlow's
+             start adds a few seconds to each keras container and calibration run).
+
 OPTIONS
 {options}
 
@@ -135,6 +153,36 @@ NOTES
 EXAMPLE
     sudo launch_scripts/bench-containers.sh --out /tmp/ctr && xdg-open /tmp/ctr/timeline.png
 """
+
+
+@dataclass
+class KerasKind(cs.Kind):
+    """keras: a Keras model.fit, examples/keras_digits.py, run by python (the venv's) with mall's
+    package from the checkout's python/ and the op library from the build's lib/ (all mounted into
+    the containers at the same paths). A fixed-size run (static, outside) gets --threads T --no-mall:
+    TensorFlow's pools fixed, not malleable. Under mall keras_digits.py takes the most threads as
+    --threads MAX (pools of MAX workers, parked down to the allocation at every batch end)."""
+    python: str = KERAS_PYTHON
+    max_threads_option: str = "--threads"
+    on_demand: bool = True   # TensorFlow's start adds seconds to every run
+
+    def command(self, bin_dir: str, steps: int, threads: int | None) -> list[str]:
+        lib = os.path.join(os.path.dirname(bin_dir), "lib")
+        cmd = ["/usr/bin/env", "PYTHONPATH=" + os.path.join(REPO, "python"),
+               "MALL_LIBRARY=" + os.path.join(lib, "libmall.so.0"),
+               "MALL_TF_OPS_LIBRARY=" + os.path.join(lib, "libmall_tf_ops.so"), "TF_CPP_MIN_LOG_LEVEL=2",
+               self.python, os.path.join(REPO, "examples", self.program), "--steps", str(steps), *self.extra]
+        if threads:
+            cmd += ["--threads", str(threads), "--no-mall"]
+        return cmd
+
+    def check(self, build: str) -> None:
+        """Fails with words when the venv's python or the op library is missing."""
+        missing = [f for f in (self.python, os.path.join(build, "lib", "libmall_tf_ops.so")) if not os.path.exists(f)]
+        if missing:
+            cs.fail("the keras kind needs " + " and ".join(missing) + " (launch_scripts/install-deps.sh "
+                    "makes the venv; a build with TensorFlow makes the op library: ninja mall_tf_ops; "
+                    "MALL_BENCH_PYTHON names another Python)")
 
 
 @dataclass
@@ -233,9 +281,18 @@ class ContainerBench(cs.Bench):
         if "--name" not in self.run_args:
             cs.fail(f"MALL_BENCH_RUN_ARGS holds no --name: {self.run_args}")
         super().__init__(args, tempfile.mkdtemp(prefix="bench.", dir=self.ctr_dir))
+        self.kinds["keras"] = KerasKind("keras", "keras_digits.py", 512, "images_per_s",
+                                        ["--batch", "512", "--hidden", "1024", "--print-every", "0"], 200,
+                                        ["#6a1b9a", "#9c4dcc", "#c48be0", "#e3c6f0"])
         self.cgroup_parent = f"mall_bench_containers{os.getpid()}"  # malld's folders (one name)
         self.backend = "auto"   # root and a cpuset controller: the wrapper checked
         self.names: list[str] = []  # every container started, for the clean-up
+
+    def calibrate(self, jobs: list[cs.Job]) -> None:
+        """bench-cosched's (keras only when a job uses it), after checking that keras can run then."""
+        if any(j.kind.name == "keras" for j in jobs):
+            self.kinds["keras"].check(self.args.build)
+        super().calibrate(jobs)
 
     # -- the kit and the engine -----------------------------------------------------------------
     def kit_call(self, *words: str) -> None:
@@ -281,7 +338,7 @@ class ContainerBench(cs.Bench):
             cmd = [os.path.join(self.bin, "mallrun"), "--socket", sock, "--container",
                    f"--malleable={job.min_cores}:{job.max_cores}", "--job", job.name, "--require", "--",
                    self.engine_bin, "run", "--rm", *self.run_words(name),
-                   *job.kind.command(self.bin, job.steps, None), "--max-threads", str(job.max_cores)]
+                   *job.kind.mall_command(self.bin, job.steps, job.max_cores)]
             parent = os.path.join(self.cg_mount, self.cgroup_parent, f"job_{job.name}")
         else:
             rel = f"{self.ctr_cgroup}/{way}-{re.sub('[^A-Za-z0-9_.-]', '-', job.name)}"
@@ -657,9 +714,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, argpa
                         help="the built-in mix, per 2 cpus: spaced (default: a long dense run, 60 one-core s, "
                         "and short jobs of 6 arriving at 0 s (small), 14 s (linear) and 28 s (small)), or "
                         "bench-cosched.sh's long-dense (short jobs at 0, 8 and 16 s: they queue back to back "
-                        "here) or long-small (the long run has small kernels)")
+                        "here) or long-small (the long run has small kernels); or keras: spaced with a long "
+                        "Keras model.fit (kind keras) instead of the dense run")
     parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the mix (--work-scale applies): "
-                        "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear; empty max = all cpus)")
+                        "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear|keras; empty max = all cpus)")
     parser.add_argument("--linear-rows", type=int, metavar="R",
                         help="dataset rows of each memory-bound job, 1 KiB each (default 1048576 = 1 GiB, less "
                         "when two per 2 cpus would not fit in half the available memory)")

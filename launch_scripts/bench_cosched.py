@@ -59,6 +59,8 @@ class Kind:
     calibration_steps: int        # about 2 s on one core here
     shades: list[str]    # plot colours, one per job of the kind in turn
     stock_pool: bool = False      # outside mall it runs on Eigen's own ThreadPool (--pool eigen)
+    max_threads_option: str = "--max-threads"  # how a run under mall takes the most threads it may get
+    on_demand: bool = False       # calibrated only when a job of the scenario uses it
     steps_per_s_1: float = 0.0    # measured: one core
     steps_per_s_n: float = 0.0    # measured: every core
 
@@ -68,6 +70,10 @@ class Kind:
         if threads:
             cmd += ["--threads", str(threads)] + (["--pool", "eigen"] if self.stock_pool else [])
         return cmd
+
+    def mall_command(self, bin_dir: str, steps: int, max_threads: int) -> list[str]:
+        """A run under mall that may grow to max_threads (its pool sized so, parked down to the allocation)."""
+        return self.command(bin_dir, steps, None) + [self.max_threads_option, str(max_threads)]
 
 
 @dataclass
@@ -216,9 +222,13 @@ class Bench:
             return ""
 
     # -- calibration -------------------------------------------------------------------------
-    def calibrate(self) -> None:
-        """One-core and all-core step rates of each kind (Eigen's stock pool / fixed threads)."""
+    def calibrate(self, jobs: list[Job]) -> None:
+        """One-core and all-core step rates of each kind (Eigen's stock pool / fixed threads); an
+        on-demand kind only when one of jobs uses it."""
+        used = {j.kind.name for j in jobs}
         for kind in self.kinds.values():
+            if kind.on_demand and kind.name not in used:
+                continue
             rates = []
             steps = max(10, round(kind.calibration_steps * min(1.0, self.args.work_scale)))
             for threads in (1, self.ncpu):
@@ -335,7 +345,7 @@ class Bench:
             return self.spawn(cmd, out), self.ncpu, cpus
         cmd = [os.path.join(self.bin, "mallrun"), "--socket", sock, f"--malleable={job.min_cores}:{job.max_cores}",
                "--job", job.name, "--require", "--",
-               *kind.command(self.bin, job.steps, None), "--max-threads", str(job.max_cores)]
+               *kind.mall_command(self.bin, job.steps, job.max_cores)]
         return self.spawn(cmd, out), 0, ""  # its cores come from malld's events
 
     def read_events(self, name: str, wall_t0: float, result: WayResult) -> None:
@@ -427,7 +437,7 @@ class Bench:
         printed with the calibration."""
         jobs = self.scenario()
         print(f"calibration (each kind alone{calibration_where}):", flush=True)
-        self.calibrate()
+        self.calibrate(jobs)
         for job in jobs:
             job.steps = max(1, round(job.work * job.kind.steps_per_s_1))
         print(f"scenario: {len(jobs)} {what} (work in one-core seconds; MIN:MAX cores)", flush=True)

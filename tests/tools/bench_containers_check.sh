@@ -74,8 +74,8 @@ dir=$(kit_dir_of "$tmp/run.log")
 left=$("$kit" leaks "$dir") || fail "the run left: $left"
 echo "bench_containers_check: the tiny run took $(( $(date +%s) - t_start )) s"
 
-# 1b. The keras kind (the wrapper adds it: examples/keras_digits.py in the venv): a tiny mall way of
-# --mix keras, where the driver's --max-threads must reach keras_digits.py as --threads and the job
+# 1b. The keras kind (the driver's KerasKind: examples/keras_digits.py in the venv): a tiny mall way of
+# --mix keras, where the job's most threads must reach keras_digits.py as --threads and the job
 # run to its end; only where the venv and the op library are there (install-deps.sh, a TensorFlow build).
 keras_python=${MALL_BENCH_PYTHON:-$repo/.venv/bin/python}
 if [ -x "$keras_python" ] && [ -f "$MALL_BUILD_DIR/lib/libmall_tf_ops.so" ]; then
