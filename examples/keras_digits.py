@@ -231,6 +231,7 @@ def main() -> int:
     callbacks = []
     if under_malld:
         import mall.keras
+        import mall.tensorflow
         malleable = mall.keras.Malleable()
         callbacks.append(malleable)
 
@@ -246,6 +247,8 @@ def main() -> int:
                .batch(args.batch, drop_remainder=True)
                .repeat()
                .prefetch(2))
+    if under_malld:  # tf.data's functions on TensorFlow's inter-op pool, which follows the allocation
+        dataset = mall.tensorflow.on_pools(dataset)
     change_log = ChangeLog(under_malld, args.log_changes)
 
     class WarmupChanges(keras.callbacks.Callback):

@@ -7,10 +7,11 @@ python3-sklearn, --model mlp|conv|gru), trained without model.fit: a tf.function
 (mallrun, or the Slurm plugin: MALL_SOCKET or MALL_JOB_ID set), the loop calls
 mall.tensorflow.Malleable.step() before each train step: when malld changed the job's allocation,
 TensorFlow's own intra-op and inter-op pools park or release workers to the new thread count and
-every thread is pinned to the new cpus before malld gets the ack. The three lines a program adds:
+every thread is pinned to the new cpus before malld gets the ack. The lines a program adds:
 
     mall.tensorflow.size_pools()                        # before TensorFlow's first op
     malleable = mall.tensorflow.Malleable(mall.Client(required=False))
+    dataset = mall.tensorflow.on_pools(dataset)         # tf.data's functions on the parked pools
     malleable.step()                                    # in the loop, outside the tf.function
 
 Run from a checkout with the project's venv (launch_scripts/install-deps.sh makes it):
@@ -95,11 +96,14 @@ def main() -> int:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    batches = iter(tf.data.Dataset.from_tensor_slices((train_x, train_y))
-                   .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
-                   .batch(args.batch, drop_remainder=True)
-                   .repeat()
-                   .prefetch(2))
+    dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
+               .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
+               .batch(args.batch, drop_remainder=True)
+               .repeat()
+               .prefetch(2))
+    if under_malld:  # tf.data's functions on TensorFlow's inter-op pool, which follows the allocation
+        dataset = mall.tensorflow.on_pools(dataset)
+    batches = iter(dataset)
     log = keras_digits.ChangeLog(under_malld, args.log_changes)
     loss = None
     start = time.time()

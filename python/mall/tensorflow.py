@@ -19,6 +19,10 @@ made) and every thread of the process is pinned to the allocation's cpus. thread
 pools. TensorFlow is imported only by these functions (importing mall alone never imports it).
 Call them from Python, between steps, not from inside a tf.function. Everything parked is released
 at process exit.
+
+tf.data runs a pipeline's functions (map, filter, interleave's) on a private pool of its own per
+iterator, sized to the cpus at the iterator's birth, which mall cannot park: on_pools(dataset) moves
+them onto the inter-op pool, so that they follow the allocation too.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from . import Allocation, Client, MallError
 from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
 from ._follow import AllocationFollower
 
-__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "op_library_path"]
+__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "on_pools", "op_library_path"]
 
 _LIBRARY_NAME = "libmall_tf_ops.so"
 _VERSION_SUFFIX = ".tensorflow-version"
@@ -144,6 +148,32 @@ def set_threads(count: int) -> Threads:
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"set_threads needs a count >= 1, not {count!r}")
     return _call(count, count)
+
+
+# tf.data's RootDataset gives every iterator a private pool unless its size is below 0
+# (tensorflow/core/data/root_dataset.h, Params::private_threadpool_size; root_dataset.cc makes the
+# pool only for a size >= 0); the functions then run on the runner the iterator op got: the
+# inter-op pool. -1 is not in tf.data's documentation (0 and sizes above 0 are):
+# unit.python.tf_check_tensorflow_helper pins the behaviour for the TensorFlow mall is built for.
+_NO_PRIVATE_POOL = -1
+
+
+def on_pools(dataset):
+    """Returns `dataset` (a tf.data.Dataset) set to run its functions (map, with num_parallel_calls
+    AUTOTUNE or a number, filter, interleave's) on TensorFlow's inter-op pool, whose running
+    workers mall sets, instead of the private pool tf.data gives each iterator by default (one
+    thread per cpu when the iterator was made; never parked, never grown). Apply it to the dataset
+    given to fit() or iter(). A private pool the user sized (options.threading.
+    private_threadpool_size) is kept: mall cannot park it. With AUTOTUNE at most as many calls run
+    at once as the process had cpus at its first tf.data iterator: a job that may grow beyond its
+    first cpus should give num_parallel_calls its largest thread count ($MALL_MAX)."""
+    import tensorflow as tf
+
+    if dataset.options().threading.private_threadpool_size is not None:
+        return dataset
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = _NO_PRIVATE_POOL
+    return dataset.with_options(options)
 
 
 class Malleable(AllocationFollower):

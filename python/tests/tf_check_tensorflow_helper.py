@@ -1,7 +1,8 @@
 """Proves mall.tensorflow and mall.keras against the venv's real TensorFlow, without malld:
 `import mall` does not import TensorFlow; size_pools() makes TensorFlow's pools as asked;
 set_threads() parks and releases workers of both pools (the parked threads exist in /proc and use
-no cpu while a model trains); the op library refuses, with words, a TensorFlow it was not built for;
+no cpu while a model trains); on_pools() moves tf.data's map calls from its private pool onto the
+inter-op pool's running workers; the op library refuses, with words, a TensorFlow it was not built for;
 mall.keras.Malleable() without malld warns once and model.fit trains on. Run with the venv's python
 (ctest unit.python.tf_check_tensorflow_helper), MALL_TF_OPS_LIBRARY naming the built library."""
 
@@ -57,6 +58,36 @@ class TensorFlowHelper(unittest.TestCase):
         self.assertEqual(released.intra_parked + released.inter_parked, ())
         with self.assertRaises(ValueError):
             mt.set_threads(0)
+
+    def test_on_pools_runs_tf_data_functions_on_the_parked_inter_op_pool(self):
+        # Each map call reports the Linux thread that ran it (a py_function runs on the calling
+        # thread). By default tf.data runs them on a private pool of its own, which mall cannot
+        # park; on_pools() moves them onto the inter-op pool, and only its running workers run them.
+        import threading
+        import tensorflow as tf
+        mt = self.mt
+
+        def thread_of(_):
+            sum(range(20000))  # long enough for the calls to overlap
+            return tf.constant(threading.get_native_id(), tf.int64)
+
+        dataset = tf.data.Dataset.range(64).map(lambda x: tf.py_function(thread_of, [x], tf.int64),
+                                                num_parallel_calls=tf.data.AUTOTUNE)
+        ran_on = lambda d: {int(t) for t in d}  # noqa: E731
+        pools = mt.set_threads(2)
+        inter = set(pools.inter_workers)
+        self.assertFalse(ran_on(dataset) & inter, "tf.data's default private pool is gone: revisit on_pools()")
+        self.assertLessEqual(ran_on(mt.on_pools(dataset)), inter)
+        parked = mt.set_threads(1)
+        try:
+            self.assertEqual(ran_on(mt.on_pools(dataset)), inter - set(parked.inter_parked))
+        finally:
+            mt.set_threads(2)
+        # A private pool the user sized is kept.
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = 3
+        sized = dataset.with_options(options)
+        self.assertEqual(mt.on_pools(sized).options().threading.private_threadpool_size, 3)
 
     def test_a_library_built_for_another_tensorflow_is_refused_with_words(self):
         folder = tempfile.mkdtemp(prefix="mall-tf-ops-")
