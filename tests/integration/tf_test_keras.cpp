@@ -22,7 +22,7 @@
 #include "support/malld_fixture.hpp"
 #include "support/training_curve.hpp"
 
-MALL_TEST_WATCHDOG(290);
+MALL_TEST_WATCHDOG(480);  // per entry: tf_test_keras ~100-140 s here, the lifecycle ~70 s
 
 namespace mall::test {
 namespace {
