@@ -322,8 +322,8 @@ printf '%-10s %14.1f\n' default "$default" confined "$confined" mall "$mall"
 shrunk_vs_small=n/a shrunk_cores=n/a
 if [ "$ncpu" -ge 2 ]; then
   shrunk_rate=$(median "${single[shrunk_rate]}") small_rate=$(median "${single[small_rate]}")
-  shrunk_cores=$(median "${single[shrunk_cores]}")
-  printf '%-10s %14.1f  cores %s\n' shrunk "$shrunk_rate" "$shrunk_cores" small "$small_rate" "$(median "${single[small_cores]}")"
+  shrunk_cores=$(printf '%.2f' "$(median "${single[shrunk_cores]}")")
+  printf '%-10s %14.1f  cores %.2f\n' shrunk "$shrunk_rate" "$shrunk_cores" small "$small_rate" "$(median "${single[small_cores]}")"
   shrunk_vs_small=$(awk -v a="$shrunk_rate" -v b="$small_rate" 'BEGIN {printf "%.2f", a / b}')
 fi
 awk -v m="$mall" -v d="$default" -v c="$confined" -v s="$shrunk_vs_small" -v k="$shrunk_cores" \
