@@ -165,6 +165,21 @@ def build_model(kind: str, hidden: int, seed: int):
     return keras.Sequential([keras.Input(shape=(64,)), *body, keras.layers.Dense(10)])
 
 
+def training_dataset(train_x, train_y, args, under_malld: bool):
+    """The seeded, reshuffled, endless batches; under malld on TensorFlow's inter-op pool
+    (mall.tensorflow.on_pools: tf.data's functions then follow the allocation too)."""
+    import tensorflow as tf
+    dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
+               .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
+               .batch(args.batch, drop_remainder=True)
+               .repeat()
+               .prefetch(2))
+    if under_malld:
+        import mall.tensorflow
+        dataset = mall.tensorflow.on_pools(dataset)
+    return dataset
+
+
 def size_tensorflow_pools(threads: int, under_malld: bool) -> None:
     """Before TensorFlow's first op: under malld, pools as large as the job may grow (or --threads);
     a plain run with --threads fixes TensorFlow's pools the usual way."""
@@ -242,13 +257,7 @@ def main() -> int:
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)  # no XLA: TensorFlow's own kernels and pools
 
-    dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
-               .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
-               .batch(args.batch, drop_remainder=True)
-               .repeat()
-               .prefetch(2))
-    if under_malld:  # tf.data's functions on TensorFlow's inter-op pool, which follows the allocation
-        dataset = mall.tensorflow.on_pools(dataset)
+    dataset = training_dataset(train_x, train_y, args, under_malld)
     change_log = ChangeLog(under_malld, args.log_changes)
 
     class WarmupChanges(keras.callbacks.Callback):

@@ -96,14 +96,7 @@ def main() -> int:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
-               .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
-               .batch(args.batch, drop_remainder=True)
-               .repeat()
-               .prefetch(2))
-    if under_malld:  # tf.data's functions on TensorFlow's inter-op pool, which follows the allocation
-        dataset = mall.tensorflow.on_pools(dataset)
-    batches = iter(dataset)
+    batches = iter(keras_digits.training_dataset(train_x, train_y, args, under_malld))
     log = keras_digits.ChangeLog(under_malld, args.log_changes)
     loss = None
     start = time.time()
