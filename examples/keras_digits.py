@@ -199,6 +199,7 @@ class ChangeLog:
         self.under_malld = under_malld
         self.log_changes = log_changes
         self.threads = self.running() if under_malld else 0
+        self.seen = 0  # the Keras callback's changes already logged
 
     def running(self) -> int:
         if not self.under_malld:
@@ -216,6 +217,13 @@ class ChangeLog:
         self.threads = pools.intra
         parked = pools.intra_parked + pools.inter_parked
         print(f"parked step {step} tids {','.join(map(str, parked)) or '-'}")
+
+    def after(self, step: int, callback) -> None:
+        """After a batch end (or a step between fits) of mall.keras.Malleable `callback`: logs the
+        allocations it applied since the last call."""
+        if callback.changes != self.seen:
+            self.seen = callback.changes
+            self.changed(step, callback.client.allocation.text)
 
     def step_line(self, step: int, loss: float) -> str:
         return f"step {step} loss {loss:.6f} threads {self.running()} cpus {cpu_list(os.sched_getaffinity(0))}"
@@ -260,27 +268,18 @@ def main() -> int:
     dataset = training_dataset(train_x, train_y, args, under_malld)
     change_log = ChangeLog(under_malld, args.log_changes)
 
-    class WarmupChanges(keras.callbacks.Callback):
-        """Under malld the warm-up follows the allocation too; its changes print as step 0."""
-
-        def __init__(self):
-            super().__init__()
-            self.changes = 0
-
-        def on_train_batch_end(self, batch, logs=None):
-            if malleable.changes != self.changes:
-                self.changes = malleable.changes
-                change_log.changed(0, malleable.client.allocation.text)
-
-    if args.warmup > 0:
+    if args.warmup > 0:  # under malld the warm-up follows the allocation too: its changes log as step 0
+        warmup_log = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: change_log.after(0, malleable))
         model.fit(dataset, epochs=1, steps_per_epoch=args.warmup, shuffle=False, verbose=0,
-                  callbacks=[malleable, WarmupChanges()] if under_malld else [])
+                  callbacks=[malleable, warmup_log] if under_malld else [])
     if args.go_file:
         print("ready")
         while not os.path.exists(args.go_file):
             # Between fits is a step boundary too: a change made while it waits is applied now.
-            if under_malld and malleable.step() is not None:
-                change_log.changed(0, malleable.client.allocation.text)
+            if under_malld:
+                malleable.step()
+                change_log.after(0, malleable)
             time.sleep(0.01)
 
     class Report(keras.callbacks.Callback):
@@ -289,7 +288,6 @@ def main() -> int:
         def __init__(self):
             super().__init__()
             self.step = 0
-            self.changes = malleable.changes if under_malld else 0
             self.log = change_log
             self.marks = []  # (wall, cpu) at the end of the first and of the last step
 
@@ -298,9 +296,8 @@ def main() -> int:
             if self.step in (1, args.steps):  # the timed window's ends, once the step has run
                 float(logs["loss"])
                 self.marks.append((time.time(), time.process_time()))
-            if under_malld and malleable.changes != self.changes:
-                self.changes = malleable.changes
-                self.log.changed(self.step, malleable.client.allocation.text)
+            if under_malld:
+                self.log.after(self.step, malleable)
             if args.print_every and (self.step % args.print_every == 0 or self.step == 1):
                 print(self.log.step_line(self.step, float(logs["loss"])))
 
