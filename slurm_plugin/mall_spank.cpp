@@ -81,6 +81,7 @@ extern "C" {
 #include "common/slurm_cpu_map.hpp"
 #include "malleable_option.hpp"
 #include "plugstack_args.hpp"
+#include "slurm_release.hpp"
 
 #define MALL_SPANK_EXPORT __attribute__((visibility("default")))
 
@@ -122,6 +123,8 @@ struct PluginState {
     std::optional<uint32_t> held_job; // this step pinned that job to its Slurm cores (hold_for_step)
     std::string held_restore;        // what to give back: "auto" or an admin's earlier pin
     bool malld_unresponsive = false; // a connect or request to malld ran out of time here
+    bool release_checked = false;    // the running Slurm's release compared with ours (once)
+    bool wrong_release = false;      // built for another Slurm release: everything stays off
 };
 PluginState g_state;
 
@@ -306,6 +309,7 @@ bool is_bare_value(const char *value, bool remote) {
 
 int malleable_option_cb(int, const char *optarg, int remote) {
     try {
+        if (g_state.wrong_release) return 0;  // said at init; node_info_t may not be ours to read
         g_state.option_given = true;
         g_state.option_bare = is_bare_value(optarg, remote);
         g_state.option_text = g_state.option_bare ? "" : optarg;
@@ -522,10 +526,29 @@ void release_hold(const char *where) {
                  unreachable ? error.c_str() : result->error.c_str());
 }
 
+// Slurm's loader does not check a SPANK plugin's version (plugin.c skips type "spank"), so a
+// plugin built against another release's headers would run with that release's struct layouts:
+// compare once per process and stay off, with the words of slurm_release.hpp (slurmd's and the
+// step's logs, and the user's srun/sbatch stderr), when the release differs.
+bool right_release(spank_t sp) {
+    if (g_state.release_checked) return !g_state.wrong_release;
+    g_state.release_checked = true;
+    char *major = nullptr, *minor = nullptr, *full = nullptr;  // S_SLURM_VERSION*: every context
+    if (spank_get_item(sp, S_SLURM_VERSION_MAJOR, &major) != ESPANK_SUCCESS) major = nullptr;
+    if (spank_get_item(sp, S_SLURM_VERSION_MINOR, &minor) != ESPANK_SUCCESS) minor = nullptr;
+    if (spank_get_item(sp, S_SLURM_VERSION, &full) != ESPANK_SUCCESS) full = nullptr;
+    if (auto text = mall::slurm::release_mismatch(SLURM_VERSION_NUMBER, major, minor, full)) {
+        slurm_error("mall: %s", text->c_str());
+        g_state.wrong_release = true;
+    }
+    return !g_state.wrong_release;
+}
+
 // Slurm calls slurm_spank_init in srun/sbatch/salloc and slurmstepd, but not in the job
 // prolog/epilog process (22.05 goes straight to job_prolog/job_epilog), so every callback makes
-// sure the arguments were read.
-bool enabled(int ac, char **av) {
+// sure the release was checked and the arguments were read.
+bool enabled(spank_t sp, int ac, char **av) {
+    if (!right_release(sp)) return false;
     if (g_state.configured) return g_state.enabled;
     g_state.configured = true;
     std::string error;
@@ -547,7 +570,7 @@ extern "C" {
 
 MALL_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char **av) {
     try {
-        enabled(ac, av);
+        enabled(sp, ac, av);
         spank_context_t context = spank_context();
         // Registered in every context (also when disabled, so scripts with --malleable still run):
         // sbatch/salloc only know options registered here, slurmstepd needs it to see the value.
@@ -569,7 +592,7 @@ MALL_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char **av) {
 // cores (the option cannot be read here in 22.05; malld's status says whether the job is malleable).
 MALL_SPANK_EXPORT int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av) || spank_context() != S_CTX_REMOTE) return 0;
+        if (!enabled(sp, ac, av) || spank_context() != S_CTX_REMOTE) return 0;
         auto id = job_id(sp);
         auto cpus = job_cpus_on_node(sp);
         if (id && cpus) reclaim_for_job(*id, *cpus, "step init");
@@ -582,7 +605,7 @@ MALL_SPANK_EXPORT int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
 
 MALL_SPANK_EXPORT int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av)) return 0;
+        if (!enabled(sp, ac, av)) return 0;
         auto id = job_id(sp);
         auto cpus = job_cpus_on_node(sp);  // not provided to the prolog by Slurm 22.05
         if (id && cpus)
@@ -610,7 +633,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
         }
     } release_hold_at_return;
     try {
-        if (!enabled(ac, av)) return 0;
+        if (!enabled(sp, ac, av)) return 0;
         load_option(sp);
         if (!g_state.option_given) return 0;
 
@@ -702,7 +725,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_post_fork(spank_t sp, int ac, char **av) 
 // it belongs to, so mall_open() in the task attaches by itself.
 MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av)) return 0;
+        if (!enabled(sp, ac, av)) return 0;
         load_option(sp);
         if (!g_state.option_given) return 0;
         auto id = job_id(sp);  // S_JOB_ID is 0 here in 22.05: job_id() falls back to SLURM_JOB_ID
@@ -740,7 +763,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
 // Remote, root: the task is gone; remove its pid (malld ends the job when no pid is left).
 MALL_SPANK_EXPORT int slurm_spank_task_exit(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av)) return 0;
+        if (!enabled(sp, ac, av)) return 0;
         load_option(sp);
         if (!g_state.option_given) return 0;
         auto id = job_id(sp);
@@ -760,9 +783,9 @@ MALL_SPANK_EXPORT int slurm_spank_task_exit(spank_t sp, int ac, char **av) {
 
 // Remote, root, at the end of slurmstepd: a step that pinned its job and never started a task
 // (Slurm failed it before the fork) gives the job back here.
-MALL_SPANK_EXPORT int slurm_spank_exit(spank_t, int ac, char **av) {
+MALL_SPANK_EXPORT int slurm_spank_exit(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av) || spank_context() != S_CTX_REMOTE) return 0;
+        if (!enabled(sp, ac, av) || spank_context() != S_CTX_REMOTE) return 0;
         release_hold("step exit");
         return 0;
     } catch (...) {
@@ -774,7 +797,7 @@ MALL_SPANK_EXPORT int slurm_spank_exit(spank_t, int ac, char **av) {
 // back to the pool. Sent for every job, like the reclaim.
 MALL_SPANK_EXPORT int slurm_spank_job_epilog(spank_t sp, int ac, char **av) {
     try {
-        if (!enabled(ac, av)) return 0;
+        if (!enabled(sp, ac, av)) return 0;
         auto id = job_id(sp);
         if (!id) return 0;
         nlohmann::json body = {{"owner", malld_job_name(*id)}};

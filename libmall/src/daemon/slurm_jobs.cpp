@@ -18,6 +18,10 @@
 #include "../common/quiet_thread.hpp"
 
 #ifdef MALL_WITH_SLURM
+#include <dlfcn.h>
+
+#include <cerrno>
+
 extern "C" {
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
@@ -255,13 +259,23 @@ constexpr std::chrono::minutes kNodeShapeMaxAge{5};
 class LibSlurmQuery final : public SlurmQuery {
 public:
     explicit LibSlurmQuery(std::string node) : node_(std::move(node)) { slurm_init(nullptr); }
+
+    // libslurm up to 22.05 exports slurm_job_cpus_allocated_str_on_node (the job's abstract core
+    // ids on a node); 24.11's neither declares nor exports it. Looked up at run time so one source
+    // builds against both; without it a Running job has no slurm_cores and the prolog's lookup is
+    // refused, and the Slurm plugin's Reclaim at each step's start (S_JOB_ALLOC_CORES) does the work.
+    using CoresOnNode = int (*)(char *, size_t, job_resources_t *, const char *);
+    static CoresOnNode cores_on_node() {
+        static const auto fn = reinterpret_cast<CoresOnNode>(::dlsym(RTLD_DEFAULT, "slurm_job_cpus_allocated_str_on_node"));
+        return fn;
+    }
     ~LibSlurmQuery() override { slurm_fini(); }
 
     SlurmJobState query(uint32_t job_id) override {
         SlurmJobState out;
         job_info_msg_t *info = nullptr;
         if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
-            const int err = slurm_get_errno();
+            const int err = errno;
             if (err == ESLURM_INVALID_JOB_ID) {
                 out.kind = SlurmJobState::Kind::NotRunning;
                 out.detail = "unknown to slurmctld";
@@ -288,10 +302,12 @@ public:
                 // the list holds Slurm's abstract core ids, as S_JOB_ALLOC_CORES does. Do not call
                 // slurm_sprint_job_info or slurm_print_job_info in malld.
                 char cores[4096] = {};
-                if (job.job_resrcs != nullptr &&
-                    slurm_job_cpus_allocated_str_on_node(cores, sizeof cores, job.job_resrcs,
-                                                         node_.c_str()) == 0) {
+                if (job.job_resrcs != nullptr && cores_on_node() != nullptr &&
+                    cores_on_node()(cores, sizeof cores, job.job_resrcs, node_.c_str()) == 0) {
                     if (auto set = CpuSet::parse(cores)) out.slurm_cores = *set;
+                } else if (cores_on_node() == nullptr) {
+                    out.detail += " (this Slurm's libslurm cannot list a job's cores on a node: the "
+                                  "plugin reclaims them at each step's start instead)";
                 }
                 out.slurm_node = node_shape();
             } else {
@@ -308,7 +324,7 @@ public:
     // sends it as the job's last process ends (the Slurm plugin's task-exit waits for it).
     Annotated annotate(uint32_t job_id, const std::string &figures) override {
         auto failed = [](const char *what) {
-            const int err = slurm_get_errno();
+            const int err = errno;
             Annotated out;
             out.finished = err == ESLURM_JOB_FINISHED || err == ESLURM_ALREADY_DONE || err == ESLURM_INVALID_JOB_ID;
             out.error = std::string(what) + slurm_strerror(err);
