@@ -1,7 +1,10 @@
 // slurm_release.hpp — does the Slurm this plugin runs in belong to the release it was built for?
-// (pure logic, no Slurm). Slurm's plugin loader checks plugin_version for every plugin type but
-// "spank" (src/common/plugin.c), so a mall_spank.so built against another release's headers loads
-// silently; the structs it reads through libslurm (node_info_t) differ between releases. The
+// (pure logic, no Slurm). Slurm 22.05's loader refuses a plugin whose plugin_version is another
+// release's ("plugin_load_from_file: Incompatible Slurm plugin PATH version (24.11.5)", then
+// "unrecognized option '--malleable'"), before any plugin code runs; 24.11's skips that check for
+// type "spank" (libslurmfull's _verify_syms: xstrcmp(type, "spank")), so there a mall_spank.so
+// built against another release's headers loads silently, and the structs it reads through
+// libslurm (node_info_t) differ between releases. The
 // plugin therefore compares its build-time SLURM_VERSION_NUMBER with what spank_get_item's
 // S_SLURM_VERSION_MAJOR/MINOR say at run time, and disables itself with this text on a mismatch.
 #pragma once
