@@ -2,17 +2,22 @@
 // registers the child's pid with malld (the reply comes once the job holds cpus), then lets it
 // exec with MALL_SOCKET and MALL_JOB_ID set. Forwards signals, deregisters when the child ends,
 // and exits with the child's code (128+signal when it was killed; 127 when CMD cannot run).
-// With --container, CMD is a `podman run` or `docker run`: malld makes the job's cgroup folder
-// first, and mallrun adds to the run the options that put the container there (--cgroup-parent),
+// With --container, CMD is a `podman run` or `docker run`: malld makes the job's cgroup first (a
+// folder for the cgroupfs driver, a systemd slice for the systemd driver: container_engine.hpp),
+// and mallrun adds to the run the options that put the container there (--cgroup-parent),
 // bind-mount malld's socket folder and set MALL_SOCKET/MALL_JOB_ID inside; the job then ends with
 // the container's last process (malld watches its cgroup), also for a detached container.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +34,7 @@
 #include "common/protocol.hpp"
 #include "common/rules.hpp"
 #include "mall/mall.h"
+#include "tools/container_engine.hpp"
 #include "tools/exit_codes.hpp"
 
 namespace po = boost::program_options;
@@ -76,21 +82,26 @@ void print_help() {
            "                         never moves CMD out of it. Ignored by the affinity backend.\n"
            "  --container[=ENGINE]   CMD runs a container: `podman run ...` or `docker run ...`\n"
            "                         (ENGINE: podman or docker; default: CMD's program name).\n"
-           "                         malld makes the job's cgroup folder, and mallrun adds to the\n"
-           "                         run, right after its `run` word:\n"
-           "                           --cgroup-parent=<the job's folder>  (the container is\n"
+           "                         malld makes the job's cgroup, and mallrun adds to the run,\n"
+           "                         right after its `run` word:\n"
+           "                           --cgroup-parent=<the job's cgroup>  (the container is\n"
            "                             created inside the job's cpuset and resized with it)\n"
            "                           --volume=<socket folder>:<socket folder>\n"
            "                           --env=MALL_SOCKET=<socket> --env=MALL_JOB_ID=<job>\n"
            "                           --env=MALL_MAX=<the job's MAX>\n"
-           "                         and, for podman, --cgroup-manager=cgroupfs before `run`.\n"
+           "                         and, for podman, --cgroup-manager=DRIVER before `run`.\n"
+           "                         The job's cgroup follows the engine's cgroup driver (CMD's\n"
+           "                         podman --cgroup-manager, else `ENGINE info`, asked only where\n"
+           "                         systemd runs): cgroupfs: a folder of malld's, /mall/job_<job>;\n"
+           "                         systemd (podman 5's and docker's default on a systemd host\n"
+           "                         with cgroup v2): the slice mall-<job>.slice in mall.slice,\n"
+           "                         which malld resizes through systemd (AllowedCPUs). On cgroup\n"
+           "                         v1 podman is told cgroupfs; docker must use cgroupfs there.\n"
            "                         libmall inside the container attaches by itself; so does a\n"
            "                         process added with `podman exec`/`docker exec` (malld knows\n"
            "                         it by its cgroup), whatever its uid inside. The job ends when\n"
            "                         the container's last process ends: with `run -d` mallrun\n"
            "                         returns at once and the job lives on with the container.\n"
-           "                         docker: dockerd must use the cgroupfs cgroup driver\n"
-           "                         (dockerd --exec-opt native.cgroupdriver=cgroupfs).\n"
            "                         Needs malld's cgroup backend (cgroup-v1 or cgroup-v2).\n"
            "  --socket PATH          malld's socket (default: $MALL_SOCKET, else "
         << mall::kDefaultSocketPath
@@ -297,59 +308,6 @@ int wait_child(pid_t child) {
 
 // --- containers ------------------------------------------------------------------------------
 
-// The index of the engine's `run` word in CMD (`podman run`, `podman container run`, also after
-// global options such as `podman --root DIR run`), or nullopt.
-std::optional<size_t> run_word_index(const std::vector<std::string> &command) {
-    for (size_t i = 1; i < command.size(); ++i) {
-        if (command[i] == "run") return i;
-        if (command[i] == "--") break;
-    }
-    return std::nullopt;
-}
-
-std::string program_name(const std::string &path) {
-    auto slash = path.find_last_of('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// Checks CMD for --container; "" when it is a run of a known engine, else what is wrong.
-std::string container_command_problem(const std::vector<std::string> &command, const std::string &engine) {
-    if (engine != "podman" && engine != "docker")
-        return "--container needs CMD to be `podman run ...` or `docker run ...` (CMD's program is '" +
-               program_name(command[0]) + "'); name the engine with --container=podman or "
-               "--container=docker when it has another name";
-    auto run = run_word_index(command);
-    if (!run)
-        return "--container needs a `run` of the engine: " + engine + " run [OPTIONS] IMAGE [CMD...]";
-    for (size_t i = *run + 1; i < command.size(); ++i) {
-        const std::string &a = command[i];
-        if (a == "--cgroup-parent" || a.rfind("--cgroup-parent=", 0) == 0)
-            return "mallrun --container sets --cgroup-parent itself (the job's cgroup folder): "
-                   "remove yours";
-        if (a.empty() || a[0] != '-') break;  // the image: what follows is the container's command
-    }
-    return "";
-}
-
-// CMD with the options that make the container part of the job, right after `run` (and, for
-// podman, the cgroupfs manager before it, which takes --cgroup-parent as a path).
-std::vector<std::string> container_command(const std::vector<std::string> &command, const std::string &engine,
-                                           const std::string &cgroup_parent, const std::string &socket,
-                                           const std::string &job, int max) {
-    const size_t run = *run_word_index(command);
-    const std::string folder = socket.substr(0, socket.find_last_of('/') == 0 ? 1 : socket.find_last_of('/'));
-    std::vector<std::string> out(command.begin(), command.begin() + static_cast<long>(run));
-    if (engine == "podman") out.push_back("--cgroup-manager=cgroupfs");
-    out.push_back("run");
-    out.push_back("--cgroup-parent=" + cgroup_parent);
-    out.push_back("--volume=" + folder + ":" + folder);
-    out.push_back("--env=MALL_SOCKET=" + socket);
-    out.push_back("--env=MALL_JOB_ID=" + job);
-    out.push_back("--env=MALL_MAX=" + std::to_string(max));
-    out.insert(out.end(), command.begin() + static_cast<long>(run) + 1, command.end());
-    return out;
-}
-
 std::string quoted_command(const std::vector<std::string> &command) {
     std::string text;
     for (const auto &a : command) {
@@ -368,10 +326,139 @@ struct Options {
     std::string cgroup_mode = "auto";
     bool container = false;
     std::string engine;  // --container: podman or docker
+    CgroupDriver driver = CgroupDriver::Cgroupfs;  // --container: how the engine makes cgroups
     bool require = false;
     bool verbose = false;
     std::vector<std::string> command;
 };
+
+// Runs `words` (no shell) with stdin from /dev/null and stderr kept, bounded by `limit`: its stdout,
+// or nullopt with *error when it could not run, failed or took too long.
+std::optional<std::string> capture_output(const std::vector<std::string> &words, std::chrono::seconds limit,
+                                          std::string *error) {
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        *error = std::string("pipe failed: ") + std::strerror(errno);
+        return std::nullopt;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        *error = std::string("fork failed: ") + std::strerror(errno);
+        close(out[0]);
+        close(out[1]);
+        return std::nullopt;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null >= 0) dup2(null, STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        std::vector<char *> args;
+        for (const auto &w : words) args.push_back(const_cast<char *>(w.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        _exit(kExitCannotRun);
+    }
+    close(out[1]);
+    std::string text;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    bool timed_out = false;
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            timed_out = true;
+            break;
+        }
+        pollfd p{out[0], POLLIN, 0};
+        int ready = poll(&p, 1, static_cast<int>(left.count()));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) {
+            timed_out = ready == 0;
+            break;
+        }
+        char buf[4096];
+        ssize_t n = read(out[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        text.append(buf, static_cast<size_t>(n));
+    }
+    close(out[0]);
+    if (timed_out) kill(pid, SIGKILL);
+    int status = wait_child(pid);
+    if (timed_out) {
+        *error = "it did not answer within " + std::to_string(limit.count()) + " s";
+        return std::nullopt;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        *error = WIFEXITED(status) && WEXITSTATUS(status) == kExitCannotRun
+                     ? std::string("it could not be run")
+                     : "it ended with status " + std::to_string(exit_code_of(status));
+        return std::nullopt;
+    }
+    return text;
+}
+
+// True when /sys/fs/cgroup is the unified cgroup v2 hierarchy (where systemd sets cpusets).
+bool unified_cgroup_hierarchy() {
+    struct statfs fs {};
+    constexpr long kCgroup2SuperMagic = 0x63677270;
+    return statfs("/sys/fs/cgroup", &fs) == 0 && static_cast<long>(fs.f_type) == kCgroup2SuperMagic;
+}
+
+// The cgroup driver the engine will use for this run. Without systemd running here both engines
+// use cgroupfs (podman falls back to it), so nothing is asked; otherwise CMD's podman
+// --cgroup-manager, else the engine's own answer (`podman info`, `docker info`). systemd needs
+// cgroup v2 (systemd sets cpusets on the unified hierarchy only): podman is then told to use
+// cgroupfs, as before; docker's driver is its daemon's, so mallrun refuses with words.
+// nullopt with *why on failure; else *why may hold a note for --verbose.
+std::optional<CgroupDriver> choose_cgroup_driver(const Options &o, std::string *why) {
+    struct stat st {};
+    const bool systemd_here = lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
+    std::optional<CgroupDriver> driver;
+    if (o.engine == "podman") {
+        if (auto named = explicit_cgroup_manager(o.command)) {
+            driver = parse_cgroup_driver(*named);
+            if (!driver) {
+                *why = "podman --cgroup-manager='" + *named + "' is neither systemd nor cgroupfs";
+                return std::nullopt;
+            }
+        }
+    }
+    if (!driver && !systemd_here) {
+        *why = "systemd does not run here";
+        return CgroupDriver::Cgroupfs;
+    }
+    if (!driver) {
+        const auto info = engine_info_command(o.command, o.engine);
+        std::string error;
+        auto text = capture_output(info, std::chrono::seconds(60), &error);
+        if (text) driver = parse_cgroup_driver(*text);
+        if (!driver) {
+            const std::string asked = "`" + quoted_command(info) + "` " +
+                                      (text ? "answered '" + *text + "', neither systemd nor cgroupfs" : error);
+            if (o.engine == "podman") {
+                // podman run takes the driver mallrun names: the one that worked before.
+                *why = "cannot ask podman for its cgroup manager (" + asked + "): using cgroupfs";
+                return CgroupDriver::Cgroupfs;
+            }
+            *why = "cannot ask docker for its cgroup driver: " + asked + "; is dockerd running?";
+            return std::nullopt;
+        }
+    }
+    if (*driver == CgroupDriver::Systemd && !unified_cgroup_hierarchy()) {
+        if (o.engine == "podman" && !explicit_cgroup_manager(o.command)) {
+            *why = "podman's systemd manager on cgroup v1, where systemd sets no cpusets: using cgroupfs";
+            return CgroupDriver::Cgroupfs;
+        }
+        *why = o.engine + " uses the systemd cgroup driver on cgroup v1, where systemd sets no cpusets, "
+               "so malld could not resize the container; " +
+               (o.engine == "docker" ? "configure dockerd with the cgroupfs driver (daemon.json: "
+                                       "\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"])"
+                                     : "use podman --cgroup-manager=cgroupfs") +
+               ", or boot with cgroup v2";
+        return std::nullopt;
+    }
+    return driver;
+}
 
 // Tells malld the job is over; "unknown job" is fine (malld may have seen the exit first).
 void deregister(const Options &o, const std::string &socket_path) {
@@ -452,7 +539,8 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
         setenv("MALL_JOB_ID", o.job.c_str(), 1);
         setenv("MALL_MAX", std::to_string(max).c_str(), 1);  // what a framework sizes its pools for
         if (o.container) {
-            const auto command = container_command(o.command, o.engine, word.substr(1), socket, o.job, max);
+            const auto command =
+                container_command(o.command, o.engine, o.driver, word.substr(1), socket, o.job, max);
             if (o.verbose) {
                 const std::string line = "mallrun: running " + quoted_command(command) + "\n";
                 if (write(STDERR_FILENO, line.data(), line.size()) < 0) {
@@ -473,7 +561,8 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
     if (o.cgroup_mode != "auto") body["cgroup"] = o.cgroup_mode;  // older mallds know no such field
     // A container job: the child (the engine's client) is only its launcher; malld makes the
     // folder the container goes in and finds the container's processes there.
-    if (o.container) body["cgroup"] = "container";
+    // With the systemd driver the engine takes a slice, which malld resizes through systemd.
+    if (o.container) body["cgroup"] = o.driver == CgroupDriver::Systemd ? "container-systemd" : "container";
     if (o.verbose)
         std::cerr << "mallrun: registering job " << o.job << " (pid " << child << ", cores "
                   << o.limits.min << ".." << max << ") with malld at " << socket_path << "\n";
@@ -503,6 +592,14 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
             std::cerr << "mallrun: malld registered job " << o.job << " but named no cgroup folder for "
                       << "the container (a malld older than 0.4?); update malld, or run the container "
                          "without --container\n";
+            return kExitRefused;
+        }
+        if (std::string problem = cgroup_parent_problem(parent, o.driver); !problem.empty()) {
+            close(gate[1]);
+            kill(child, SIGKILL);
+            wait_child(child);
+            deregister(o, socket_path);
+            std::cerr << "mallrun: job " << o.job << ": " << problem << "\n";
             return kExitRefused;
         }
         go += parent;
@@ -622,6 +719,18 @@ int run(int argc, char **argv) {
                   << "mallrun: running " << o.command[0] << " without malleability\n";
         std::cerr.flush();
         exec_command(o.command);
+    }
+    if (o.container) {
+        std::string why;
+        auto driver = choose_cgroup_driver(o, &why);
+        if (!driver) {
+            std::cerr << "mallrun: " << why << "\n";
+            return kExitRefused;
+        }
+        o.driver = *driver;
+        if (o.verbose)
+            std::cerr << "mallrun: " << o.engine << " uses the " << cgroup_driver_name(o.driver)
+                      << " cgroup driver" << (why.empty() ? "" : " (" + why + ")") << "\n";
     }
     return run_malleable(o, *client, socket_path);
 }
