@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# make-site-root.sh — the Debian 13 (trixie) "site" root for the vm.site_* tests (issue 29): systemd as
+# PID 1, Slurm 24.11, podman 5 + crun, trixie's kernel, and what building mall needs. Made with
+# mmdebstrap once and cached as a tarball in ${XDG_CACHE_HOME:-~/.cache}/mall/, keyed by the suite,
+# the package list and the guest configuration written below (a change of either makes a new one).
+# Contract: prints the tarball's path on stdout (progress on stderr); exit 0 made or cached, 1 failed,
+# 77 cannot run here (not root, no mmdebstrap). --help.
+set -euo pipefail
+
+prog=${0##*/}
+readonly SUITE=trixie
+# The measured list that boots systemd as PID 1 under qemu TCG (PLATFORM.md "Debian 13"), what
+# building mall's .deb needs (CMakeLists.txt: pkg-config, hwloc, Boost.program_options,
+# nlohmann-json, libslurm-dev, Eigen for tf_integration/, which is always configured; cpack -G DEB:
+# dpkg-dev for dpkg-shlibdeps, file), and the .deb's runtime libraries (pulled by the -dev
+# packages), so that `apt install ./mall_*.deb` in the guest needs no network. jq and psmisc for
+# the guest test scripts; conmon and catatonit for podman (--init).
+readonly PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-amd64,iproute2,procps,psmisc,python3,jq,slurmd,slurmctld,slurm-client,munge,podman,crun,conmon,catatonit,g++,cmake,ninja-build,pkg-config,libhwloc-dev,libboost-program-options-dev,nlohmann-json3-dev,libeigen3-dev,libslurm-dev,dpkg-dev,file
+
+usage() {
+  cat <<EOF
+NAME
+    $prog - make (or find cached) the Debian 13 root of the site guest
+
+SYNOPSIS
+    $prog [--print-packages | --print-path | -h | --help]
+
+DESCRIPTION
+    Runs \`mmdebstrap --variant=minbase --include=PACKAGES $SUITE\` (Debian's mirror, the network
+    needed once: about 45-90 s, ~250 MB download) and keeps the result as an uncompressed tarball
+    ${XDG_CACHE_HOME:-~/.cache}/mall/debian-$SUITE-site-KEY-root.tar (about 1.3 GB), where KEY
+    hashes the suite, the package list and the guest configuration below. Later calls print the
+    cached path at once. Old tarballs of other keys are left alone (delete them by hand).
+
+    The guest configuration (made by mmdebstrap's customize hook, so it lives in the tarball):
+      - host name "site"; a dummy interface mall0 with 10.77.0.1/24 brought up by
+        systemd-networkd (Slurm refuses a loopback-only node address); /etc/hosts names it;
+      - /etc/fstab: / on /dev/vda, and the run's data disk (label MALLSITE, made by
+        run-in-site-vm.sh) on /mnt/mall-site;
+      - mall-site-run.service (WantedBy and After multi-user.target): runs
+        /mnt/mall-site/guest-runner.sh, which run-in-site-vm.sh puts on the data disk;
+      - timers that would wake up under emulation (apt, man-db, e2scrub, fstrim, dpkg-db-backup)
+        masked; the root password emptied (a login on the serial console, for debugging).
+
+    Everything the packages need at run time is installed (slurmd's, munge's and podman's
+    services, the build tools for mall); slurmd and slurmctld stay inactive until a test writes
+    /etc/slurm/slurm.conf (their units have ConditionPathExists on it).
+
+OPTIONS
+    --print-packages  print the package list (comma-separated) and exit
+    --print-path      print where the tarball is (or would be) and exit, making nothing
+    -h, --help        this text
+
+EXIT STATUS
+    0 the tarball's path on stdout; 1 mmdebstrap failed (its log's tail on stderr); 77 cannot run
+    here (not root, or mmdebstrap missing; the reason on stderr after "SKIP:").
+
+ENVIRONMENT
+    XDG_CACHE_HOME    the cache's parent (default ~/.cache)
+EOF
+}
+
+# The customize hook: the guest's configuration, run by mmdebstrap with the root as \$1. Its text
+# is part of the cache key.
+# shellcheck disable=SC2016  # expanded by the hook's shell, not here
+readonly CUSTOMIZE='set -e
+r=$1
+echo site > "$r/etc/hostname"
+printf "127.0.0.1\tlocalhost\n10.77.0.1\tsite\n" > "$r/etc/hosts"
+mkdir -p "$r/etc/systemd/network" "$r/mnt/mall-site"
+printf "[NetDev]\nName=mall0\nKind=dummy\n" > "$r/etc/systemd/network/10-mall0.netdev"
+printf "[Match]\nName=mall0\n\n[Network]\nAddress=10.77.0.1/24\nConfigureWithoutCarrier=yes\n" > "$r/etc/systemd/network/10-mall0.network"
+printf "/dev/vda\t/\text4\trw,errors=remount-ro\t0\t1\nLABEL=MALLSITE\t/mnt/mall-site\text4\tnofail,x-systemd.device-timeout=60s\t0\t0\n" > "$r/etc/fstab"
+cat > "$r/etc/systemd/system/mall-site-run.service" <<UNIT
+# mall-site-run.service: runs the guest scripts that run-in-site-vm.sh put on the data disk.
+[Unit]
+Description=mall site tests (run-in-site-vm.sh)
+After=multi-user.target
+RequiresMountsFor=/mnt/mall-site
+ConditionPathExists=/mnt/mall-site/guest-runner.sh
+
+[Service]
+Type=oneshot
+ExecStart=/bin/bash /mnt/mall-site/guest-runner.sh
+TimeoutStartSec=infinity
+StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+chroot "$r" systemctl enable systemd-networkd.service mall-site-run.service
+for t in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer dpkg-db-backup.timer; do
+  chroot "$r" systemctl mask "$t"
+done
+chroot "$r" passwd -d root >/dev/null
+'
+
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/mall
+key=$(printf '%s\n%s\n%s\n' "$SUITE" "$PACKAGES" "$CUSTOMIZE" | md5sum | cut -c1-8)
+tarball=$cache/debian-$SUITE-site-$key-root.tar
+
+case ${1-} in
+  -h|--help) usage; exit 0 ;;
+  --print-packages) echo "$PACKAGES"; exit 0 ;;
+  --print-path) echo "$tarball"; exit 0 ;;
+  "") ;;
+  *) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 1 ;;
+esac
+
+if [ -f "$tarball" ]; then
+  echo "$tarball"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "$prog: SKIP: mmdebstrap needs root to make the site root (run as root)" >&2; exit 77
+fi
+command -v mmdebstrap >/dev/null || { echo "$prog: SKIP: mmdebstrap not installed (apt-get install mmdebstrap)" >&2; exit 77; }
+
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/.site-root.XXXXXX")   # beside the tarball: the final mv is a rename
+trap 'rm -rf -- "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+t0=$SECONDS
+echo "$prog: mmdebstrap --variant=minbase $SUITE (${PACKAGES//,/ }) into $tarball" >&2
+# stdin from /dev/null: mmdebstrap would read sources.list lines from a non-terminal stdin.
+if ! mmdebstrap --variant=minbase --include="$PACKAGES" --customize-hook="$CUSTOMIZE" \
+     "$SUITE" "$tmp/root.tar" </dev/null >"$tmp/mmdebstrap.log" 2>&1; then
+  tail -n 40 "$tmp/mmdebstrap.log" >&2
+  echo "$prog: mmdebstrap $SUITE failed (log above); is Debian's mirror reachable?" >&2
+  exit 1
+fi
+mv -f -- "$tmp/root.tar" "$tarball"
+echo "$prog: made $tarball ($(du -m "$tarball" | cut -f1) MB) in $((SECONDS - t0)) s" >&2
+echo "$tarball"
