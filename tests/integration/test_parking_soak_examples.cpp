@@ -1,6 +1,6 @@
 // Proves that parking holds up when the allocation toggles every few steps: each example trainer
 // (mall_train_digits and mall_train_linear on Eigen's own pool, mall_train_tf on TensorFlow's own
-// pools) runs 2,400 steps under a real malld while mallctl moves it between 1 and 2 cpus and 1 and
+// pools) runs 2,400 steps (MALL_SOAK_STEPS: run-tsan.sh asks for fewer) under a real malld while mallctl moves it between 1 and 2 cpus and 1 and
 // 2 threads as fast as it can (every ~10 steps), and it still exits 0, acks every change (none
 // timed out), applies many of them, and trains exactly what a fixed run trains (the same printed
 // losses; for mall_train_linear the same weights checksum). Run by run-tests.sh and, for the Eigen
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <regex>
 #include <thread>
 
@@ -23,27 +24,48 @@ namespace {
 
 using nlohmann::json;
 
+// Steps per run: 2,400, or $MALL_SOAK_STEPS (240 or more; run-tsan.sh sets 960, since each step
+// costs ~10x under ThreadSanitizer); a loss line every twelfth of them.
+int soak_steps() {
+    const char *text = std::getenv("MALL_SOAK_STEPS");
+    if (text == nullptr || *text == '\0') return 2400;
+    char *end = nullptr;
+    const long steps = std::strtol(text, &end, 10);
+    if (*end != '\0' || steps < 240 || steps > 1000000) {
+        ADD_FAILURE() << "MALL_SOAK_STEPS='" << text << "' is not a whole number of steps from 240 up; using 2400";
+        return 2400;
+    }
+    return static_cast<int>(steps);
+}
+
 struct Example {
     std::string name;               // the job's name, and the test's
-    std::vector<std::string> argv;  // 2,400 steps, a loss line every 200, --log-changes
+    std::vector<std::string> argv;  // soak_steps() steps, twelve loss lines, --log-changes
     bool compare_checksum = false;  // mall_train_linear: bit-identical weights
 };
 
+std::vector<std::string> step_args() {
+    const int steps = soak_steps();
+    return {"--steps", std::to_string(steps), "--print-every", std::to_string(steps / 12)};
+}
+
+std::vector<std::string> with(std::vector<std::string> argv, const std::vector<std::string> &more) {
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+}
+
 Example digits() {
-    return {"digits",
-            {bin_path("mall_train_digits"), "--steps", "2400", "--batch", "256", "--hidden", "256", "--print-every",
-             "200", "--log-changes"}};
+    return {"digits", with({bin_path("mall_train_digits"), "--batch", "256", "--hidden", "256", "--log-changes"},
+                           step_args())};
 }
 Example linear() {
     return {"linear",
-            {bin_path("mall_train_linear"), "--rows", "65536", "--batch", "4096", "--steps", "2400", "--print-every",
-             "200", "--log-changes"},
+            with({bin_path("mall_train_linear"), "--rows", "65536", "--batch", "4096", "--log-changes"}, step_args()),
             true};
 }
 Example tensorflow() {
-    return {"tf",
-            {bin_path("mall_train_tf"), "--steps", "2400", "--batch", "256", "--hidden", "256", "--print-every", "200",
-             "--log-changes"}};
+    return {"tf", with({bin_path("mall_train_tf"), "--batch", "256", "--hidden", "256", "--log-changes"},
+                       step_args())};
 }
 
 std::string checksum_of(const std::vector<std::string> &lines) {
@@ -104,8 +126,8 @@ void soak(const Example &example, const std::string &backend) {
     const int resizes = resizes_of(lines);
     EXPECT_GE(accepted.load(), 20) << "mallctl moved the job too rarely to call this a soak";
     EXPECT_GE(resizes, 20) << "the trainer applied too few changes\n" << joined_lines(lines);
-    std::printf("%s on %s: %d moves accepted, %d applied in 2400 steps\n", example.name.c_str(), backend.c_str(),
-                accepted.load(), resizes);
+    std::printf("%s on %s: %d moves accepted, %d applied in %d steps\n", example.name.c_str(), backend.c_str(),
+                accepted.load(), resizes, soak_steps());
     // Every change was acked in time: malld counted no ack timeout for the job.
     auto status = status_json(malld.socket());
     ASSERT_TRUE(status);

@@ -57,7 +57,7 @@ GROUPS (--only, comma-separated; default all)
             test_slurm_lookup (the Slurm checker's thread: queries and AdminComment
             updates, and an in-process malld that holds a Deregister's answer for
             them); test_parking_soak_examples on cgroup-v1 (mall_train_digits and
-            mall_train_linear, instrumented, 2,400 steps each while mallctl toggles
+            mall_train_linear, instrumented, 960 steps each while mallctl toggles
             their allocation every few steps: parking, the stall guard and the glue
             under real changes). They need root and a cpuset controller (else they
             skip).
@@ -120,6 +120,10 @@ EXAMPLES
     tests/tsan/$program --no-build --only mpi
 EOF
 }
+
+# The parking soak's steps under ThreadSanitizer: 960 instead of its 2,400 (each instrumented step
+# costs ~10x; 2,400 took 286 s of a CI run). Its mallctl toggler still lands ~100 changes a run.
+export MALL_SOAK_STEPS=${MALL_SOAK_STEPS:-960}
 
 # --- the tests: "group program timeout-seconds [arguments]" ---------------------------------------
 tests_table() {
