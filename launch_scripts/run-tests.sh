@@ -11,16 +11,31 @@
 #              MALL_FUZZ_SECONDS (default 20) after the suite (tests/fuzz/run-fuzz.sh).
 #              CI=true: a skipped test fails the run unless tests/expected-skips names it.
 # A skipped test is never a passed one: ctest reports it "Skipped", and the run ends with the list of
-# skipped tests and their reasons.
+# skipped tests and their reasons. The last lines give each phase's wall time (CI's budget).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MALL_BUILD_DIR:-$repo/build}
 jobs=${MALL_JOBS:-2}
 
+# Phase timing: phase NAME ends the phase before (its seconds kept for the summary) and starts NAME.
+phase_names=() phase_seconds=() phase_name="" phase_start=$SECONDS
+phase() {
+  if [ -n "$phase_name" ]; then phase_names+=("$phase_name"); phase_seconds+=($((SECONDS - phase_start))); fi
+  phase_name=$1 phase_start=$SECONDS
+}
+phase_summary() {
+  phase ""
+  local i line="== run-tests: times:"
+  for i in "${!phase_names[@]}"; do line+=" ${phase_names[$i]} ${phase_seconds[$i]} s,"; done
+  echo "$line total $SECONDS s"
+}
+
+phase dependencies
 echo "== run-tests: dependencies"
 "$repo/launch_scripts/install-deps.sh"
 
+phase configure
 echo "== run-tests: configure ($build)"
 # install-deps.sh brought Slurm, Open MPI, libtorch and TensorFlow's wheel (in <repo>/.venv), so
 # their parts are required (ON), not AUTO: a missing one fails here instead of silently dropping
@@ -28,6 +43,7 @@ echo "== run-tests: configure ($build)"
 parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON -DMALL_WITH_TENSORFLOW=ON)
 cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${parts[@]}" >/dev/null
 
+phase build
 echo "== run-tests: build"
 ninja -C "$build" -j "$jobs"
 
@@ -83,6 +99,7 @@ expected_skip_entry() { # expected_skip_entry PROGRAM LINE: the matching entry, 
 expected_skip() { expected_skip_entry "$1" "$2" >/dev/null; }
 expected_skip_reason() { expected_skip_entry "$1" "$2"; }
 
+phase ctest
 echo "== run-tests: ctest"
 status=0
 skip_log=$build/Testing/mall-skips.log
@@ -94,6 +111,7 @@ set -o pipefail
 report_skips "$build/Testing/mall-ctest.log" "$skip_log" "main build" || status=1
 
 if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
+  phase asan
   echo "== run-tests: the suite under ASan/UBSan (build-asan)"
   # Optimised (-O2 -g): the Eigen kernels of the examples are ~50x slower at -O0, and ASan/UBSan
   # find the same defects at -O2 (stack traces keep their lines with -g).
@@ -135,11 +153,13 @@ if [ "${MALL_SANITIZE_PASS:-0}" = 1 ] && [ $status -eq 0 ]; then
 fi
 
 if [ "${MALL_TSAN_PASS:-${MALL_SANITIZE_PASS:-0}}" = 1 ]; then
+  phase tsan
   echo "== run-tests: ThreadSanitizer (tests/tsan/run-tsan.sh: the pool, libmall's client threads, malld, the MPI step; tree build-tsan/)"
   "$repo/tests/tsan/run-tsan.sh" -j "$jobs" || status=1
 fi
 
 if [ "${MALL_FUZZ_PASS:-${MALL_SANITIZE_PASS:-0}}" = 1 ]; then
+  phase fuzz
   echo "== run-tests: fuzzing (tests/fuzz/run-fuzz.sh: each parser ${MALL_FUZZ_SECONDS:-20} s under ASan/UBSan, clang tree build-fuzz/)"
   "$repo/tests/fuzz/run-fuzz.sh" --seconds "${MALL_FUZZ_SECONDS:-20}" --jobs "$jobs" || status=1
 fi
@@ -150,5 +170,6 @@ if [ -n "$leftover" ]; then
   status=1
 fi
 
+phase_summary
 if [ $status -eq 0 ]; then echo "== run-tests: all tests passed"; else echo "== run-tests: FAILED (status $status)" >&2; fi
 exit $status
