@@ -526,12 +526,12 @@ void release_hold(const char *where) {
                  unreachable ? error.c_str() : result->error.c_str());
 }
 
-// Slurm 24.11's loader does not check a SPANK plugin's version (it skips type "spank"), so a
-// plugin built against another release's headers would run with that release's struct layouts:
-// compare once per process and stay off, with the words of slurm_release.hpp (slurmd's and the
-// step's logs, and the user's srun/sbatch stderr), when the release differs.
-// MALL_SPANK_BUILT_FOR stands in for SLURM_VERSION_NUMBER only in a test build that must pass
-// Slurm 22.05's own loader check (plugin_version stays the headers') and still meet another release.
+// Slurm 22.05's and 24.11's loaders refuse a SPANK plugin of another release before it runs;
+// a loader that does not (older ones skipped the check for spank) would run it with the other
+// release's struct layouts: compare once per process and stay off, with the words of
+// slurm_release.hpp (slurmd's and the step's logs, the user's srun/sbatch stderr), when the release
+// differs. MALL_SPANK_BUILT_FOR (default SLURM_VERSION_NUMBER) lets a hand-made test build claim
+// another release while its plugin_version still passes the loader.
 #ifndef MALL_SPANK_BUILT_FOR
 #define MALL_SPANK_BUILT_FOR SLURM_VERSION_NUMBER
 #endif

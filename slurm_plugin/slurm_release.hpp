@@ -1,12 +1,15 @@
 // slurm_release.hpp — does the Slurm this plugin runs in belong to the release it was built for?
-// (pure logic, no Slurm). Slurm 22.05's loader refuses a plugin whose plugin_version is another
-// release's ("plugin_load_from_file: Incompatible Slurm plugin PATH version (24.11.5)", then
-// "unrecognized option '--malleable'"), before any plugin code runs; 24.11's skips that check for
-// type "spank" (libslurmfull's _verify_syms: xstrcmp(type, "spank")), so there a mall_spank.so
-// built against another release's headers loads silently, and the structs it reads through
-// libslurm (node_info_t) differ between releases. The
-// plugin therefore compares its build-time SLURM_VERSION_NUMBER with what spank_get_item's
-// S_SLURM_VERSION_MAJOR/MINOR say at run time, and disables itself with this text on a mismatch.
+// (pure logic, no Slurm). Slurm's own loader already refuses a SPANK plugin of another release
+// before any plugin code runs: 22.05.8 and 24.11.5 compare plugin_version's major.minor for type
+// "spank" (the exact version for other types), and the admin reads
+//   srun: plugin_load_from_file: Incompatible Slurm plugin PATH version (22.05.8)
+//   srun: error: spank: PATH: Incompatible plugin version
+//   srun: unrecognized option '--malleable=1:2'
+// (checked: a 24.11 build in the host's 22.05, a 22.05 build in the site guest's 24.11). Older
+// loaders skipped that check for spank (Slurm's source once had `&& xstrcmp(type, "spank")`), and
+// the structs the plugin reads through libslurm (node_info_t) differ between releases, so the
+// plugin checks again itself: it compares its build-time SLURM_VERSION_NUMBER with
+// spank_get_item's S_SLURM_VERSION_MAJOR/MINOR and disables itself with this text on a mismatch.
 #pragma once
 
 #include <optional>

@@ -1,6 +1,6 @@
 // Proves the SPANK plugin's release check: the same Slurm release (any micro) passes, another
 // release or an unreadable one gives the admin a line naming both releases, that the plugin is off,
-// and the cmake option to rebuild with (Slurm's loader does not check a SPANK plugin's version).
+// and the cmake option to rebuild with (a second check behind Slurm's loader, which refuses another release itself).
 #include <gtest/gtest.h>
 
 #include "slurm_release.hpp"
