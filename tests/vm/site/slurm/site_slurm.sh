@@ -205,7 +205,7 @@ jobs_started=()
 
 # ---- (7) the logs ---------------------------------------------------------------------------------
 cgroup_errors=$( { grep -iE 'error' /var/log/slurm/slurmd.log | grep -iE 'cgroup|cpuset|scope|dbus'; journalctl -u malld --no-pager -o cat | grep -iE 'error|warn' | grep -iE 'cgroup|cpuset'; } 2>/dev/null | head -n 10)
-mismatch=$(grep -h 'was built for Slurm' /var/log/slurm/slurmd.log "$work"/*.out 2>/dev/null | head -n 1)
+mismatch=$(grep -hE 'was built for Slurm|Incompatible Slurm plugin' /var/log/slurm/slurmd.log "$work"/*.out 2>/dev/null | head -n 1)
 malld_lines=$(journalctl -u malld --no-pager -o cat 2>/dev/null | grep -c 'slurm-')
 if [ -z "$cgroup_errors" ] && [ -z "$mismatch" ] && [ "$malld_lines" -gt 0 ]; then
   pass "(7) slurmd's log and journalctl -u malld show no cgroup error and no plugin release mismatch ($malld_lines malld lines name the jobs)"
