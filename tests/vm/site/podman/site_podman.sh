@@ -8,6 +8,7 @@
 #   (3) it follows `mallctl set`: `mallctl status --json`, systemd's AllowedCPUs of the slice, the
 #       slice's cpuset.cpus.effective and every thread's Cpus_allowed_list of the container's init
 #       agree, through a shrink and a growth;
+#       a `systemctl restart malld` re-adopts the job in its slice, and a resize after it works;
 #   (4) the container's init SIGKILLed: the job ends, the container's and conmon's scopes, the
 #       slice, mall.slice and the slice's set-property drop-in go;
 #   (5) a foreground `mallrun --container -- podman run --rm ...`: its exit status comes back, the
@@ -27,6 +28,11 @@ set -uo pipefail
 
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 limit_s=${MALL_SITE_PODMAN_TIMEOUT_S:-600}
+# The watchdog (tests/support/watchdog.sh's way, which the guest does not have): this script runs
+# again under timeout(1), which sends TERM after limit_s (the trap cleans up) and KILL 60 s later.
+if [ "${MALL_SITE_PODMAN_WATCHED:-}" != 1 ]; then
+  MALL_SITE_PODMAN_WATCHED=1 exec timeout --kill-after=60 "$limit_s" bash "$0" "$@"
+fi
 wait_s=${MALL_SITE_PODMAN_WAIT_S:-90}
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/podman}
 prefix=mall-site-podman
@@ -45,14 +51,12 @@ command -v podman >/dev/null && command -v crun >/dev/null && command -v jq >/de
   fatal "the site root lacks podman, crun or jq (make-site-root.sh's package list)"
 
 work=$(mktemp -d /tmp/site_podman.XXXXXX)
-watchdog_pid=''
 # Podman commands are bounded too: a hung podman fails its step, never the whole boot.
 pm() { timeout "$wait_s" podman "$@"; }
 # shellcheck disable=SC2317  # called from the trap
 cleanup() {
   local rc=$? c u
   trap - EXIT TERM INT
-  [ -n "$watchdog_pid" ] && { pkill -P "$watchdog_pid" sleep; kill "$watchdog_pid"; } 2>/dev/null
   if [ -n "$out" ]; then
     mkdir -p "$out"
     journalctl -u malld --no-pager -o short-precise >"$out/journal-malld.txt" 2>&1
@@ -72,10 +76,8 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'echo "FAIL: watchdog: site_podman.sh still running after $limit_s s"; exit 1' TERM
+trap 'echo "FAIL: watchdog: site_podman.sh still running after $limit_s s (or was terminated)"; exit 1' TERM
 trap 'exit 130' INT
-{ sleep "$limit_s"; kill -TERM $$; } &
-watchdog_pid=$!
 
 wait_until() { # SECONDS WHAT CMD...: polls CMD every 0.5 s; 0 when it succeeded, 1 after SECONDS
   local until=$((SECONDS + $1)) what=$2
@@ -145,8 +147,8 @@ cpus_agree() {
     [ "$(threads_cpus "$2")" = "$4" ] &&
     { [ -z "${5:-}" ] || [ "$(systemctl show -p AllowedCPUs --value "$5")" = "$4" ]; }
 }
-show_cpus() {
-  echo "status '$(job_field "$1" cpus)', $(basename "$3") cpuset.cpus.effective '$(cat "$3/cpuset.cpus.effective" 2>&1)', threads '$(threads_cpus "$2")'${5:+, $5 AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$5")'}"
+show_cpus() { # JOB PID CGROUP_DIR [SLICE]
+  echo "status '$(job_field "$1" cpus)', $(basename "$3") cpuset.cpus.effective '$(cat "$3/cpuset.cpus.effective" 2>&1)', threads '$(threads_cpus "$2")'${4:+, AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$4")'}"
 }
 follow_set() { # JOB PID CGROUP_DIR [SLICE]: grows alone to the pool, then set 1, 0, the pool
   local job=$1 pid=$2 dir=$3 slice=${4:-} want
@@ -204,6 +206,21 @@ follow_set "$job" "$cpid" "$slice_dir" "$slice"
 [ -f "/run/systemd/system.control/$slice.d/50-AllowedCPUs.conf" ] &&
   pass "malld resized the slice through systemd (set-property --runtime: /run/systemd/system.control/$slice.d)" ||
   fail "no set-property drop-in for $slice in /run/systemd/system.control"
+# A restarted malld re-adopts the job as a slice job: its status names the slice, and a resize
+# still goes through systemd to the slice.
+systemctl restart malld >"$work/restart.txt" 2>&1 || fail "systemctl restart malld: $(cat "$work/restart.txt")"
+if wait_until "$wait_s" "malld to answer after its restart" malld_answers &&
+   wait_until "$wait_s" "$job to be re-adopted" job_listed "$job" &&
+   [ "$(job_field "$job" cgroup)" = "$slice_dir" ]; then
+  pass "systemctl restart malld: job $job re-adopted in $slice_dir"
+else
+  fail "after systemctl restart malld, job $job is not re-adopted in its slice: $(status_json | jq -c .jobs)"
+fi
+mallctl set "$job" --cpus 1 >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus 1 after the restart: $(cat "$work/set.txt")"
+wait_until "$wait_s" "$job on 1 after the restart" cpus_agree "$job" "$cpid" "$slice_dir" 1 "$slice" &&
+  pass "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$slice")" ||
+  fail "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$slice")"
+mallctl set "$job" --cpus auto >/dev/null 2>&1
 
 # --- (4) the container SIGKILLed ends the job and its slice -----------------------------------------
 kill -KILL "$cpid"
