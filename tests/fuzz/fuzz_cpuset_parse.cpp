@@ -11,11 +11,14 @@
 #include <string_view>
 
 #include "common/cpuset.hpp"
+#include "common/cpuset_hwloc.hpp"
 #include "fuzz_check.hpp"
 
 namespace {
 
 using mall::CpuSet;
+using mall::cpuset_from_hwloc;
+using mall::to_hwloc;
 using mall::fuzz::shown;
 using Model = std::bitset<CpuSet::kMaxCpus>;
 
@@ -94,7 +97,9 @@ void check_set(const CpuSet &set, const Model &model, std::string_view text) {
     MALL_FUZZ_CHECK(CpuSet::from_mask(mask) == set, "from_mask(to_mask)" + where);
     cpu_set_t native = set.to_cpu_set();
     MALL_FUZZ_CHECK(CPU_COUNT(&native) == set.count(), "to_cpu_set" + where);
-    MALL_FUZZ_CHECK(CpuSet::from_hwloc(set.hwloc()) == set, "from_hwloc" + where);
+    MALL_FUZZ_CHECK(cpuset_from_hwloc(to_hwloc(set).get()) == set, "cpuset_from_hwloc(to_hwloc)" + where);
+    MALL_FUZZ_CHECK(set.first() == (cpus.empty() ? -1 : cpus.front()) && set.last() == (cpus.empty() ? -1 : cpus.back()),
+                    "first/last" + where);
 
     const std::string canonical = set.to_string();
     MALL_FUZZ_CHECK(canonical == model_format(model), "to_string gave " + shown(canonical) + where);

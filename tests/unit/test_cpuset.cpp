@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include "common/cpuset.hpp"
+#include "common/cpuset_hwloc.hpp"
 #include "support/watchdog.h"
 
 using mall::CpuSet;
+using mall::cpuset_from_hwloc;
+using mall::to_hwloc;
 
 namespace {
 
@@ -182,11 +185,14 @@ TEST(CpuSetMask, CpuSetTAndHwlocBitmap) {
     hwloc_bitmap_t bitmap = hwloc_bitmap_alloc();
     hwloc_bitmap_set_range(bitmap, 1020, 2000);
     hwloc_bitmap_set(bitmap, 3);
-    EXPECT_EQ(CpuSet::from_hwloc(bitmap).to_string(), "3,1020-1023");
+    EXPECT_EQ(cpuset_from_hwloc(bitmap).to_string(), "3,1020-1023");
     hwloc_bitmap_fill(bitmap);  // infinite: must come back finite
-    EXPECT_EQ(CpuSet::from_hwloc(bitmap).count(), 1024);
+    EXPECT_EQ(cpuset_from_hwloc(bitmap).count(), 1024);
     hwloc_bitmap_free(bitmap);
-    EXPECT_TRUE(hwloc_bitmap_isset(set.hwloc(), 5));
+    const auto back = to_hwloc(set);
+    EXPECT_TRUE(hwloc_bitmap_isset(back.get(), 5));
+    EXPECT_EQ(hwloc_bitmap_weight(back.get()), 3);
+    EXPECT_EQ(cpuset_from_hwloc(back.get()), set);
 }
 
 TEST(CpuSetFormat, LargeSparseSetFitsTheTextLimit) {

@@ -1,25 +1,23 @@
-// cpuset.cpp — CpuSet over an hwloc bitmap. Contract (cpuset.hpp): every set is finite and holds
+// cpuset.cpp — CpuSet over a fixed array of 64-bit words. Contract (cpuset.hpp): every set is finite and holds
 // only cpus 0..kMaxCpus-1; parse() is strict and never throws; to_string() is canonical
 // ("1-3,8": ascending, adjacent cpus merged into ranges, "" for the empty set).
 #include "cpuset.hpp"
 
-#include <cstring>
-#include <new>
-#include <utility>
+#include <algorithm>
 
 namespace mall {
 
 namespace {
 
-hwloc_bitmap_t new_bitmap() {
-    hwloc_bitmap_t bitmap = hwloc_bitmap_alloc();
-    if (bitmap == nullptr) throw std::bad_alloc();
-    return bitmap;
-}
+constexpr uint64_t kAll = ~uint64_t{0};
 
-// Keeps only bits 0..kMaxCpus-1 (also turns an infinite bitmap into a finite one).
-void clamp_to_limit(hwloc_bitmap_t bitmap) {
-    hwloc_bitmap_clr_range(bitmap, CpuSet::kMaxCpus, -1);
+// The bits of a word that lie in [first, last] (cpu numbers), for the word holding cpus
+// word*64..word*64+63.
+uint64_t word_bits(int word, int first, int last) {
+    const int lo = std::max(first - word * 64, 0), hi = std::min(last - word * 64, 63);
+    if (lo > hi) return 0;
+    const uint64_t upto_hi = hi == 63 ? kAll : (uint64_t{1} << (hi + 1)) - 1;
+    return upto_hi & (kAll << lo);
 }
 
 constexpr const char *kAcceptedForm =
@@ -60,32 +58,6 @@ bool read_number(std::string_view text, size_t &pos, int &value, std::string *er
 
 }  // namespace
 
-CpuSet::CpuSet() : bitmap_(new_bitmap()) {}
-
-CpuSet::CpuSet(const CpuSet &other) : bitmap_(hwloc_bitmap_dup(other.bitmap_)) {
-    if (bitmap_ == nullptr) throw std::bad_alloc();
-}
-
-// A moved-from CpuSet keeps a valid (empty) bitmap so every operation on it stays safe.
-CpuSet::CpuSet(CpuSet &&other) noexcept : bitmap_(hwloc_bitmap_alloc()) {
-    if (bitmap_ != nullptr) std::swap(bitmap_, other.bitmap_);
-}
-
-CpuSet &CpuSet::operator=(const CpuSet &other) {
-    if (this != &other) hwloc_bitmap_copy(bitmap_, other.bitmap_);
-    return *this;
-}
-
-CpuSet &CpuSet::operator=(CpuSet &&other) noexcept {
-    if (this != &other) {
-        std::swap(bitmap_, other.bitmap_);
-        hwloc_bitmap_zero(other.bitmap_);
-    }
-    return *this;
-}
-
-CpuSet::~CpuSet() { hwloc_bitmap_free(bitmap_); }
-
 std::optional<CpuSet> CpuSet::parse(std::string_view text, std::string *error) {
     CpuSet result;
     if (text.empty()) return result;
@@ -114,7 +86,7 @@ std::optional<CpuSet> CpuSet::parse(std::string_view text, std::string *error) {
                 return std::nullopt;
             }
         }
-        hwloc_bitmap_set_range(result.bitmap_, first, last);
+        result |= range(first, last);
         if (pos == text.size()) break;
         if (text[pos] != ',') {
             fail(error, text,
@@ -141,122 +113,111 @@ CpuSet CpuSet::range(int first, int last) {
     CpuSet result;
     if (first < 0) first = 0;
     if (last >= kMaxCpus) last = kMaxCpus - 1;
-    if (last >= first) hwloc_bitmap_set_range(result.bitmap_, first, last);
-    return result;
-}
-
-CpuSet CpuSet::from_hwloc(hwloc_const_bitmap_t bitmap) {
-    CpuSet result;
-    if (bitmap != nullptr) {
-        hwloc_bitmap_copy(result.bitmap_, bitmap);
-        clamp_to_limit(result.bitmap_);
-    }
+    if (last < first) return result;
+    for (int word = first / 64; word <= last / 64; ++word) result.words_[word] = word_bits(word, first, last);
     return result;
 }
 
 CpuSet CpuSet::from_mask(const uint64_t mask[MALL_MAX_CPUS / 64]) {
     CpuSet result;
-    for (int word = 0; word < kMaxCpus / 64; ++word) {
-        for (int bit = 0; bit < 64; ++bit) {
-            if ((mask[word] >> bit) & 1u) hwloc_bitmap_set(result.bitmap_, word * 64 + bit);
-        }
-    }
+    for (int word = 0; word < kWords; ++word) result.words_[word] = mask[word];
     return result;
 }
 
 std::string CpuSet::to_string() const {
     std::string out;
-    int cpu = hwloc_bitmap_first(bitmap_);
+    int cpu = first();
     while (cpu >= 0) {
         int end = cpu;
-        while (hwloc_bitmap_isset(bitmap_, end + 1)) ++end;
+        while (contains(end + 1)) ++end;
         if (!out.empty()) out += ',';
         out += std::to_string(cpu);
         if (end > cpu) out += '-' + std::to_string(end);
-        cpu = hwloc_bitmap_next(bitmap_, end);
+        cpu = next_after(end);
     }
     return out;
 }
 
 std::vector<int> CpuSet::to_vector() const {
     std::vector<int> out;
-    int cpu;
-    hwloc_bitmap_foreach_begin(cpu, bitmap_) { out.push_back(cpu); }
-    hwloc_bitmap_foreach_end();
+    out.reserve(static_cast<size_t>(count()));
+    for (int cpu = first(); cpu >= 0; cpu = next_after(cpu)) out.push_back(cpu);
     return out;
 }
 
 void CpuSet::to_mask(uint64_t mask[MALL_MAX_CPUS / 64]) const {
-    std::memset(mask, 0, sizeof(uint64_t) * (kMaxCpus / 64));
-    int cpu;
-    hwloc_bitmap_foreach_begin(cpu, bitmap_) {
-        if (cpu < kMaxCpus) mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-    }
-    hwloc_bitmap_foreach_end();
+    for (int word = 0; word < kWords; ++word) mask[word] = words_[word];
 }
 
 cpu_set_t CpuSet::to_cpu_set() const {
     cpu_set_t set;
     CPU_ZERO(&set);
-    int cpu;
-    hwloc_bitmap_foreach_begin(cpu, bitmap_) {
-        if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
-    }
-    hwloc_bitmap_foreach_end();
+    for (int cpu = first(); cpu >= 0 && cpu < CPU_SETSIZE; cpu = next_after(cpu)) CPU_SET(cpu, &set);
     return set;
 }
 
-int CpuSet::count() const { return hwloc_bitmap_weight(bitmap_); }
-bool CpuSet::empty() const { return hwloc_bitmap_iszero(bitmap_) != 0; }
+int CpuSet::count() const {
+    int n = 0;
+    for (uint64_t w : words_) n += __builtin_popcountll(w);
+    return n;
+}
+bool CpuSet::empty() const {
+    for (uint64_t w : words_)
+        if (w != 0) return false;
+    return true;
+}
 bool CpuSet::contains(int cpu) const {
-    return cpu >= 0 && cpu < kMaxCpus && hwloc_bitmap_isset(bitmap_, cpu) != 0;
+    return cpu >= 0 && cpu < kMaxCpus && ((words_[cpu / 64] >> (cpu % 64)) & 1u) != 0;
 }
 bool CpuSet::contains(const CpuSet &other) const {
-    return hwloc_bitmap_isincluded(other.bitmap_, bitmap_) != 0;
+    for (int word = 0; word < kWords; ++word)
+        if ((other.words_[word] & ~words_[word]) != 0) return false;
+    return true;
 }
 bool CpuSet::intersects(const CpuSet &other) const {
-    return hwloc_bitmap_intersects(bitmap_, other.bitmap_) != 0;
+    for (int word = 0; word < kWords; ++word)
+        if ((words_[word] & other.words_[word]) != 0) return true;
+    return false;
 }
-int CpuSet::first() const { return hwloc_bitmap_first(bitmap_); }
-int CpuSet::last() const { return hwloc_bitmap_last(bitmap_); }
+int CpuSet::first() const { return next_after(-1); }
+int CpuSet::last() const {
+    for (int word = kWords - 1; word >= 0; --word)
+        if (words_[word] != 0) return word * 64 + 63 - __builtin_clzll(words_[word]);
+    return -1;
+}
+int CpuSet::next_after(int cpu) const {
+    int from = cpu + 1;
+    if (from < 0) from = 0;
+    for (int word = from / 64; word < kWords; ++word) {
+        const uint64_t bits = word == from / 64 ? words_[word] & (kAll << (from % 64)) : words_[word];
+        if (bits != 0) return word * 64 + __builtin_ctzll(bits);
+    }
+    return -1;
+}
 
 void CpuSet::add(int cpu) {
-    if (cpu >= 0 && cpu < kMaxCpus) hwloc_bitmap_set(bitmap_, cpu);
+    if (cpu >= 0 && cpu < kMaxCpus) words_[cpu / 64] |= uint64_t{1} << (cpu % 64);
 }
 void CpuSet::remove(int cpu) {
-    if (cpu >= 0 && cpu < kMaxCpus) hwloc_bitmap_clr(bitmap_, cpu);
+    if (cpu >= 0 && cpu < kMaxCpus) words_[cpu / 64] &= ~(uint64_t{1} << (cpu % 64));
 }
-void CpuSet::clear() { hwloc_bitmap_zero(bitmap_); }
+void CpuSet::clear() { words_.fill(0); }
 
-CpuSet CpuSet::operator|(const CpuSet &o) const {
-    CpuSet result;
-    hwloc_bitmap_or(result.bitmap_, bitmap_, o.bitmap_);
-    return result;
-}
-CpuSet CpuSet::operator&(const CpuSet &o) const {
-    CpuSet result;
-    hwloc_bitmap_and(result.bitmap_, bitmap_, o.bitmap_);
-    return result;
-}
-CpuSet CpuSet::operator-(const CpuSet &o) const {
-    CpuSet result;
-    hwloc_bitmap_andnot(result.bitmap_, bitmap_, o.bitmap_);
-    return result;
-}
+CpuSet CpuSet::operator|(const CpuSet &o) const { return CpuSet(*this) |= o; }
+CpuSet CpuSet::operator&(const CpuSet &o) const { return CpuSet(*this) &= o; }
+CpuSet CpuSet::operator-(const CpuSet &o) const { return CpuSet(*this) -= o; }
 CpuSet &CpuSet::operator|=(const CpuSet &o) {
-    hwloc_bitmap_or(bitmap_, bitmap_, o.bitmap_);
+    for (int word = 0; word < kWords; ++word) words_[word] |= o.words_[word];
     return *this;
 }
 CpuSet &CpuSet::operator&=(const CpuSet &o) {
-    hwloc_bitmap_and(bitmap_, bitmap_, o.bitmap_);
+    for (int word = 0; word < kWords; ++word) words_[word] &= o.words_[word];
     return *this;
 }
 CpuSet &CpuSet::operator-=(const CpuSet &o) {
-    hwloc_bitmap_andnot(bitmap_, bitmap_, o.bitmap_);
+    for (int word = 0; word < kWords; ++word) words_[word] &= ~o.words_[word];
     return *this;
 }
-bool CpuSet::operator==(const CpuSet &o) const {
-    return hwloc_bitmap_isequal(bitmap_, o.bitmap_) != 0;
-}
+bool CpuSet::operator==(const CpuSet &o) const { return words_ == o.words_; }
 
 }  // namespace mall

@@ -1,12 +1,13 @@
-// cpuset.hpp — CpuSet, a value type for a set of cpu numbers (0..MALL_MAX_CPUS-1), backed by an
-// hwloc bitmap, with strict parsing and canonical formatting of the Linux list format ("0-3,8").
+// cpuset.hpp — CpuSet, a value type for a set of cpu numbers (0..MALL_MAX_CPUS-1), a fixed array of
+// 64-bit words (no allocation, and no hwloc: libmall links none; cpuset_hwloc.hpp converts), with
+// strict parsing and canonical formatting of the Linux list format ("0-3,8").
 // Parsing never throws: it returns std::nullopt and fills a message that says what is wrong and
 // what is accepted. Formatting always gives the canonical form (ascending, ranges merged).
 #pragma once
 
-#include <hwloc.h>
 #include <sched.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,12 +22,18 @@ class CpuSet {
 public:
     static constexpr int kMaxCpus = MALL_MAX_CPUS;
 
-    CpuSet();                                  // empty
-    CpuSet(const CpuSet &other);
-    CpuSet(CpuSet &&other) noexcept;
-    CpuSet &operator=(const CpuSet &other);
-    CpuSet &operator=(CpuSet &&other) noexcept;
-    ~CpuSet();
+    CpuSet() = default;  // empty
+    CpuSet(const CpuSet &other) = default;
+    CpuSet &operator=(const CpuSet &other) = default;
+    // A moved-from set is empty (and usable), as it was when sets were hwloc bitmaps.
+    CpuSet(CpuSet &&other) noexcept : words_(other.words_) { other.words_.fill(0); }
+    CpuSet &operator=(CpuSet &&other) noexcept {
+        if (this != &other) {
+            words_ = other.words_;
+            other.words_.fill(0);
+        }
+        return *this;
+    }
 
     // Strict parse of "", "3", "0-3,8,10-11". Rejects spaces, signs, empty items ("1,,2"),
     // reversed ranges ("3-1"), open ranges ("2-"), numbers >= kMaxCpus, overflow, trailing junk.
@@ -34,7 +41,6 @@ public:
     static std::optional<CpuSet> parse(std::string_view text, std::string *error = nullptr);
     static CpuSet from_list(const std::vector<int> &cpus);  // ignores values outside 0..kMaxCpus-1
     static CpuSet range(int first, int last);               // [first, last], empty if last < first
-    static CpuSet from_hwloc(hwloc_const_bitmap_t bitmap);  // keeps bits < kMaxCpus
     static CpuSet from_mask(const uint64_t mask[MALL_MAX_CPUS / 64]);
 
     std::string to_string() const;  // canonical list text, "" for empty
@@ -49,6 +55,7 @@ public:
     bool intersects(const CpuSet &other) const;
     int first() const;  // -1 when empty
     int last() const;   // -1 when empty
+    int next_after(int cpu) const;  // the smallest member above cpu, -1 when none
 
     void add(int cpu);
     void remove(int cpu);
@@ -63,10 +70,10 @@ public:
     bool operator==(const CpuSet &o) const;
     bool operator!=(const CpuSet &o) const { return !(*this == o); }
 
-    hwloc_const_bitmap_t hwloc() const { return bitmap_; }
 
 private:
-    hwloc_bitmap_t bitmap_;
+    static constexpr int kWords = kMaxCpus / 64;
+    std::array<uint64_t, kWords> words_{};  // bit c % 64 of words_[c / 64] set when cpu c is in
 };
 
 }  // namespace mall

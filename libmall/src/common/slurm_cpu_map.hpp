@@ -5,6 +5,8 @@
 // which cpus a job holds. Pure: the node comes in as its hwloc cores; no I/O, no logging.
 #pragma once
 
+#include <hwloc.h>
+
 #include <optional>
 #include <string>
 #include <vector>
