@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -782,6 +783,37 @@ TEST_F(ClientTest, SilentDaemonMakesOpenReturnWithinItsBound) {
     ASSERT_NE(m, nullptr);
     EXPECT_NE(std::string(err.text).find("did not answer"), std::string::npos) << err.text;
     EXPECT_EQ(mall_step(m), MALL_NOUPDT);
+}
+
+// mall.h's contract for *out: NULL exactly when no handle could be made (MALL_ERR_INVAL,
+// MALL_ERR_NOMEM, or MALL_ERR_SYSTEM from making it); a detached handle on every other error. Out
+// of file descriptors, the handle's eventfds cannot be made: MALL_ERR_SYSTEM with *out NULL and
+// words that say why (a child process, so the test's own descriptors are untouched).
+TEST(ClientOpen, OutOfDescriptorsGivesSystemErrorAndNoHandle) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::setenv("MALL_SOCKET", "/nonexistent/mall-test.sock", 1);
+        ::unsetenv("MALL_JOB_ID");
+        rlimit limit{64, 64};
+        if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(10);
+        while (::open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) {
+        }
+        if (errno != EMFILE) ::_exit(11);
+        mall_t *m = reinterpret_cast<mall_t *>(0x1);  // must come back NULL
+        mall_error_t err{};
+        const int rc = mall_open(nullptr, &m, &err);
+        if (rc != MALL_ERR_SYSTEM) ::_exit(20);
+        if (m != nullptr) ::_exit(21);
+        if (std::strstr(err.text, "eventfd") == nullptr) ::_exit(22);
+        mall_close(m);  // NULL is accepted
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child died instead of getting an error";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "10/11: could not exhaust descriptors; 20: not MALL_ERR_SYSTEM; "
+                                         "21: *out was not NULL; 22: the words do not say eventfd";
 }
 
 TEST_F(ClientTest, DetachedFastPathSaysNothingChanged) {

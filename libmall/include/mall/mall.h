@@ -133,9 +133,13 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * the daemon checks that this process belongs to it). Without $MALL_JOB_ID, the library asks the
  * daemon to self-register the process with $MALL_MIN / $MALL_MAX (defaults 1 and the whole pool),
  * which the daemon grants only when its admin allows it.
- * *out is set in every case except MALL_ERR_INVAL and MALL_ERR_NOMEM: on the other errors the
- * handle is detached, every later call on it treats the allocation as unchanged, and it keeps
- * trying to attach in the background, so callers may ignore the code.
+ * *out is NULL exactly when no handle could be made: MALL_ERR_INVAL, MALL_ERR_NOMEM, and
+ * MALL_ERR_SYSTEM when making the handle failed (a page could not be mapped or an eventfd made: the
+ * process is out of memory or file descriptors). On every other error *out is a detached handle:
+ * every later call on it treats the allocation as unchanged and it keeps trying to attach in the
+ * background, so callers may ignore the code (MALL_ERR_SYSTEM with a handle: its background
+ * thread could not start; changes still apply at mall_step()). Test *out, not the code, to know
+ * whether you hold a handle; mall_close(NULL) does nothing.
  * Waits at most $MALL_ATTACH_TIMEOUT_MS (default 2000) for the node manager's reply; a malformed
  * value is MALL_ERR_INVAL.
  * Returns MALL_SUCCESS, MALL_ERR_INVAL, MALL_ERR_NOMEM, MALL_ERR_NODAEMON (nothing answered in

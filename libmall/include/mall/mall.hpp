@@ -23,8 +23,10 @@ public:
     struct Opened;
 
     // Opens a handle (see mall_open): socket_path "" means $MALL_SOCKET, then the default socket.
-    // The result holds the client (usable even when rc is an error other than MALL_ERR_INVAL and
-    // MALL_ERR_NOMEM: it stays detached and keeps trying), the return code and the error words.
+    // The result holds the client, the return code and the error words. The client holds a handle
+    // whenever mall_open() made one (see its *out): on every error but MALL_ERR_INVAL,
+    // MALL_ERR_NOMEM and a MALL_ERR_SYSTEM from making the handle, it stays detached and keeps
+    // trying. Without a handle (test with `if (client)`), its calls return MALL_ERR_INVAL.
     static Opened open(const std::string &socket_path = "");
     // The same with mall_open_ex()'s options (notify_signal, control_signal; since API 0.3.0).
     static Opened open(const mall_open_options_t &options);
