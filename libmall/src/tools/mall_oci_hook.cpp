@@ -2,7 +2,8 @@
 // tool started it (podman, CRI-O: any engine that reads hooks.d files). Contract: run by the runtime
 // with the container's OCI state JSON on stdin. `createRuntime` (before the container's process
 // starts) registers the container's init pid, as the host uid its user maps to, with malld in place
-// (malld resizes the cgroup the runtime made) and returns once the job holds cores; `poststop`
+// (malld resizes the cgroup the runtime made: with crun under systemd, crun's delegated `container`
+// cgroup in the container's scope) and returns once the job holds cores; `poststop`
 // deregisters what createRuntime registered. Annotations io.mall.* say what to do. It never waits
 // unbounded, never fails a container's teardown, and fails a start only on bad annotations or, with
 // io.mall.require=true, when malld is unreachable or refuses.
@@ -69,16 +70,22 @@ void print_help() {
            "\n"
         << kUsageLine
         << "\n"
-           "The container runtime (runc, started by podman or any engine that reads hooks.d\n"
-           "files) runs mall-oci-hook with the container's OCI state as JSON on stdin:\n"
+           "The container runtime (runc or crun, started by podman or any engine that reads\n"
+           "hooks.d files) runs mall-oci-hook with the container's OCI state as JSON on stdin:\n"
            "\n"
            "  createRuntime  after the runtime made the container's cgroup and before the\n"
            "                 container's process starts: registers the container's init with\n"
            "                 malld as a job that may use MIN to MAX cores, enforced in place\n"
            "                 (malld narrows and widens the cpuset of the cgroup the runtime made),\n"
            "                 and returns once the job holds its first cores, so the application\n"
-           "                 starts on them. The job belongs to the host uid the container's user\n"
-           "                 maps to (process.user.uid through linux.uidMappings in the bundle's\n"
+           "                 starts on them. With podman's systemd cgroup manager and crun (cgroup\n"
+           "                 v2) that cgroup is crun's `container` cgroup inside the container's\n"
+           "                 scope (/machine.slice/libpod-<id>.scope/container), delegated to\n"
+           "                 the runtime: malld resizes that cgroup, not the scope systemd owns.\n"
+           "                 (runc there puts the container in the scope itself, whose cpus\n"
+           "                 systemd may set back: prefer crun, or mallrun --container.) The job\n"
+           "                 belongs to the host uid the container's user maps to\n"
+           "                 (process.user.uid through linux.uidMappings in the bundle's\n"
            "                 config.json), so the container's processes may attach to it.\n"
            "  poststop       after the container stopped: deregisters the job createRuntime\n"
            "                 registered (if malld has not already ended it when the init exited).\n"
