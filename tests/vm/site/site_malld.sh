@@ -42,7 +42,7 @@ mallrun_pid='' watchdog_pid=''
 cleanup() {
   local rc=$?
   trap - EXIT TERM INT
-  [ -n "$watchdog_pid" ] && { pkill -P "$watchdog_pid" sleep; kill "$watchdog_pid"; } 2>/dev/null
+  [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
   if [ -n "$mallrun_pid" ] && kill -0 "$mallrun_pid" 2>/dev/null; then
     kill -TERM "$mallrun_pid" 2>/dev/null; sleep 2; kill -KILL -- "-$mallrun_pid" 2>/dev/null
   fi
@@ -61,7 +61,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAIL: watchdog: site_malld.sh still running after $limit_s s"; exit 1' TERM
 trap 'exit 130' INT
-{ sleep "$limit_s"; kill -TERM $$; } &
+# The timer's sleep is a background child, so that ending the timer (TERM) says no "Terminated".
+{ trap 'kill "$s" 2>/dev/null; exit 0' TERM; sleep "$limit_s" & s=$!; wait "$s" && kill -TERM $$; } &
 watchdog_pid=$!
 disown "$watchdog_pid"   # no "Terminated" line when the cleanup ends it
 
