@@ -10,7 +10,7 @@ prog=soak.sh
 minutes=10
 backend=both
 seed=""
-build=$repo/build
+build=${MALL_BUILD_DIR:-$repo/build}  # every launch script: $MALL_BUILD_DIR, else <repo>/build
 keep_logs=0
 ack_timeout_ms=500
 sample_ms=25
@@ -98,7 +98,7 @@ OPTIONS
     --seed S            the plan's seed (default: drawn from the clock, printed)
     --build-dir DIR     where bin/malld, mallctl, mallrun, mall_test_client and the examples
                         mall_train_sgd, _digits, _linear (and _mpi, optional) are
-                        (default <repo>/build)
+                        (default: \$MALL_BUILD_DIR, else <repo>/build; the option wins)
     --keep-logs         keep the work folder (/tmp/mall_soak_XXXXXX): per backend soak.log,
                         plan.txt, events.jsonl, malld.N.log, mallctl.log, jobs/*.out|err,
                         report-BACKEND.json; without it, it is removed (also on failure,
@@ -175,7 +175,8 @@ esac
 [[ $ack_timeout_ms =~ ^[1-9][0-9]{0,6}$ ]] || die_usage "--ack-timeout-ms must be a positive integer, got '$ack_timeout_ms'"
 [[ $sample_ms =~ ^[1-9][0-9]{0,5}$ ]] || die_usage "--sample-ms must be a positive integer, got '$sample_ms'"
 [[ $restarts =~ ^(-1|[0-9]{1,3})$ ]] || die_usage "--restarts must be an integer from 0 to 999, got '$restarts'"
-build=$(cd "$build" 2>/dev/null && pwd) || die_usage "--build-dir: no such folder"
+[ -d "$build" ] || die_usage "the build folder '$build' does not exist (--build-dir or \$MALL_BUILD_DIR; default <repo>/build)"
+build=$(cd "$build" && pwd)
 
 missing=()
 for b in malld mallctl mallrun mall_test_client mall_train_sgd mall_train_digits mall_train_linear; do
