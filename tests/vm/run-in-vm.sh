@@ -32,7 +32,8 @@ DESCRIPTION
     multidevs=remap; cached in the guest, so host files changed during the run may look stale)
     under a tmpfs overlay, so writes succeed but stay in the guest's memory and vanish with it. Mounted on top: proc, sysfs, cgroup2 at /sys/fs/cgroup with +cpuset in the
     root's cgroup.subtree_control, devtmpfs on /dev, tmpfs on /dev/shm, /tmp and /run, devpts.
-    The host's /tmp, /run and /dev are therefore NOT visible in the guest (use --share).
+    The host's /tmp, /run and /dev are therefore NOT visible in the guest: the current directory
+    and --visible folders under /tmp or /run are shared for that; --share shares any folder.
 
     COMMAND runs as root (pid 1's child) in the host's current directory, with a clean environment:
     PATH=$GUEST_PATH, HOME=/root, MALL_IN_VM=1, plus every --env.
@@ -50,6 +51,11 @@ OPTIONS
     --env NAME=VALUE   set NAME in the command's environment (repeatable)
     --share DIR        make host folder DIR writable in the guest at the same path (9p, repeatable);
                        files the guest writes there are written as this script's user
+    --visible DIR      DIR must be seen in the guest at its path (repeatable; ctest passes the
+                       source and build trees): nothing to do where the read-only root shows it;
+                       under /tmp or /run (the guest's own) it is shared as with --share; under
+                       /dev, /proc or /sys it is refused (exit 125). The current directory is
+                       always one.
     --timeout SECONDS  kill the guest after SECONDS (default 600) and exit 124
     --work-dir DIR     where the cached initramfs and vmlinux live, about 70 MB (default
                        \${TMPDIR:-/tmp}/mall-vm-cache-UID; ctest passes a folder of the build
@@ -75,9 +81,10 @@ EXIT STATUS
            modprobe). ctest reports it as a skip (SKIP_RETURN_CODE 77).
     124    --timeout expired, or the boot stalled (--boot-timeout) and no retry was left: qemu
            was killed.
-    125    the harness failed: bad usage, the current directory is not visible in the guest, the
-           initramfs could not be made, or the guest never ran the command (boot failure, crash:
-           the serial log and qemu's output are printed).
+    125    the harness failed: bad usage, the current directory or a --visible folder cannot be
+           seen in the guest (under /dev, /proc or /sys), the initramfs could not be made, or
+           the guest never ran the command (boot failure, crash: the serial log and qemu's
+           output are printed).
     129, 130, 143  SIGHUP, SIGINT, SIGTERM: qemu is killed, the temp dir removed, and this script
            ends by that signal. qemu also dies should this script be killed by SIGKILL.
     A command may exit 77, 124 or 125 itself; the harness's own cases say so on stderr ("SKIP:",
@@ -95,7 +102,7 @@ die() { echo "$prog: $*" >&2; exit "$EXIT_HARNESS"; }
 skip() { echo "$prog: SKIP: $*" >&2; exit "$EXIT_SKIP"; }
 say() { if [ "$verbose" = 1 ]; then echo "$prog: $*" >&2; fi; }
 
-envs=() shares=() timeout=600 work_dir="" cpus=2 memory=2G timing=0 verbose=0
+envs=() shares=() visible=() timeout=600 work_dir="" cpus=2 memory=2G timing=0 verbose=0
 boot_timeout=240 boot_retries=0
 orig_args=("$@")  # for booting again after a stalled boot (--boot-retries)
 while [ $# -gt 0 ]; do
@@ -110,6 +117,9 @@ while [ $# -gt 0 ]; do
     --share) [ $# -ge 2 ] || die "--share needs a folder"
       [ -d "$2" ] || die "--share '$2': not a folder"
       shares+=("$(realpath -e -- "$2")"); shift 2 ;;
+    --visible) [ $# -ge 2 ] || die "--visible needs a folder"
+      [ -d "$2" ] || die "--visible '$2': not a folder"
+      visible+=("$(realpath -e -- "$2")"); shift 2 ;;
     --timeout) [[ ${2-} =~ ^[1-9][0-9]*$ ]] || die "--timeout needs a positive whole number of seconds"
       timeout=$2; shift 2 ;;
     --work-dir) [ -n "${2-}" ] || die "--work-dir needs a folder"
@@ -127,16 +137,22 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 1 ] || die "no command (usage: $prog [OPTIONS] -- COMMAND [ARGS...]; see --help)"
 
-# The current directory must exist in the guest: not under the guest's own tmpfs/proc/sys/dev,
-# unless a --share brings it back.
+# The current directory and every --visible folder must exist in the guest at their paths: under
+# the guest's own /tmp or /run they are shared (a clone or build tree under /tmp works as anywhere
+# else); under its own /dev, /proc or /sys nothing can show them.
 cwd=$(pwd -P)
-case $cwd/ in
-  /tmp/*|/run/*|/dev/*|/proc/*|/sys/*)
-    visible=0
-    for s in "${shares[@]}"; do case $cwd/ in "$s"/*) visible=1 ;; esac; done
-    [ "$visible" = 1 ] || die "the current directory $cwd is not visible in the guest (/tmp, /run,
-  /dev, /proc and /sys are the guest's own; cd elsewhere or --share it)" ;;
-esac
+for want in "$cwd" "${visible[@]}"; do
+  covered=0
+  for s in "${shares[@]}"; do case $want/ in "$s"/*) covered=1 ;; esac; done
+  [ "$covered" = 1 ] && continue
+  case $want/ in
+    /tmp/*|/run/*) shares+=("$want") ;;
+    /dev/*|/proc/*|/sys/*)
+      if [ "$want" = "$cwd" ]; then what="the current directory $cwd"; else what="--visible $want"; fi
+      die "$what cannot be seen in the guest (/dev, /proc and /sys are the guest's own): run from,
+  or keep the tree in, a folder elsewhere" ;;
+  esac
+done
 
 # --- What the host must have (else exit 77 with the reason) -------------------------------------
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
@@ -378,7 +394,8 @@ if [ ${#shares[@]} -gt 0 ]; then
     share_args+=(-virtfs "local,path=$s,mount_tag=mallvmshare$i,security_model=none,multidevs=remap")
     echo "mallvmshare$i $s" >> "$ctl/shares"
     i=$((i + 1))
-  done < <(printf '%s\n' "${shares[@]}" | awk '!seen[$0]++' | LC_ALL=C sort)
+  done < <(printf '%s\n' "${shares[@]}" | LC_ALL=C sort -u |
+             awk '{ for (i = 1; i <= n; i++) if (index($0 "/", kept[i] "/") == 1) next; kept[++n] = $0; print }')
 fi
 if [ "$verbose" = 1 ]; then touch "$ctl/want-dmesg"; fi
 

@@ -2,7 +2,10 @@
 # smoke.sh — ctest's driver for run-in-vm.sh itself (tests vm.smoke and vm.cleanup).
 #   smoke:   one boot runs check-cgroup2.sh (must pass), then again with a wrong expectation
 #            (must fail naming it), writes to stdout and stderr and exits 3: run-in-vm.sh must
-#            exit 3 with each stream on its own side, no kernel noise, no temp files left.
+#            exit 3 with each stream on its own side, no kernel noise, no temp files left. It runs
+#            from a folder under /tmp (the guest's own /tmp), which must be seen and written
+#            through (a clone under /tmp once failed every vm test), and --visible /proc/1 must be
+#            refused with words before any boot.
 #   cleanup: --timeout 5 on a command that sleeps must exit 124 saying TIMEOUT; SIGTERM during a
 #            boot must end the run with 143; neither may leave qemu or temp files behind.
 # Usage: smoke.sh smoke|cleanup --work-dir DIR [--bin-dir DIR]. Exit 0 pass, 1 fail, 77 skip
@@ -57,15 +60,25 @@ if ! grep -q "^FAIL nproc" /tmp/neg.out; then
   echo "vm-smoke: check-cgroup2.sh --cpus 3 failed without naming nproc:" >&2; cat /tmp/neg.out >&2; exit 12
 fi
 echo "vm-smoke: check-cgroup2.sh --cpus 3 fails as it must: $(grep "^FAIL nproc" /tmp/neg.out)"
+[ "$(cat marker 2>/dev/null)" = host-wrote-this ] || { echo "vm-smoke: the current directory $PWD is not the one on the host" >&2; exit 13; }
+echo guest-wrote-this > from-guest || exit 14
+echo "vm-smoke: the host folder $PWD (under /tmp) is seen and written in the guest"
 echo "vm-smoke: in $PWD as $(id -un), /work on $(stat -f -c %T /work), cpu: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2)"
 echo "vm-smoke: this line goes to stderr" >&2
 exit 3'
+  # A folder under /tmp as the current directory (priv is under ${TMPDIR:-/tmp}).
+  mkdir "$priv/cwd" && echo host-wrote-this > "$priv/cwd/marker"
   set +e
+  TMPDIR=$runtmp "$run" --visible /proc/1 --work-dir "$work" -- true > "$priv/refused.out" 2>&1
+  refused_rc=$?
   # --timeout below ctest's TIMEOUT (300): a hung guest ends here with 124 and its serial log.
-  TMPDIR=$runtmp "$run" --timing --timeout 240 --work-dir "$work" --env "MALL_BIN_DIR=$bin" -- \
-    bash -c "$guest" vm-smoke "$here/check-cgroup2.sh" > "$priv/out" 2> "$priv/err"
+  (cd "$priv/cwd" && TMPDIR=$runtmp "$run" --timing --timeout 240 --work-dir "$work" --env "MALL_BIN_DIR=$bin" \
+     --visible "$here" --visible "$bin" -- bash -c "$guest" vm-smoke "$here/check-cgroup2.sh") > "$priv/out" 2> "$priv/err"
   rc=$?
   set -e
+  if [ "$refused_rc" = 125 ] && grep -q -- '--visible /proc/1 cannot be seen in the guest' "$priv/refused.out"; then
+    pass "--visible /proc/1 is refused before a boot: $(head -n1 "$priv/refused.out")"
+  else fail "--visible /proc/1: exit $refused_rc, $(cat "$priv/refused.out")"; fi
   skip_if_77 "$rc" "$priv/err"
   show "the guest's stdout" "$priv/out"
   show "stderr (the guest's, then run-in-vm.sh's)" "$priv/err"
@@ -81,6 +94,10 @@ exit 3'
   if grep -qE '^\[ *[0-9]+\.[0-9]+\]|Linux version|Kernel panic' "$priv/out"; then
     fail "kernel messages in the command's stdout"
   else pass "no kernel messages in the command's stdout"; fi
+  if grep -q "^vm-smoke: the host folder .* is seen and written in the guest" "$priv/out" &&
+     [ "$(cat "$priv/cwd/from-guest" 2>/dev/null)" = guest-wrote-this ]; then
+    pass "a current directory under /tmp is the host's in the guest, both ways"
+  else fail "the current directory under /tmp ($priv/cwd) was not shared with the guest"; fi
   if grep -q '^run-in-vm.sh: timing:' "$priv/err"; then pass "timing: $(grep '^run-in-vm.sh: timing:' "$priv/err" | cut -d: -f3-)"
   else fail "no timing line"; fi
   nothing_left
