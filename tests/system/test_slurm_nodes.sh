@@ -137,7 +137,11 @@ if wait_for 60 both_settled_on "$job1" 0-1; then
 else
   fail "(1) job $j1 did not settle on 0-1 at both mallds within 60s"; dump_job nodes "$j1"; exit 1
 fi
-pid1=$(task_pid node1 "$job1" "$client"); pid2=$(task_pid node2 "$job1" "$client")
+# malld lists a task's pid from its registration (SPANK's task_init, before slurmstepd execs the
+# task), so the job can settle while that pid still runs slurmstepd: wait for both execs (under load
+# the test once read node1's pid too early and found no task).
+tasks_running() { pid1=$(task_pid node1 "$job1" "$client") && pid2=$(task_pid node2 "$job1" "$client"); }
+wait_for 30 tasks_running || true
 extra_pids+=" $pid1 $pid2"
 own1=$(reserved_for node1 "$job1"); own2=$(reserved_for node2 "$job1"); other2=$(other_cpu "$own2")
 if [ -n "$pid1" ] && [ -n "$pid2" ] && [ "$(env_of "$pid1" SLURMD_NODENAME)" = node1 ] &&
@@ -333,7 +337,8 @@ if [ -n "$jm" ]; then
         "$client" --threads 2 --step-us 2000 --duration-s 120 >"$work/borrower.out" 2>&1 &
       borrower_pid=$!
       if wait_for $wait_default_s job_settled_on node2 "borrower$$" "$lent2" && [ "$(job_field node2 "$jobm" cpus)" = "$kept2" ]; then
-        bpid=$(task_pid node2 "borrower$$" "$client"); extra_pids+=" $bpid"
+        borrower_running() { bpid=$(task_pid node2 "borrower$$" "$client"); }   # mallrun registers, then execs
+        wait_for 30 borrower_running || true; extra_pids+=" $bpid"
         if [ -n "$bpid" ] && wait_for 10 all_threads_on "$bpid" 3 "$lent2"; then
           pass "(2) node2's malld lent the freed cpu $lent2 to a borrower ($(job_view node2 "borrower$$")); the rank kept $kept2"
         else
