@@ -21,6 +21,7 @@
 #include "../common/files.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
+#include "systemd_slice.hpp"
 
 namespace mall {
 
@@ -246,11 +247,18 @@ public:
 
     bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode,
                     std::string *error) const override {
+        if (mode == CgroupMode::ContainerSystemd && !v2_)
+            return fail(error, "the container engine uses the systemd cgroup driver, but malld runs the "
+                               "cgroup-v1 backend (systemd sets cpusets on cgroup v2 only); configure the "
+                               "engine with the cgroupfs driver (podman --cgroup-manager=cgroupfs)");
+        if (mode == CgroupMode::ContainerSystemd && !systemd_slice::systemd_booted())
+            return fail(error, "the container engine uses the systemd cgroup driver, but systemd does not "
+                               "run here (no /run/systemd/system); use the cgroupfs driver");
         for (pid_t pid : pids) {
             auto rel = process_cgroup(pid, v2_);
             if (!rel) continue;  // gone (registration refuses dead pids itself) or no cpuset line
             const bool own = needs_own_folder(*rel);
-            if (mode == CgroupMode::Own || mode == CgroupMode::Container ||
+            if (mode == CgroupMode::Own || is_container_mode(mode) ||
                 (mode == CgroupMode::Auto && own))
                 continue;
             if (own)
@@ -269,7 +277,7 @@ public:
         if (jobs_.count(job)) return;
         jobs_[job].mode = mode;
         // A container job's folder is made at its first apply(), empty, for the engine.
-        if (mode == CgroupMode::Container) jobs_[job].any_own = true;
+        if (is_container_mode(mode)) jobs_[job].any_own = true;
     }
 
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
@@ -291,7 +299,7 @@ public:
         // Its threads keep the masks they had (Slurm's task/affinity pins a task to its step's
         // cores before the plugin registers it, and the kernel keeps requested masks across a
         // move): widen them to the job's cpus, which no apply() may come to do.
-        if (state.enforced && !state.enforced->empty() && state.mode != CgroupMode::Container)
+        if (state.enforced && !state.enforced->empty() && !is_container_mode(state.mode))
             set_tree_affinity(job, pids, *state.enforced, first_error.empty() ? &first_error : nullptr);
         if (!first_error.empty()) return fail(error, first_error);
         return true;  // pids for malld's folder are moved when the folder is made
@@ -303,6 +311,10 @@ public:
         if (!enforced.empty()) state.enforced = enforced;
         for (const JobCgroup &c : saved)
             if (c.in_place) state.in_place.push_back(c);
+        // A container job whose saved folder is its systemd slice (the state file keeps no mode).
+        for (const JobCgroup &c : saved)
+            if (!c.in_place && state.mode == CgroupMode::Container && c.path == slice_dir(job))
+                state.mode = CgroupMode::ContainerSystemd;
         // Where the live pids are now: a cgroup the state file did not name is recorded with its
         // cpus of now as its original (the file was written by a malld before enforcement in place).
         classify(job, state, pids);
@@ -320,13 +332,15 @@ public:
 
     std::vector<pid_t> member_pids(const std::string &job) const override {
         auto it = jobs_.find(job);
-        if (it == jobs_.end() || it->second.mode != CgroupMode::Container) return {};
+        if (it == jobs_.end() || !is_container_mode(it->second.mode)) return {};
         return pids_in_tree(own_dir(job));
     }
 
     std::string engine_cgroup_parent(const std::string &job) const override {
         auto it = jobs_.find(job);
-        if (it == jobs_.end() || it->second.mode != CgroupMode::Container) return "";
+        if (it == jobs_.end() || !is_container_mode(it->second.mode)) return "";
+        if (it->second.mode == CgroupMode::ContainerSystemd)
+            return systemd_slice::job_slice_name(job).value_or("");
         return own_dir(job).substr(mount_.size());
     }
 
@@ -356,7 +370,10 @@ public:
             if (!resize_in_place(c.path, cpus, &why)) note(why);
         }
         const std::string dir = own_dir(job);
-        if (state.any_own || is_directory(dir)) {
+        if (state.mode == CgroupMode::ContainerSystemd) {
+            std::string why;
+            if (!apply_slice(job, dir, cpus, growing, &why)) note(why);
+        } else if (state.any_own || is_directory(dir)) {
             std::string why;
             if (!apply_own(dir, own_pids, cpus, growing, &why)) note(why);
         }
@@ -379,12 +396,19 @@ public:
         retry_pending_removals();
         auto it = jobs_.find(job);
         bool container = false;
+        // A job of the systemd driver, or a stale slice of one (remove_stale_job_cgroups).
+        bool slice = it == jobs_.end() && v2_ && is_directory(slice_dir(job));
+        std::string dir = own_dir(job);
         if (it != jobs_.end()) {
             for (const JobCgroup &c : it->second.in_place) give_back(c);
-            container = it->second.mode == CgroupMode::Container;
+            container = is_container_mode(it->second.mode);
+            slice = it->second.mode == CgroupMode::ContainerSystemd;
             jobs_.erase(it);
         }
-        std::string dir = own_dir(job);
+        if (slice) {
+            remove_slice(job);
+            return;
+        }
         if (container || (is_directory(dir) && !descendants(dir).empty())) {
             remove_container_folders(dir);
             return;
@@ -395,6 +419,7 @@ public:
 
     void stop() override {
         retry_pending_removals();
+        stop_parent_slice_if_empty();
         if (!is_directory(parent_dir_)) return;
         if (!job_folders().empty()) return;  // running jobs keep their folders for re-adoption
         remove_folder(parent_dir_);
@@ -412,6 +437,8 @@ public:
     std::vector<std::string> jobs_with_cgroups() const override {
         std::vector<std::string> jobs;
         for (const auto &folder : job_folders()) jobs.push_back(folder.substr(std::strlen(kJobFolderPrefix)));
+        for (const auto &job : slice_jobs())
+            if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) jobs.push_back(job);
         return jobs;
     }
 
@@ -434,7 +461,16 @@ private:
         return false;
     }
 
-    std::string own_dir(const std::string &job) const { return parent_dir_ + "/" + kJobFolderPrefix + job; }
+    std::string own_dir(const std::string &job) const {
+        auto it = jobs_.find(job);
+        if (it != jobs_.end() && it->second.mode == CgroupMode::ContainerSystemd) return slice_dir(job);
+        return parent_dir_ + "/" + kJobFolderPrefix + job;
+    }
+    // Where systemd puts the job's slice (systemd driver), "" when the name cannot be a unit's.
+    std::string slice_dir(const std::string &job) const {
+        auto name = systemd_slice::job_slice_name(job);
+        return name ? mount_ + systemd_slice::cgroup_path_of(*name) : std::string();
+    }
 
     // True for a cgroup that was not made for one job: the root, malld's own folders, the cgroup
     // malld itself runs in and its ancestors, and (v2) systemd's user slices (login sessions).
@@ -475,7 +511,7 @@ private:
             // A container job: its processes live in the engine's cgroups below the job's folder,
             // which apply() resizes with them; the launcher (mallrun, the engine's client) stays
             // where it is, outside the job's cpus.
-            if (state.mode == CgroupMode::Container) continue;
+            if (is_container_mode(state.mode)) continue;
             const bool in_own = needs_own_folder(*rel);
             if (state.mode == CgroupMode::Own || in_own) {
                 own.push_back(pid);
@@ -816,6 +852,86 @@ private:
         }
     }
 
+    // The systemd driver: the slice gets the job's cpus as AllowedCPUs (systemd keeps and re-applies
+    // them); once systemd has made the slice's cgroup, the same cpus are written there at once
+    // (systemd writes the same value from its own loop; up to 2 s for it to enable cpuset there),
+    // checked in cpuset.cpus.effective, and on growth every thread's own mask is widened. Before the engine started anything in the slice
+    // there is no cgroup yet: systemd applies the cpus when it makes it.
+    bool apply_slice(const std::string &job, const std::string &dir, const CpuSet &cpus, bool growing,
+                     std::string *error) {
+        auto slice = systemd_slice::job_slice_name(job);
+        if (!slice) return fail(error, "job " + job + "'s name is too long for a systemd slice name");
+        if (cpus.empty()) {
+            if (pids_in_tree(dir).empty()) return true;
+            return fail(error, "cannot narrow " + *slice + " to no cpus while it holds processes (AllowedCPUs= "
+                               "empty means every cpu); the job keeps its cpus until some are free");
+        }
+        if (!systemd_slice::set_allowed_cpus(*slice, cpus, error)) return false;
+        if (!is_directory(dir)) return true;
+        // systemd may enable cpuset for the slice from its loop a moment after set-property.
+        std::optional<CpuSet> effective;
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            if (write_file_once(dir + "/cpuset.cpus", cpus.to_string()) == 0 && (effective = effective_cpus(dir)) &&
+                *effective == cpus)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (!effective || *effective != cpus)
+            return fail(error, dir + "/cpuset.cpus is '" + cpus.to_string() + "' but the kernel applies '" +
+                                   (effective ? effective->to_string() : std::string("?")) +
+                                   "' (cpuset.cpus.effective): does an ancestor slice have AllowedCPUs?");
+        if (growing) widen_thread_masks(dir, descendants(dir), cpus);
+        return true;
+    }
+
+    // The job ended: its slice is stopped and forgotten once empty. A container still running
+    // there (the job was deregistered) gets the whole pool and goes later (tidy).
+    void remove_slice(const std::string &job) {
+        if (!pids_in_tree(slice_dir(job)).empty()) {
+            std::string why;
+            if (auto slice = systemd_slice::job_slice_name(job);
+                slice && !pool_.empty() && !systemd_slice::set_allowed_cpus(*slice, pool_, &why))
+                log_line(LogLevel::Warn, "cannot widen " + *slice + " to the pool: " + why);
+            log_line(LogLevel::Info, slice_dir(job) + " still holds processes (a container the job no "
+                                                      "longer manages): it keeps the whole pool and goes once empty");
+            pending_slices_.insert(job);
+            return;
+        }
+        release_slice(job);
+    }
+
+    void release_slice(const std::string &job) {
+        auto slice = systemd_slice::job_slice_name(job);
+        if (!slice) return;
+        std::string why;
+        if (!systemd_slice::stop_and_forget(*slice, &why))
+            log_line(LogLevel::Warn, "cannot stop the systemd slice " + *slice + " of ended job " + job + ": " + why);
+        stop_parent_slice_if_empty();
+    }
+
+    // mall.slice, once it holds no job's slice (systemd starts it again with the next one).
+    void stop_parent_slice_if_empty() {
+        const std::string parent = mount_ + systemd_slice::parent_cgroup_path();
+        if (!v2_ || !is_directory(parent) || !descendants(parent).empty()) return;
+        std::string why;
+        if (!systemd_slice::run_systemctl({"stop", "--", systemd_slice::kParentSlice}, &why))
+            log_line(LogLevel::Warn, "cannot stop " + std::string(systemd_slice::kParentSlice) + ": " + why);
+    }
+
+    // Jobs whose slice exists in mall.slice now (systemd driver).
+    std::vector<std::string> slice_jobs() const {
+        std::vector<std::string> jobs;
+        if (!v2_) return jobs;
+        const std::string parent = mount_ + systemd_slice::parent_cgroup_path();
+        DIR *d = ::opendir(parent.c_str());
+        if (!d) return jobs;
+        while (dirent *e = ::readdir(d))
+            if (e->d_type == DT_DIR)
+                if (auto job = systemd_slice::job_of_slice(e->d_name)) jobs.push_back(*job);
+        ::closedir(d);
+        return jobs;
+    }
+
     std::vector<std::string> job_folders() const {
         std::vector<std::string> names;
         DIR *d = ::opendir(parent_dir_.c_str());
@@ -854,6 +970,15 @@ private:
     }
 
     void retry_pending_removals() {
+        // Slices that held a container the job no longer manages: stopped once empty.
+        for (auto it = pending_slices_.begin(); it != pending_slices_.end();) {
+            if (pids_in_tree(slice_dir(*it)).empty()) {
+                release_slice(*it);
+                it = pending_slices_.erase(it);
+            } else {
+                ++it;
+            }
+        }
         // Container folders: plain rmdir, deepest first, never moving a process.
         std::vector<std::string> rmdirs(pending_rmdirs_.begin(), pending_rmdirs_.end());
         std::sort(rmdirs.begin(), rmdirs.end(),
@@ -879,6 +1004,7 @@ private:
     std::map<std::string, JobCgroups> jobs_;
     std::set<std::string> pending_removals_;
     std::set<std::string> pending_rmdirs_;  // container folders: removed with rmdir only
+    std::set<std::string> pending_slices_;  // jobs whose slice still holds processes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -960,6 +1086,7 @@ std::optional<CgroupMode> parse_cgroup_mode(const std::string &name) {
     if (name == "own") return CgroupMode::Own;
     if (name == "in-place") return CgroupMode::InPlace;
     if (name == "container") return CgroupMode::Container;
+    if (name == "container-systemd") return CgroupMode::ContainerSystemd;
     return std::nullopt;
 }
 
@@ -969,6 +1096,7 @@ const char *cgroup_mode_name(CgroupMode mode) {
         case CgroupMode::Own: return "own";
         case CgroupMode::InPlace: return "in-place";
         case CgroupMode::Container: return "container";
+        case CgroupMode::ContainerSystemd: return "container-systemd";
     }
     return "unknown";
 }

@@ -37,7 +37,16 @@ const char *backend_name(BackendKind kind);
 //            empty, and the container engine creates the container below it (--cgroup-parent);
 //            the registered pid (the launcher) is never moved or resized. The processes found in
 //            the folder's subtree are the job's (member_pids), resized with it.
-enum class CgroupMode { Auto, Own, InPlace, Container };
+//   ContainerSystemd: the same for an engine with the systemd cgroup driver (cgroup v2 only): the
+//            job's cgroup is the systemd slice mall-<job>.slice in mall.slice (systemd_slice.hpp),
+//            which the engine takes as --cgroup-parent and systemd makes when the engine starts
+//            its scopes in it; malld resizes it with systemd's AllowedCPUs, never by writing
+//            systemd's files alone, and stops it at the job's end.
+enum class CgroupMode { Auto, Own, InPlace, Container, ContainerSystemd };
+// Container or ContainerSystemd.
+inline bool is_container_mode(CgroupMode mode) {
+    return mode == CgroupMode::Container || mode == CgroupMode::ContainerSystemd;
+}
 std::optional<CgroupMode> parse_cgroup_mode(const std::string &name);
 const char *cgroup_mode_name(CgroupMode mode);
 
@@ -80,8 +89,9 @@ public:
     // Container jobs: every process in the job's folder and below it now (the container's init,
     // its exec'd processes, podman's conmon); empty for other jobs and for affinity.
     virtual std::vector<pid_t> member_pids(const std::string &job) const { (void)job; return {}; }
-    // Container jobs: the path a container engine takes as --cgroup-parent (the job's folder
-    // relative to the hierarchy's root, e.g. /mall/job_train); "" when there is none.
+    // Container jobs: what a container engine takes as --cgroup-parent: the job's folder relative
+    // to the hierarchy's root (e.g. /mall/job_train), or for ContainerSystemd the slice's name
+    // (mall-train.slice); "" when there is none.
     virtual std::string engine_cgroup_parent(const std::string &job) const { (void)job; return ""; }
     // Retries removing folders of ended jobs that were still busy (called about once a second).
     virtual void tidy() {}

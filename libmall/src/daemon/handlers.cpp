@@ -10,6 +10,7 @@
 #include "log.hpp"
 #include "procfs.hpp"
 #include "slurm_reconcile.hpp"
+#include "systemd_slice.hpp"
 
 namespace mall {
 
@@ -52,7 +53,7 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
         auto parsed = parse_cgroup_mode(*mode);
         if (!parsed)
             throw proto::ProtocolError("field \"cgroup\" is '" + *mode +
-                                       "': use auto, own, in-place or container");
+                                       "': use auto, own, in-place, container or container-systemd");
         cgroup_mode = *parsed;
     }
     // A container job: "cgroup": "container" (malld makes the folder the engine puts the
@@ -61,7 +62,7 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     auto container = body.find("container");
     if (container != body.end() && !container->is_boolean())
         throw proto::ProtocolError("field \"container\" must be true or false");
-    spec.container = cgroup_mode == CgroupMode::Container || (container != body.end() && container->get<bool>());
+    spec.container = is_container_mode(cgroup_mode) || (container != body.end() && container->get<bool>());
     auto pids = body.find("pids");
     if (pids == body.end() || !pids->is_array() || (pids->empty() && !spec.container))
         throw proto::ProtocolError("field \"pids\" must be a non-empty array of process ids");
@@ -95,7 +96,7 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
         connections_.reply_error(c, msg.request_id, MALL_ERR_DENIED, why);
         return;
     }
-    if (cgroup_mode == CgroupMode::Container && joining)
+    if (is_container_mode(cgroup_mode) && joining)
         throw proto::ProtocolError("a container job cannot be joined: register each container as its own job");
     std::map<pid_t, unsigned long long> starts;
     for (pid_t pid : spec.pids) {
@@ -115,7 +116,10 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     // cgroup malld may not write refuses the registration here, before anything changed, and the
     // launcher runs the job non-malleable with the words.
     std::string cgroup_error;
-    if (!backend_.check_pids(spec.pids, cgroup_mode, &cgroup_error)) {
+    if (cgroup_mode == CgroupMode::ContainerSystemd && !systemd_slice::job_slice_name(spec.id))
+        cgroup_error = "job name '" + spec.id + "' is too long for a systemd slice name once escaped ('-' "
+                       "and ':' take 4 characters each, 244 at most): use a shorter name";
+    if (!cgroup_error.empty() || !backend_.check_pids(spec.pids, cgroup_mode, &cgroup_error)) {
         log_warn("refused to register job " + spec.id + ": " + cgroup_error);
         connections_.reply_error(c, msg.request_id, MALL_ERR_DENIED, cgroup_error);
         return;
