@@ -33,7 +33,8 @@ DESCRIPTION
     to --out and its path printed. Its Depends name trixie's libraries (libslurm of Slurm 24.11,
     libhwloc15, Boost 1.83), all of which the site root has installed.
 
-    The build tree stays in ${XDG_CACHE_HOME:-~/.cache}/mall/site-deb-build-KEY (KEY: the root's),
+    The build tree stays in ${XDG_CACHE_HOME:-~/.cache}/mall/site-deb-build-KEY (KEY: the root's
+    suite and package list),
     so a second run rebuilds only what changed in the sources. First build: about 3-4 minutes on
     2 cpus; unchanged sources: about 20 s (unpacking the root, ninja's check, cpack).
 
@@ -70,7 +71,7 @@ fi
 
 tarball=$("$here/make-site-root.sh")   # exit 77/1 pass through (set -e)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mall
-key=$(basename "$tarball" | sed -E 's/^debian-trixie-site-([0-9a-f]+)-root\.tar$/\1/')
+key=$("$here/make-site-root.sh" --print-packages-key)   # the compilers and libraries, not the guest's configuration
 build=$cache/site-deb-build-$key
 [ -n "$out" ] || out=$cache
 mkdir -p "$build" "$out"

@@ -23,14 +23,15 @@ NAME
     $prog - make (or find cached) the Debian 13 root of the site guest
 
 SYNOPSIS
-    $prog [--print-packages | --print-path | -h | --help]
+    $prog [--print-packages | --print-packages-key | --print-path | -h | --help]
 
 DESCRIPTION
     Runs \`mmdebstrap --variant=minbase --include=PACKAGES $SUITE\` (Debian's mirror, the network
     needed once: about 45-90 s, ~250 MB download) and keeps the result as an uncompressed tarball
     ${XDG_CACHE_HOME:-~/.cache}/mall/debian-$SUITE-site-KEY-root.tar (about 1.3 GB), where KEY
     hashes the suite, the package list and the guest configuration below. Later calls print the
-    cached path at once. Old tarballs of other keys are left alone (delete them by hand).
+    cached path at once. Making a new one removes the tarballs of other keys and the images
+    run-in-site-vm.sh made from them.
 
     The guest configuration (made by mmdebstrap's customize hook, so it lives in the tarball):
       - host name "site"; a dummy interface mall0 with 10.77.0.1/24 brought up by
@@ -40,14 +41,17 @@ DESCRIPTION
       - mall-site-run.service (WantedBy and After multi-user.target): runs
         /mnt/mall-site/guest-runner.sh, which run-in-site-vm.sh puts on the data disk;
       - timers that would wake up under emulation (apt, man-db, e2scrub, fstrim, dpkg-db-backup)
-        masked; the root password emptied (a login on the serial console, for debugging).
+        masked; slurmd and slurmctld disabled (a test starts them once it has configured them);
+        a machine id and /etc/.updated made, so that no boot is a first boot; the root password
+        emptied (a login on the serial console, for debugging).
 
     Everything the packages need at run time is installed (slurmd's, munge's and podman's
-    services, the build tools for mall); slurmd and slurmctld stay inactive until a test writes
-    /etc/slurm/slurm.conf (their units have ConditionPathExists on it).
+    services, the build tools for mall).
 
 OPTIONS
     --print-packages  print the package list (comma-separated) and exit
+    --print-packages-key  print a key of the suite and the package list only (build-site-deb.sh
+                      keys its build tree with it: the guest configuration does not change a build)
     --print-path      print where the tarball is (or would be) and exit, making nothing
     -h, --help        this text
 
@@ -90,10 +94,17 @@ StandardError=journal+console
 WantedBy=multi-user.target
 UNIT
 chroot "$r" systemctl enable systemd-networkd.service mall-site-run.service
-for t in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer dpkg-db-backup.timer; do
+# slurmd and slurmctld start when a test has configured them: at boot, without a slurm.conf,
+# slurmd waits 90 s for a controller and multi-user.target with it.
+chroot "$r" systemctl disable slurmd.service slurmctld.service
+for t in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer dpkg-db-backup.timer e2scrub_reap.service; do
   chroot "$r" systemctl mask "$t"
 done
 chroot "$r" passwd -d root >/dev/null
+# Not a first boot at every boot (the guest'"'"'s writes are thrown away): a machine id, and /etc and
+# /var marked up to date with /usr (ldconfig.service, systemd-update-done.service).
+chroot "$r" systemd-machine-id-setup >/dev/null
+touch "$r/etc/.updated" "$r/var/.updated"
 '
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mall
@@ -103,6 +114,7 @@ tarball=$cache/debian-$SUITE-site-$key-root.tar
 case ${1-} in
   -h|--help) usage; exit 0 ;;
   --print-packages) echo "$PACKAGES"; exit 0 ;;
+  --print-packages-key) printf '%s\n%s\n' "$SUITE" "$PACKAGES" | md5sum | cut -c1-8; exit 0 ;;
   --print-path) echo "$tarball"; exit 0 ;;
   "") ;;
   *) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 1 ;;
@@ -118,6 +130,13 @@ fi
 command -v mmdebstrap >/dev/null || { echo "$prog: SKIP: mmdebstrap not installed (apt-get install mmdebstrap)" >&2; exit 77; }
 
 mkdir -p "$cache"
+# One maker at a time; a second caller waits and then finds the tarball.
+exec {lock}>"$cache/.site-root.lock"
+flock "$lock"
+if [ -f "$tarball" ]; then
+  echo "$tarball"
+  exit 0
+fi
 tmp=$(mktemp -d "$cache/.site-root.XXXXXX")   # beside the tarball: the final mv is a rename
 trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 130' INT
@@ -132,5 +151,10 @@ if ! mmdebstrap --variant=minbase --include="$PACKAGES" --customize-hook="$CUSTO
   exit 1
 fi
 mv -f -- "$tmp/root.tar" "$tarball"
+# Roots of other keys (and the images made from them) are stale now: about 2.5 GB each. A run
+# still using one keeps its open files until it ends.
+for old in "$cache"/debian-$SUITE-site-*-root.*; do
+  case $old in "$cache/debian-$SUITE-site-$key-root."*) ;; *) rm -f -- "$old" ;; esac
+done
 echo "$prog: made $tarball ($(du -m "$tarball" | cut -f1) MB) in $((SECONDS - t0)) s" >&2
 echo "$tarball"
