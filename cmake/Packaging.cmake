@@ -1,6 +1,7 @@
 # Packaging.cmake — `cpack -G DEB` makes one Debian package, mall_<version>_<arch>.deb: the programs,
 # libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit and
-# its options file (/etc/default/malld, a conffile), the man pages and the Python module, i.e. every install rule except the components tensorflow (the
+# its options file (/etc/default/malld, a conffile), the man pages, the Python module, the copyright
+# file and the changelog, i.e. every install rule except the components tensorflow (the
 # Session adapter names a PyPI wheel's files) and mpi (libmall_mpi would tie every node to Debian's
 # Open MPI). Depends come from dpkg-shlibdeps (dpkg-dev); what it cannot see is named below.
 # Files go under /usr whatever the tree's CMAKE_INSTALL_PREFIX; for Debian's layout (lib/<multiarch>,
@@ -8,7 +9,7 @@
 # (README "Install from a Debian package"; tests/package/test_deb_install.sh builds it that way).
 # A tree configured for another prefix still gives a working package (libmall in /usr/lib, the
 # module in /usr/lib/python3.X/dist-packages, the plugin in /usr/lib/slurm).
-set(MALL_PACKAGE_MAINTAINER "mall maintainers <mall@localhost>" CACHE STRING
+set(MALL_PACKAGE_MAINTAINER "mall maintainers <mall@example.org>" CACHE STRING
     "The Maintainer field of the Debian package: \"Name <email>\" of whoever builds and ships it")
 
 set(CPACK_GENERATOR DEB)
@@ -21,11 +22,12 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "malleable training jobs on shared HPC nodes
-mall lends a node's idle cores to running training jobs and takes them back, enforcing each job's
-share with cgroup cpusets: malld (the node manager, with its systemd unit), mallctl, mallrun,
-mallsim and mall-oci-hook; libmall (C API, C++ wrapper, CMake package: find_package(mall)) and the
-header-only adapters that park workers of a framework's own thread pool; the Slurm SPANK plugin --malleable and cli_filter.lua; the
-Python module mall.")
+mall lends a node's idle cores to running training jobs and takes them back,
+enforcing each job's share with cgroup cpusets: malld (the node manager, with
+its systemd unit), mallctl, mallrun, mallsim and mall-oci-hook; libmall (C API,
+C++ wrapper, CMake package: find_package(mall)) and the header-only adapters
+that park workers of a framework's own thread pool; the Slurm SPANK plugin
+--malleable and cli_filter.lua; the Python module mall.")
 # Depends: dpkg-shlibdeps on the ELF files (libc6, libstdc++6, libhwloc, libboost-program-options,
 # libslurm for malld's Slurm checks); a shlibs file ("libmall 0 mall (>= VERSION)", so packages built
 # against it depend on it) and the ldconfig call for libmall.so.0.
@@ -36,6 +38,23 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 # slurmd loads the SPANK plugin, podman or docker run containers through mall-oci-hook, python3
 # runs the module, libeigen3-dev builds against mall::tf.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurmd, podman | docker.io, python3, libeigen3-dev")
+# The SPANK plugin runs only in the Slurm release it was built for (major.minor: Slurm's loader
+# refuses any other, before the plugin can say anything): apt refuses the package beside another
+# release of slurmd instead (cmake/SlurmVersion.cmake sets MALL_SLURM_RELEASE).
+if(MALL_SLURM_RELEASE)
+  set(CPACK_DEBIAN_PACKAGE_BREAKS "slurmd (<< ${MALL_SLURM_RELEASE}~), slurmd (>> ${MALL_SLURM_RELEASE}.99)")
+endif()
+
+# /usr/share/doc/mall: the copyright file (machine-readable, cmake/debian/copyright; LICENSE's terms)
+# and changelog.gz (Debian's format, this version and maintainer; gzip -9n, without a name or time
+# stamp, so the package builds the same twice).
+configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/changelog.in ${PROJECT_BINARY_DIR}/debian/changelog @ONLY)
+add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/debian/changelog.gz
+  COMMAND sh -c "gzip -9n -c '${PROJECT_BINARY_DIR}/debian/changelog' > '${PROJECT_BINARY_DIR}/debian/changelog.gz'"
+  DEPENDS ${PROJECT_BINARY_DIR}/debian/changelog VERBATIM)
+add_custom_target(mall_package_changelog ALL DEPENDS ${PROJECT_BINARY_DIR}/debian/changelog.gz)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright ${PROJECT_BINARY_DIR}/debian/changelog.gz
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/mall)
 
 # prerm: python3 writes bytecode beside the module (mall/__pycache__) when root imports it; dpkg does
 # not know those files, and without this a removal would leave the module's folder behind.
@@ -55,7 +74,11 @@ if(IS_ABSOLUTE "${MALL_DEFAULTS_DIR}")  # libmall/CMakeLists.txt
 else()
   file(WRITE ${PROJECT_BINARY_DIR}/debian/conffiles "${CPACK_PACKAGING_INSTALL_PREFIX}/${MALL_DEFAULTS_DIR}/malld\n")
 endif()
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/prerm ${PROJECT_BINARY_DIR}/debian/conffiles)
+# triggers: ldconfig runs once after dpkg's run (Debian's way; cpack's own maintainer scripts also
+# call it, which lintian warns about).
+file(WRITE ${PROJECT_BINARY_DIR}/debian/triggers "activate-noawait ldconfig\n")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/prerm ${PROJECT_BINARY_DIR}/debian/conffiles
+    ${PROJECT_BINARY_DIR}/debian/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 # One package of every component but tensorflow and mpi (cpack reads the list at its run; the man

@@ -48,8 +48,8 @@ packages=(
   # Prometheus' own parser; tests/tools/top_check.sh drives `mallctl top` in a real terminal.
   python3-prometheus-client tmux
   # tests/package/test_deb_install.sh: cpack's Depends come from dpkg-shlibdeps (dpkg-dev), and
-  # mmdebstrap makes the clean Debian root the package is installed into.
-  dpkg-dev mmdebstrap
+  # mmdebstrap makes the clean Debian root the package is installed into; lintian checks the package.
+  dpkg-dev mmdebstrap lintian
   # The project's virtual environment for TensorFlow's wheel (below).
   python3-venv python3-pip
 )

@@ -2,8 +2,9 @@
 # at build time by mall-help2man (src/tools/man, a build tool, not installed) from the texts users
 # already read: each built tool's --help (mallctl's also `mallctl help CMD` for every command its
 # --help lists) and mall.h's comments. One source each, so page and text cannot drift (tests/man
-# checks it). Output in <build>/man/manN; target `man` (part of ALL); installed under
-# ${CMAKE_INSTALL_MANDIR} (component `man`). No date in the pages: the same sources give the same bytes.
+# checks it). Output in <build>/man/manN (each page also gzip -9n'd); target `man` (part of ALL); the
+# .gz installed under ${CMAKE_INSTALL_MANDIR} (component `man`), as Debian's policy wants. No date in
+# the pages and no name or time in the .gz: the same sources give the same bytes.
 option(MALL_BUILD_MAN_PAGES "Build and install the man pages (runs the built tools' --help)" ON)
 if(NOT MALL_BUILD_MAN_PAGES)
   message(STATUS "mall: man pages off (MALL_BUILD_MAN_PAGES=OFF)")
@@ -32,14 +33,15 @@ set(mall_man_pages "")
 function(mall_man_page name section)
   cmake_parse_arguments(PARSE_ARGV 2 page "" "" "DEPENDS;ARGS")
   set(out ${mall_man_dir}/man${section}/${name}.${section})
-  add_custom_command(OUTPUT ${out}
+  add_custom_command(OUTPUT ${out} ${out}.gz
     COMMAND ${CMAKE_COMMAND} -E make_directory ${mall_man_dir}/man${section}
     COMMAND mall-help2man --name ${name} --section ${section} ${mall_man_common} ${page_ARGS} --output ${out}
+    COMMAND sh -c "gzip -9n -c '${out}' > '${out}.gz'"
     DEPENDS mall-help2man ${page_DEPENDS}
     COMMENT "Man page ${name}(${section})"
     VERBATIM)
-  set(mall_man_pages ${mall_man_pages} ${out} PARENT_SCOPE)
-  install(FILES ${out} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section} COMPONENT man)
+  set(mall_man_pages ${mall_man_pages} ${out} ${out}.gz PARENT_SCOPE)
+  install(FILES ${out}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section} COMPONENT man)
 endfunction()
 
 mall_man_page(malld 8 DEPENDS malld ARGS --program $<TARGET_FILE:malld>)

@@ -145,9 +145,11 @@ if bounded cmake --install "$build" --prefix "$tmp/prefix" --component man >"$tm
   for page in "8 malld" "1 mallctl" "1 mallrun" "1 mallsim" "3 mall"; do
     set -- $page
     where=$(bounded man -w -M "$tmp/prefix/share/man" "$1" "$2" 2>&1) || true
-    [ "$where" = "$tmp/prefix/share/man/man$1/$2.$1" ] || fail "man -w -M <prefix>/share/man $1 $2 says '$where'"
+    [ "$where" = "$tmp/prefix/share/man/man$1/$2.$1.gz" ] || fail "man -w -M <prefix>/share/man $1 $2 says '$where'"
+    [ "$(bounded zcat "$where" 2>/dev/null)" = "$(cat "$build/man/man$1/$2.$1")" ] ||
+      fail "$where is not the gzip of $build/man/man$1/$2.$1"
   done
-  echo "PASS: cmake --install puts the pages under share/man, where man -w finds them"
+  echo "PASS: cmake --install puts the pages, gzip'd, under share/man, where man -w finds them"
 else
   fail "cmake --install --component man: $(cat "$tmp/install.log")"
 fi

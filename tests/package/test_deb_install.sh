@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_deb_install.sh — proves the Debian package (cmake/Packaging.cmake) the way an admin meets it:
-# `cpack -G DEB` gives mall_<version>_<arch>.deb with its Depends and every promised file, and
+# `cpack -G DEB` gives mall_<version>_<arch>.deb with its Depends and every promised file, lintian
+# finds no error in it (and its copyright file is there), and
 # `apt-get install ./mall_*.deb` in a clean Debian root of the host's suite (mmdebstrap minbase,
 # from the host's own apt sources) pulls what it needs, after which malld, mallctl, the man page,
 # the Python module, the unit file, the SPANK plugin in Debian's Slurm plugin folder and a C program
@@ -42,7 +43,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 77
 fi
 fail() { echo "FAIL: $*" >&2; exit 1; }
-for tool in mmdebstrap cpack dpkg-deb dpkg-shlibdeps ninja chroot; do
+for tool in mmdebstrap cpack dpkg-deb dpkg-shlibdeps ninja chroot lintian; do
   command -v "$tool" >/dev/null || fail "$tool not installed: run launch_scripts/install-deps.sh"
 done
 
@@ -91,6 +92,14 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 deb=$tmp/out/mall_${version}_${arch}.deb
 [ -f "$deb" ] || fail "cpack made $(cd "$tmp/out" && echo *.deb), not mall_${version}_${arch}.deb"
 dpkg-deb -I "$deb"
+# Debian's own checker: no error (warnings are printed; the README's package section names them).
+step "lintian"
+lintian_out=$(lintian --tag-display-limit 0 "$deb" 2>&1) || true
+echo "$lintian_out" | grep -E '^[EWIN]: ' || echo "(lintian: nothing to report)"
+if grep -q '^E: ' <<<"$lintian_out"; then
+  fail "lintian reports errors on the package: $(grep '^E: ' <<<"$lintian_out" | tr '\n' ';')"
+fi
+[ -n "$(dpkg-deb -c "$deb" | grep -E '\./usr/share/doc/mall/copyright$')" ] || fail "the package has no /usr/share/doc/mall/copyright"
 [ "$(dpkg-deb -f "$deb" Package)" = mall ] || fail "Package is not mall"
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || fail "Version $(dpkg-deb -f "$deb" Version) is not $version"
 depends=$(dpkg-deb -f "$deb" Depends)
