@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Packaging.cmake — `cpack -G DEB` makes one Debian package, mall_<version>_<arch>.deb: the programs,
 # libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit and
 # its options file (/etc/default/malld, a conffile), the man pages, the Python module, the copyright

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SlurmVersion.cmake — which Slurm release the headers in MALL_SLURM_INCLUDE_DIR belong to.
 # mall_slurm_version(<include dir> <prefix>) reads SLURM_VERSION_NUMBER from <dir>/slurm/slurm_version.h
 # (libslurm-dev ships it; 0xMMmmuu, e.g. 0x180b05 = 24.11.5) and sets <prefix>_NUMBER (the hex text),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // digits_data.hpp — the 8x8 handwritten digits that Debian's python3-sklearn ships, for the Eigen
 // and MPI examples: sizes, the default path and a loader (pixels scaled to 0..1). Needs zlib.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // example_options.hpp — the command-line parse every example trainer does the same way (Boost
 // program_options): on a bad option it prints "<program>: <what>" and "see `<program> --help`" to
 // stderr (only when `speak`, e.g. on MPI rank 0) and returns false; the caller exits with 2.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // example_support.hpp — what the example trainers (and the adapter test probes) share: a seeded
 // generator that gives the same numbers with every standard library, Linux cpu-list text of a
 // cpu set, the count of cpus this process may use, and the FNV-1a checksum the trainers print.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """keras_digits.py — a small real Keras training (TensorFlow backend), malleable with mall's callback.
 
 Trains a seeded MLP (64-H-10, ReLU, softmax cross-entropy, plain SGD) with model.fit on the 1797

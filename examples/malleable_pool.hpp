@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malleable_pool.hpp — how the Eigen-pool examples (train_digits, train_linear) join malld and
 // cross a step boundary. attach_if_launched(): when the process was launched under malld
 // (MALL_JOB_ID or MALL_SOCKET set) or opted in to control by signal (MALL_SIGNAL_CONTROL), open

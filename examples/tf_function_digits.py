@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """tf_function_digits.py — a custom training loop of tf.function steps, malleable with mall.
 
 The same seeded model and data as keras_digits.py (whose helpers it imports: the digits of Debian's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // train_digits.cpp — mall_train_digits, the Eigen training example a TensorFlow user recognises: a
 // 64-H-10 MLP written with Eigen::Tensor contractions evaluated on an Eigen::ThreadPoolDevice (the
 // engine under TensorFlow's CPU kernels), trained by mini-batch SGD with momentum on the 8x8

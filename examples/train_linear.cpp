@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // train_linear.cpp — mall_train_linear, a memory-bound training job: logistic regression trained by
 // mini-batch gradient descent (momentum 0.9) streaming over a dense float dataset far larger than
 // the caches (default 1M rows x 256 features = 1 GiB, seeded synthetic data labelled by a planted

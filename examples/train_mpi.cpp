@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // train_mpi.cpp — mall_train_mpi, a data-parallel training job over MPI that follows mall: every
 // rank trains the same 64-H-10 MLP (Eigen::Tensor on Eigen's own ThreadPool, parked by mall) on its slice of
 // each global mini-batch of the digits python3-sklearn ships, the gradients are summed with one

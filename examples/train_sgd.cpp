@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // train_sgd.cpp — mall_train_sgd, a real training loop that follows its CPU allocation: a
 // 1-hidden-layer MLP (or softmax regression with --hidden 0) trained by mini-batch SGD with momentum
 // on seeded synthetic data (8192 samples, 64 features, 10 classes labelled by a random teacher).

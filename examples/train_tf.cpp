@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // train_tf.cpp — mall_train_tf: a real TensorFlow training driven from C++ that follows its mall
 // allocation. The graph (a 64-H-10 MLP on the 8x8 handwritten digits that python3-sklearn ships,
 // softmax cross-entropy, gradient descent) is built with TensorFlow's own C++ ops and gradients

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """train_torch.py — a small PyTorch training that follows its mall allocation at every step.
 
 Trains a seeded MLP (64-128-64-10, Adam) on the 1797 8x8 handwritten digits that python3-sklearn

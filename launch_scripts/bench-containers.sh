@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-containers.sh — the container benchmark of issue 14: one scenario of training containers
 # run three ways — static cpusets, cpusets resized from outside without telling the app, mall —
 # printing throughput ratios and how oversubscribed each way ran (runnable threads per core), with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-cosched.sh — does mall's co-scheduling raise a node's throughput? Replays one scenario of
 # real training jobs (mall_train_digits with large or small kernels, memory-bound mall_train_linear) on
 # this node four ways — static partition, oversubscription, mall `equal`, mall `throughput` — and

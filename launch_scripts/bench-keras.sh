@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-keras.sh — what mall gives Python Keras jobs (TensorFlow) that share a node: runs J copies
 # of examples/keras_digits.py at once, three ways, one after the other, and prints each copy's
 # training rate, the total throughput, the threads per core and the ratios:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-mpi.sh — measures libmall_mpi with real Open MPI over private mallds (one per modelled node,
 # all on this machine's cpus): (1) the cost of mall_mpi_step() when nothing changed against the
 # example's gradient MPI_Allreduce, at 2 and 4 ranks; (2) with one rank shrunk to one cpu, the job's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-oversubscription.sh — what mall buys two training jobs that share a node: runs the same
 # copies of a training example three ways, one after the other, and prints the total throughput
 # (training images per second over all jobs) of each way and the ratios:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-pool.sh — what "park, don't replace" costs: Eigen's own ThreadPool as a rigid job has it
 # (made with A threads) against the same pool as a malleable job has it under mall (made with N
 # threads, PoolParking parked to A), on Eigen contractions (128, 512), an MLP training step

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-reclaim.sh — measures the prolog reclaim on a private Slurm cluster (one node, or --nodes N
 # in network namespaces): while a malleable job A borrows every idle core, how long the reclaim in a
 # new job B's prolog takes (malld's events: reclaim -> A's ack -> A's cpuset narrowed) and how much

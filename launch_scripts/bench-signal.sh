@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-signal.sh — measures control by signal without malld: how long `mallctl signal PID
 # --threads N` takes from the signal to the process's confirmation (mallctl's "applied after"), and
 # the whole command's wall time, for a process stepping every --step-us. A benchmark: prints

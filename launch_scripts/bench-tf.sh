@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench-tf.sh — what being malleable costs a TensorFlow C++ job: runs the TensorFlow example
 # (mall_train_tf) four ways, alternating, and prints each way's step rate (training images per
 # second, TensorFlow's startup excluded) and the ratios of their medians:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """bench_containers.py — the container co-scheduling benchmark (issue 14) behind
 launch_scripts/bench-containers.sh: run that wrapper, which sets up the container kit
 (tests/containers/container_kit.sh), runs this driver and removes everything afterwards.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """bench_cosched.py — the co-scheduling benchmark behind launch_scripts/bench-cosched.sh (run that).
 
 Replays one scenario of real training jobs arriving on this node four ways, one after the other.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # demo.sh — mall end to end on this machine: builds if needed, then either (default) starts a private
 # malld and runs two malleable training jobs with mallrun, or (--slurm) brings up a private
 # single-node Slurm cluster with the mall plugin and submits three sbatch jobs, or (--containers)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # install-deps.sh — installs every build and test dependency of mall: Debian's packages, and the one
 # thing Debian does not package, TensorFlow's CPU wheel (launch_scripts/requirements-tensorflow.txt,
 # pinned), into the project's own virtual environment <repo>/.venv (MALL_TF_VENV to put it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # local-cluster.sh — a Slurm 22.05 cluster on this machine, without systemd, for mall's demos and
 # system tests: munged (or auth/none), slurmctld, one slurmd and one malld per node, the mall SPANK
 # plugin (when built), every file under one folder, every daemon tracked by its pid. One node on

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-tests.sh — the one test command, for users and CI alike: installs dependencies (apt),
 # configures with Ninja into build/, builds with -j2, runs the whole ctest suite (unit,
 # integration) and exits non-zero on any failure. Extra arguments go to ctest (e.g. -L unit).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # soak.sh — the soak test: a private malld under random load for N minutes per backend, with a
 # sampler checking all along that no cpu is in two jobs' cpusets. Passes (exit 0) only when no
 # check failed and nothing was left behind; the driver and sampler are tests/soak/soak.py. A trap

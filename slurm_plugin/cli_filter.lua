@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- cli_filter.lua — mall's submission filter for sbatch/salloc/srun (Slurm's cli_filter/lua plugin).
 -- A SPANK plugin cannot change a job's request in Slurm 22.05, so this filter does the part of
 -- `--malleable=MIN[:MAX][,weight=W]` that must happen at submission: with no -c/--cpus-per-task it

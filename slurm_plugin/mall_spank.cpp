@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall_spank.cpp — the Slurm SPANK plugin "mall": the `--malleable[=MIN[:MAX]][,weight=W]` option,
 // and the malld requests around a job's life (Reclaim before its tasks run, Register/Deregister per
 // task, with the job's weight; Release at the end). Contract: never fails a job because malld is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malleable_option.cpp — strict parser for `--malleable[=MIN[:MAX]][,weight=W]` (see
 // malleable_option.hpp). Contract: never throws; accepts only plain decimal digits (and one '.' in
 // W); every rejection names the bad part and ends with malleable_allowed_text() so the user learns

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malleable_option.hpp — strict parser for the user's `--malleable[=MIN[:MAX]][,weight=W]` value
 // (SPANK plugin). Pure logic, no Slurm: accepts the bare option, "N" (MIN=N), "MIN:MAX", either
 // followed by ",weight=W", and "weight=W" alone; rejects everything else with words that say what is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // plugstack_args.cpp — parser for the plugin's plugstack.conf arguments (see plugstack_args.hpp).
 // Contract: never throws; strict decimal numbers; absolute socket paths that fit a Unix socket.
 #include "plugstack_args.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // plugstack_args.hpp — parser for the plugin's plugstack.conf arguments (pure logic, no Slurm):
 //   socket=PATH min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N
 // Every argument is optional, each may appear once; unknown or malformed ones are errors whose text

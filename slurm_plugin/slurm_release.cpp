@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_release.cpp — the build-vs-run Slurm release check of the SPANK plugin (see the header).
 #include "slurm_release.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_release.hpp — does the Slurm this plugin runs in belong to the release it was built for?
 // (pure logic, no Slurm). Slurm's own loader already refuses a SPANK plugin of another release
 // before any plugin code runs: 22.05.8 and 24.11.5 compare plugin_version's major.minor for type

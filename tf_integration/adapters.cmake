@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tf_integration/adapters.cmake: the framework adapters that follow mall's allocation at a step
 # boundary, as header-only INTERFACE targets: mall_tf_openmp (alias mall::tf_openmp; the OpenMP
 # runtime of the stepping thread) and mall_tf_libtorch (alias mall::tf_libtorch; libtorch's

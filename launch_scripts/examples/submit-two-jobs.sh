@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # submit-two-jobs.sh — submits train-malleable.sbatch, then (once it runs) a plain one-core job, so
 # the malleable job shrinks to its own core while the second runs and grows back when it ends.
 # Run from the repository root with the cluster's environment: eval "$(launch_scripts/local-cluster.sh env)"

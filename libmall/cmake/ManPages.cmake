@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # ManPages.cmake — the man pages malld(8), mallctl(1), mallrun(1), mallsim(1) and mall(3), written
 # at build time by mall-help2man (src/tools/man, a build tool, not installed) from the texts users
 # already read: each built tool's --help (mallctl's also `mallctl help CMD` for every command its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall_mpi.cpp — libmall_mpi: implements mall/mall_mpi.h, the collective step of a multi-rank job
 // (the protocol is described in the header). Contract: when nothing changed anywhere, a step costs
 // one mall_step() load and one MPI_Allreduce of five ints, with no allocation, lock or other system

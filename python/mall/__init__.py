@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """mall — the training-process side of mall in Python: ctypes over libmall's C API (mall.h).
 
 A training loop opens a Client once and calls client.step() at every step boundary; step() returns

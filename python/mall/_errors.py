@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """_errors.py — the return codes of mall.h and the MallError exception that carries them.
 
 Contract: the constants have the values of enum mall_rc; MallError(code, text) keeps both, and its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """mall._follow — what every framework adapter of the package shares (mall.torch.Malleable,
 mall.tensorflow.Malleable): it registers a resize callback on a mall.Client, and step() is the
 client's step (one ctypes call when nothing changed). On a change, inside mall_step() on the

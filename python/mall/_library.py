@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """_library.py — finds and loads libmall.so with ctypes and declares the C API's prototypes.
 
 Contract: load() returns one _Api per library path (cached), with argtypes/restype set on every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """mall.keras — a Keras callback that makes model.fit follow the job's mall allocation.
 
     model.fit(x, y, callbacks=[mall.keras.Malleable()])

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """mall.tensorflow — TensorFlow's own thread pools follow the job's mall allocation (park, don't
 replace), for custom training loops (tf.function or eager); mall.keras wraps it for model.fit.
 

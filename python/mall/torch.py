@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """mall.torch — keeps PyTorch's intra-op thread count and threads on the job's mall allocation.
 
 A training loop makes one Malleable(client) and calls its step() at every step boundary. When

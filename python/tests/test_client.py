@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """test_client.py — proves mall.Client's contract without a malld: errors carry the C codes and texts,
 a missing malld or libmall degrades to one warning and a client that never changes, bad arguments
 are refused, step() maps MALL_SUCCESS/MALL_NOUPDT/errors, allocations decode, installs find libmall.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """test_torch_helper.py — proves mall.torch.Malleable: on a new allocation it sets torch's thread count
 to ncpus and pins every thread of the process to the allocation (inside mall_step, before the ack),
 returns the new count; on no change it returns None after exactly one mall_step call.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Proves mall.tensorflow and mall.keras against the venv's real TensorFlow, without malld:
 `import mall` does not import TensorFlow; size_pools() makes TensorFlow's pools as asked;
 set_threads() parks and releases workers of both pools (the parked threads exist in /proc and use

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // bench_latency.cpp — publish-to-ack latency through a real malld: a mall_test_client steps every
 // 100 µs; the benchmark publishes changes (Set, alternating cpus "0" and "0-1") and reads malld's
 // "ack" events, whose latency_us is the time from publishing a generation to receiving its ack.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // bench_metrics.cpp — what malld's metrics cost it, on its event loop: the status object with
 // every job's accounting (NodeManager::status(now)) and its Prometheus text (render_prometheus),
 // for nodes with 1 to 256 jobs. malld does both once per --metrics-interval, and for each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // bench_move.cpp — a full two-phase move of one core between two jobs stepping every 1 ms, cgroup
 // writes included (cgroup-v1, root). Job A (mallrun, 1:2) holds both cores; each iteration registers
 // job B (a stepping mall_test_client): malld publishes A's shrink, waits for A's ack, narrows A's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // bench_step.cpp — measures mall_step(): the fast path (nothing changed) on an attached and on a
 // detached handle, and the change path (publish, step with callback and ack, ack received) against
 // the in-process fake malld of tests/support. Figures are reported, never asserted.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tf_bench_pool.cpp — what parking costs against the framework's own pool (measures only; the
 // ratios are printed by launch_scripts/bench-pool.sh). For each kernel case and each running count
 // A, two ways, registered one after the other so a run interleaves them:

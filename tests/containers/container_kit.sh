@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # container_kit.sh — the container test kit: podman and docker containers as mall jobs on this node,
 # with no registry, engine state private to each test, and a cleanup that leaves nothing behind.
 # Contract: everything the kit makes (containers, images, storage, a private dockerd + containerd,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # smoke.sh — ctest containers.smoke: proves the container test kit (container_kit.sh) on this node,
 # for podman and for docker each: a program of the build tree runs inside and reaches a private
 # malld through the bind-mounted socket folder (mallctl status, with MALL_SOCKET from the run

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_container_jobs.sh — ctest containers.jobs: podman and docker containers as malleable jobs,
 # started the way a user starts them (`mallrun --container -- ENGINE run ...`) under a private
 # malld with its cgroup backend. What a user would check, for each engine:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_keras_container.sh — ctest containers.keras: a Keras model.fit (examples/keras_digits.py with
 # mall.keras.Malleable, TensorFlow's pools parked through libmall_tf_ops.so) inside a podman
 # container follows `mallctl set` from the host, checked as a user sees it. The container is the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_oci_hook.sh — ctest containers.oci_hook: podman containers become malleable jobs through the
 # OCI hook (mall-oci-hook, with the hooks.d files and the containers.conf lines this repository
 # ships in launch_scripts/examples), checked as a user sees them: mallctl status lists the container

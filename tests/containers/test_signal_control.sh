@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_signal_control.sh — ctest containers.signal_control: a container without malld's socket is
 # resized from the host by `mallctl signal`, for podman and for docker each. The C client
 # mall_signal_client runs as the container's init with MALL_SIGNAL_CONTROL=1 and no malld; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // eigen_thread_pool_parked.cpp — Eigen's own test of its thread pool and tensor device
 // (unsupported/test/cxx11_tensor_thread_pool.cpp), run with mall's parking under every pool it
 // makes: each Eigen::ThreadPool of N workers has PoolParking park all but max(1, N/2) of them for

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-eigen-pool-test.sh — Eigen's own thread-pool test (cxx11_tensor_thread_pool) with mall's
 # parking under every pool it makes (eigen_thread_pool_parked.cpp says how). Eigen's test files
 # come from Debian's eigen3 source package of the installed libeigen3-dev version, fetched with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_check.hpp — the fuzz targets' invariant check. MALL_FUZZ_CHECK(cond, detail) does nothing
 // while cond holds; otherwise it prints the condition, where it is and `detail` (a std::string
 // expression, built only on failure) on stderr and aborts, which libFuzzer reports as a crash and

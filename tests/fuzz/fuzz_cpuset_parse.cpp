@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_cpuset_parse.cpp — libFuzzer target for CpuSet::parse(), the reader of every cpu list malld
 // takes from a client, a state file, cgroup files or the command line. Input: the list text.
 // Checked besides "no crash, leak or sanitizer report": parse() accepts exactly what a separate

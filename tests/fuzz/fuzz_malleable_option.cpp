@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_malleable_option.cpp — libFuzzer target for parse_malleable(), the Slurm plugin's reader of
 // the user's `--malleable[=MIN[:MAX]][,weight=W]` value (run in sbatch/srun and, as root, in
 // slurmstepd). Input: VALUE, optionally followed by a NUL byte and up to 7 bytes of limits: flags

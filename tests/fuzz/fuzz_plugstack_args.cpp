@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_plugstack_args.cpp — libFuzzer target for parse_plugstack_args(), the Slurm plugin's reader
 // of its plugstack.conf arguments (run as root in slurmstepd and in every client). Input: the
 // text after the plugin's path on its plugstack.conf line; it is split on blanks, newlines and NUL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_protocol_decode.cpp — libFuzzer target for proto::decode(), malld's reader of every packet a
 // local client sends (and libmall's reader of malld's). Input: one packet as it arrives on the socket.
 // Checked besides "no crash, leak, throw or sanitizer report": every refusal carries words and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fuzz_state_file.cpp — libFuzzer target for malld's state-file reader, load_state(): the input is
 // written as <tmp>/malld.state.json and read back as a restarting malld reads it. Checked besides
 // "no crash, leak or sanitizer report": a refusal always says why (the file exists); the answer

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-fuzz.sh — builds mall's libFuzzer targets in a clang tree (ASan + UBSan, UBSan halting) and
 # runs each for a bounded time on a temporary copy of its committed seed corpus (the committed
 # corpus never grows here). Prints one line per target (executions, exec/s, corpus, result) and

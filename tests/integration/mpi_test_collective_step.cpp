@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves, with real Open MPI (mpirun --bind-to none) over private mallds (one per modelled node, all
 // on this machine's cpus 0-1), that mall_mpi applies a change of one rank's allocation on every rank
 // at the same step (2 and 4 ranks), that balanced mode caps the other ranks, lends their surplus

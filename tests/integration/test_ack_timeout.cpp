@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that a process that never acks cannot hold cpus hostage: after the ack timeout malld
 // narrows its cgroup anyway, counts the timeout, and gives the cpu to the job that needs it.
 #include <filesystem>

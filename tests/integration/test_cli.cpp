@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that mallctl, mallrun and malld reject bad command lines with exit 2 and a clear message
 // and change nothing, document their options in --help, and that the documented commands work.
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's per-user connection limit fits large nodes and explains itself: by default one
 // ordinary user may hold more than 64 connections (one per rank of a many-rank job; the old fixed
 // limit was 64 and rank 65 retried forever), a user over the limit set with

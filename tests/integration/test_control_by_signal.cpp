@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves control by signal as a user runs it: `mallctl signal PID --threads N | --cpus a-b` resizes
 // a process that opted in (MALL_SIGNAL_CONTROL=1) without malld: the C99 program mall_signal_client
 // (its active workers and every thread's Cpus_allowed_list) and mall_train_digits 2 -> 1 -> 2

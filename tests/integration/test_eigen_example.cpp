@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the Eigen example (mall_train_digits: Eigen::Tensor on a ThreadPoolDevice over
 // Eigen's own pool, parked by mall) follows `mallctl set` under a real malld — the pool's running
 // thread count matches each allocation, every thread of the process (the pool's workers included)

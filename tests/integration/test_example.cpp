@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the example trainer (mall_train_sgd) follows forced resizes under malld and still
 // computes exactly what a plain run without malld computes (same checksum), with its loss going down.
 #include <regex>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that malld keeps serving under hostile clients: descriptors pushed at it, one user's
 // connection flood, and oversized client strings (not echoed in full or with newlines into its log).
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Enforcement in place: a job whose processes live in a cgroup someone else made (here the test
 // plays Slurm: <root> for the job, step_0 and step_0/task_0 below it; the job lives in step_0 on
 // v1, in the leaf task_0 on v2) is resized in that very cgroup.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Slurm >= 26.05 names a job's cgroup v2 folder by its SLUID (e.g. sEKNKTV3WPV500), not job_<id>
 // (cgroup.conf CgroupJobIdPaths=no, the default): proves malld finds and resizes such a job's
 // cgroup from its task's /proc/PID/cgroup and never builds a path from the Slurm job id.

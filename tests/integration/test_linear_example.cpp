@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the memory-bound example (mall_train_linear: logistic regression streaming a dataset
 // larger than the caches, blocks on Eigen's own pool, parked by mall) keeps its promise under a
 // real malld: the pool follows `mallctl set` (threads reported and every thread's Cpus_allowed_list equal the

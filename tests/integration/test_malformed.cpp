@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that malformed bytes on malld's socket get an error reply (or a hang-up when not even a
 // header can be read) and never disturb malld: a well-behaved job keeps stepping and status answers.
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that parking holds up when the allocation toggles every few steps: each example trainer
 // (mall_train_digits and mall_train_linear on Eigen's own pool, mall_train_tf on TensorFlow's own
 // pools) runs 2,400 steps (MALL_SOAK_STEPS: run-tsan.sh asks for fewer) under a real malld while mallctl moves it between 1 and 2 cpus and 1 and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the Python module and its PyTorch helper follow a real malld: while examples/
 // train_torch.py trains under mallrun --malleable=1:2 and is moved to cpus 0, 0-1, 1, the thread
 // count torch reports and every thread's Cpus_allowed_list follow each allocation, and it still

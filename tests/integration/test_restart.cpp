@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that malld killed with SIGKILL and restarted on its state dir re-adopts the running jobs
 // without changing any cpuset, that their processes reconnect by themselves, and that later
 // changes still reach them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that an ordinary user (nobody) can read malld's status but cannot change allocations,
 // policies or the pool, nor attach to root's job, and that malld logs each refusal with uid and pid.
 #include <grp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves `mallctl set JOB --signal-control on|off` under a real malld, as an admin would use it:
 // off by default; `on` publishes a new generation with the same cpus and thread count that the
 // job's process applies and acknowledges (no cpu moves), and the page the process maps carries

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that malld stops cleanly on SIGTERM whatever threads it runs: with --slurm (the Slurm
 // checker's thread) it logs the signal, writes its final state, removes its socket and exits 0;
 // SIGHUP does not stop it. Issue 12's first defect: the checker thread was started before the stop

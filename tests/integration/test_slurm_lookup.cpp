@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's Reclaim by owner (what a Slurm job prolog sends: no cpus, malld looks the job up
 // in Slurm) reserves the Linux cpus of the job's Slurm cores on SMT and interleaved nodes (issue 12,
 // defect 4: it reserved Slurm's ids as if they were Linux cpus).

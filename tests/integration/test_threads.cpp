@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves `mallctl set JOB --threads N|auto` under a real malld, as an admin would use it: the Eigen
 // example (mall_train_digits) keeps its cpus but runs N pool threads from its next step (its own
 // resize line, every thread still allowed the job's cpus), `mallctl status` shows the count

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that two real jobs share the node without overlap: a lone job gets the whole pool, a second
 // job makes the first shrink (acked, then enforced) before it grows, and a killed job's cpus go back.
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves mall_set_usage end to end with a real malld and real processes: a job that says it uses one
 // of its two cpus is shrunk to one (after its ack), `mallctl status --json` shows the cap and the
 // free cpu, a second job gets that cpu; the cap survives a malld restart (state file, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves there is one version: mall.h's MALL_API_VERSION_* macros, the loaded libmall's
 // mall_get_api_version(), the project version CMake used, mallConfigVersion.cmake, the --version of
 // malld, mallctl and mallrun, libmall.so's file name and SONAME, and the Python module's

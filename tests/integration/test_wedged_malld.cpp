@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that a wedged malld (SIGSTOPped, its listen backlog full) cannot hang its clients: mallctl
 // fails with exit 3 and says what is wrong, mallrun runs the command without malleability (with
 // --require: runs nothing and exits 3), mall_open() returns

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tf_test_keras.cpp — Python TensorFlow made malleable by mall (TensorFlow's own pools parked through
 // mall's op library, unpatched TensorFlow from the project's venv), under a real malld, as a user
 // would check it:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the libtorch adapter makes a libtorch program follow its allocation under a real
 // malld (cgroup-v1 and affinity backends): after each forced change at::get_num_threads(), OpenMP's
 // count and the threads an at::parallel_for uses equal the allocation's size, they were pinned

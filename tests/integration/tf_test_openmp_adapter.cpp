@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that the OpenMP adapter makes an OpenMP program follow its allocation under a real malld
 // (cgroup-v1 and affinity backends): after each forced change the OpenMP thread count and team
 // size equal the allocation's size, the team was pinned before the ack, every thread of the process

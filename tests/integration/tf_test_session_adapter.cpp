@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tf_test_session_adapter.cpp — parking TensorFlow's OWN pools from C++ (SessionPoolParking)
 // against real TensorFlow (the pinned PyPI wheel): a graph built with TensorFlow's own C++ ops runs
 // through a plain Session::Run, and what a user would check holds. find() reaches the intra-op pool

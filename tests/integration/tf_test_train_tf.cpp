@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tf_test_train_tf.cpp — the TensorFlow example (mall_train_tf: TensorFlow's own ops, one
 // Session::Run per step on TensorFlow's own pools, parked by mall) under a real malld, as a user
 // would check it: it follows `mallctl set` 0 -> 0-1 -> 1 (its own resize lines, every thread's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_man_pages.sh — proves the man pages say what the tools say, as a reader sees them: each page
 # renders without a groff warning; the rendered malld(8), mallctl(1), mallrun(1), mallsim(1) hold
 # every line of `TOOL --help` (and of `mallctl help CMD` for each command --help lists; whitespace,
@@ -124,9 +125,9 @@ if check_page mall "$build/man/man3/mall.3"; then
   for v in "${variables[@]}"; do
     grep -qE "^       $v\$" <<<"$environment" || fail "mall(3): ENVIRONMENT has no entry for \$$v"
   done
-  # Every line of mall.h's comments but the file's title line, markers and list dashes removed
-  # (comments inside declarations are shown with them, so they match too).
-  contains_lines mall "mall.h's comments" < <(sed -n '2,$p' "$header" | grep -v '^#' | awk '
+  # Every line of mall.h's comments but its licence tag and the file's title line, markers and list
+  # dashes removed (comments inside declarations are shown with them, so they match too).
+  contains_lines mall "mall.h's comments" < <(grep -v '^/\* SPDX-License-Identifier:' "$header" | sed -n '2,$p' | grep -v '^#' | awk '
     { line = $0 }
     !in_comment && index(line, "/*") { in_comment = 1; line = substr(line, index(line, "/*") + 2) }
     in_comment {

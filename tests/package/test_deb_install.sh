@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_deb_install.sh — proves the Debian package (cmake/Packaging.cmake) the way an admin meets it:
 # `cpack -G DEB` gives mall_<version>_<arch>.deb with its Depends and every promised file, lintian
 # finds no error in it (and its copyright file is there), and

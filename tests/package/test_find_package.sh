@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_find_package.sh — proves the install rule and package config: installs the build tree into a
 # temporary prefix, builds tests/package/consumer with find_package(mall) (a C program on mall::mall
 # a C++ one on mall::tf, an MPI one on mall::mpi that is only linked and, when the build has

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 # soak.py — the soak test's driver and sampler; launch_scripts/soak.sh runs it once per backend
 # (see its --help for the story). Contract: one private malld (own socket, state dir and cgroup
 # parent, all named after --workdir), a plan of job arrivals, kills, admin commands and malld

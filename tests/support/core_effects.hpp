@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // core_effects.hpp — what the tests and benchmarks that drive the node manager's core (NodeManager)
 // without a kernel give it as its Effects: every enforce succeeds, publishes and removals go
 // nowhere, and the events are kept for the test to read, stamped with a fixed wall-clock time (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fake_daemon.cpp — the in-process malld stand-in of fake_daemon.hpp. It speaks the real protocol
 // (protocol.hpp, unix_socket.hpp, shared_page.hpp) but none of malld's policy: one job, one page.
 #include "support/fake_daemon.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fake_daemon.hpp — an in-process stand-in for malld, for libmall's tests and benchmarks: one
 // thread listens on a private socket, answers Attach with a memfd page (written with page_write),
 // records Acks and Progress, and can refuse, stay silent, send Notify, or hang up and restart.

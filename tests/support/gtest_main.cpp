@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // gtest_main.cpp — the main() of every GoogleTest program of mall (library mall_gtest_main), so that
 // a skipped test can never pass for a run one. Contract: runs all tests; exits 1 when any failed;
 // otherwise, when any was skipped, prints one "SKIPPED <program> <Suite.Test>: <reason>" line per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malld_fixture.cpp — implementation of the integration-test helpers (see malld_fixture.hpp).
 // Contract: nothing a helper starts or creates outlives it; the watchdog's signal handler uses only
 // async-signal-safe calls (kill, waitpid, open/read/write, getdents64, rmdir, unlink, _exit).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malld_fixture.hpp — helpers for integration tests and benchmarks: a private malld (own socket,
 // state dir and cgroup parent in a temp folder), child processes killed and reaped by their owners,
 // /proc and cgroup readers, a Watch-stream recorder, and the watchdog (support/watchdog.h). Everything a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // omp_probe_main.cpp — mall_omp_probe, a training-like OpenMP program for the adapter tests. Opens
 // mall (mall_open(NULL): $MALL_SOCKET, set by mallrun), attaches the OpenMP adapter, runs an
 // OpenMP parallel-for reduction every --step-ms and, after the first step that follows each

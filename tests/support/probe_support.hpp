@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // probe_support.hpp — what the adapter probes (omp_probe_main.cpp, torch_probe_main.cpp) share:
 // their command line, opening mall, the step loop's end (--seconds or --stop-file) and the record
 // of which cpus and masks the threads of one parallel region had. Header-only.

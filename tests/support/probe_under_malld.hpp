@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // probe_under_malld.hpp — the shared body of the framework-adapter tests (OpenMP, libtorch): runs a
 // probe program (tests/support/*_probe_main.cpp) under mallrun on a private malld, forces the
 // allocations 0 -> 0-1 -> 1 with `mallctl set`, and checks after each one what any adapter must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* signal_client_main.c — mall_signal_client, a C99 program that tests resize by signal through the
  * public C API only: it opens mall (MALL_SIGNAL_CONTROL and MALL_NOTIFY_SIGNAL come from the
  * environment), starts --workers bound threads of which mall_alloc_threads() run and the rest

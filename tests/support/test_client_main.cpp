@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // test_client_main.cpp — mall_test_client, the small training-process stand-in that integration
 // tests and benchmarks start under malld. Uses the public C API only. Prints "open rc=<rc> job=<id>",
 // then "change step=<n> gen=<g> threads=<t> ncpus=<c> cpus=<list>" for each applied allocation

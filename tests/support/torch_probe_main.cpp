@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // torch_probe_main.cpp — mall_torch_probe, a training-like libtorch program for the adapter tests.
 // Opens mall (mall_open(NULL): $MALL_SOCKET, set by mallrun), attaches the libtorch adapter, runs
 // a small at::matmul plus an element-wise op large enough for libtorch's intra-op parallelism every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // training_curve.hpp — what the example trainers' tests read from their output (header-only): the
 // digits data file they train on, and the loss curve printed as "step N loss X threads T cpus L"
 // lines plus the "final loss X train_accuracy A test_accuracy B ..." line (mall_train_digits and

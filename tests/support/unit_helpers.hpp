@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // unit_helpers.hpp — small helpers the pure unit tests share: cpu-list literals that fail the test
 // when mistyped. (The watchdog every test arms is support/watchdog.h.)
 #pragma once

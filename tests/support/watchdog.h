@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* watchdog.h — the one watchdog every test program arms, so a hang fails instead of stalling CI.
  * Contract: mall_test_watchdog_arm(s) (re)starts alarm(s); on expiry one line goes to stderr
  * ("watchdog: <program> still running after <s> s; failing instead of hanging"), the expiry hook runs

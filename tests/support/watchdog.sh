@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # watchdog.sh — the shell tests' watchdog (the C and C++ programs have support/watchdog.h), sourced
 # by tests/system/*.sh and tests/tools/*.sh: a hang fails with timeout(1)'s status 124 and a line
 # saying what hung, instead of stalling CI. ctest's TIMEOUT stays the outer bound.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # private_cluster.sh — sourced by the system tests: sets up a private cluster's environment (own
 # folder, cgroup parent and free port pair, so a test runs beside a developer's cluster without
 # touching it; one node, or `up --nodes N`), the helpers that check what the cluster leaves behind,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_cluster.sh — proves the local Slurm cluster (launch_scripts/local-cluster.sh) works end to end:
 # batch jobs and srun steps run, the mall plugin's --malleable shows in the clients' --help (when the
 # plugin is built), and `down` leaves no process and no cgroup behind. Label `system`.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_cluster_nodes.sh — proves `launch_scripts/local-cluster.sh up --nodes 2`: two Slurm nodes,
 # each in network, UTS and mount namespaces of its own with its own slurmd and malld, a slurmctld in
 # the head namespace, and nothing in the host's network or mounts; steps span both nodes; a dead

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_cgroup.sh — mall under Slurm's own cgroup plugins (issue 13, Slurm point): a private
 # cluster with proctrack/cgroup + task/cgroup (local-cluster.sh up --cgroup-plugins cgroup; cgroup/v1
 # on the host, cgroup/v2 in the qemu guest of ctest's vm.slurm_cgroup_v2) and checks, as a user

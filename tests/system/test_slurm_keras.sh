@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_keras.sh — issue 28 as a user checks it on the real local cluster
 # (launch_scripts/local-cluster.sh: slurmctld, slurmd, the mall SPANK plugin, `malld --slurm`):
 # `sbatch --malleable=1:2 -c 1` of a batch script whose srun step trains Keras (model.fit with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_malleable.sh — proves that cores move between Slurm jobs on the real local cluster
 # (launch_scripts/local-cluster.sh: slurmctld, slurmd, the mall SPANK plugin, `malld --slurm`):
 # a lone --malleable job grows to the whole node, shrinks to its own core before a second job's tasks

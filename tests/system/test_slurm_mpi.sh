@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_mpi.sh — proves that the MPI example (mall_train_mpi, libmall_mpi) runs under the real
 # local Slurm cluster (launch_scripts/local-cluster.sh with the mall SPANK plugin and malld --slurm):
 # `sbatch --malleable=1:2 -n2` with `srun --mpi=pmix -n2 mall_train_mpi`: both tasks join one malld

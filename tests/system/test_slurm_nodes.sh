@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_nodes.sh — issue 16, many nodes: a 2-node Slurm cluster (launch_scripts/local-cluster.sh
 # up --nodes 2: node1 and node2, each in network, UTS and mount namespaces of its own, one malld per
 # node, slurmctld in a "head" namespace on a private bridge) with the mall SPANK plugin, checked as a

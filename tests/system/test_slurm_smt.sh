@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_slurm_smt.sh — proves a plain job's prolog reclaim (malld --slurm looks the job's cores up in
 # slurmctld) reserves the Linux cpus Slurm gives the job when slurm.conf describes SMT cores (issue
 # 12, defect 4: malld took Slurm's core ids for Linux cpus). A `slurmd -C` wrapper makes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench_containers_check.sh — ctest containers.bench: what a user of launch_scripts/bench-containers.sh
 # relies on, on a tiny run (--work-scale 0.05, small datasets, podman): it finishes the three ways,
 # prints the table (with the runnable-per-core columns) and the documented last line, writes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench_cosched_check.sh — what a user of launch_scripts/bench-cosched.sh relies on, on a tiny run
 # (--work-scale 0.05, small datasets): it finishes all four ways, prints the table and the
 # documented last line, writes summary.csv (4 ways), timeline.csv (samples of every job in every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench_pool_check.sh — what a user of launch_scripts/bench-pool.sh relies on, on a tiny run (the
 # figures are not judged: it is a benchmark): a row per case and running count with both ways'
 # times, the documented last line, usage errors that exit 2 with words, nothing left in /tmp.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # launch_scripts_build_dir_check.sh — one convention for naming the build tree in every launch
 # script (issue 30): each script that uses a build tree reads $MALL_BUILD_DIR (default <repo>/build),
 # and the scripts that also take --build-dir let the option win. Checks the sources for the first

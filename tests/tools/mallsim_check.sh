@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # mallsim_check.sh — what a user of mallsim checks: a small trace with known curves gives a sane
 # ordering (the throughput policy does at least as much work per second as the static partition,
 # the poorly scaling job does not keep cores it cannot use), the last line has the documented

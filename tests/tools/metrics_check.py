@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """metrics_check.py — what an admin checks of malld's metrics and history, with real parts: a real
 malld (--metrics-file, affinity backend on cpus 0-1, so it needs no root), real jobs under
 mallrun (mall_test_client: one that steps and acks, one that never steps, so a shrink times out),

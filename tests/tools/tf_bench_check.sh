@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # tf_bench_check.sh — what a user of the TensorFlow example's reports and benchmarks relies on, on
 # tiny runs (figures are not judged: they are benchmarks):
 # - mall_train_tf --report-pool, TensorFlow's own pools of 2 parked to 1: one worker of each pool

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # top_check.sh — proves `mallctl top` in a real terminal: a private tmux server runs it against a
 # private malld (affinity backend, cpus 0-1, no root) with two jobs under mallrun; each frame's
 # header, cpu counts and core bars are compared with `mallctl status --json`; the keys sort,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // canary.cpp — the ThreadSanitizer pass's canary (built and run by run-tsan.sh before anything
 // else): two threads write one plain int with no synchronisation, on purpose. Contract: under a
 // working TSan runtime it ends with a "WARNING: ThreadSanitizer: data race" report (exit 66 with

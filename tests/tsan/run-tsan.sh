@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-tsan.sh — the ThreadSanitizer pass: configures a -DMALL_SANITIZE=thread tree (build-tsan/),
 # builds only the programs the thread-heavy tests need and runs those tests. Contract: exits 0 only
 # when every test passed and no process of the pass (test programs, their malld, clients and MPI

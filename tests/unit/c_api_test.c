@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* c_api_test.c — proves mall.h compiles as C99 and libmall links from C: versions agree, every code
  * has words, mall_alloc_t keeps its layout, a missing daemon gives a detached handle that says "nothing changed" (usage caps kept,
  * callback arguments released once at close), NULL is refused. */

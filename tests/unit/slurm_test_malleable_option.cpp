@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the `--malleable[=MIN[:MAX]][,weight=W]` parser accepts exactly the documented forms and
 // rejects every bad input class (junk, reversed, zero, missing halves, signs, overflow, node and admin
 // bounds, bad or repeated weights, unknown keys, empty items) with words that say what is allowed.

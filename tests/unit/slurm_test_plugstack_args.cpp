@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the plugin's plugstack.conf argument parser takes the documented keys with their defaults
 // and rejects every malformed form (unknown key, no '=', duplicates, bad numbers, bad paths,
 // bad on_daemon_down, min above max) with a message naming the argument.

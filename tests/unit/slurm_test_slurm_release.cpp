@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the SPANK plugin's release check: the same Slurm release (any micro) passes, another
 // release or an unreadable one gives the admin a line naming both releases, that the plugin is off,
 // and the cmake option to rebuild with (a second check behind Slurm's loader, which refuses another release itself).

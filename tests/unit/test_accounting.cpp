@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the core's accounting with a clock the test moves: core-seconds and lent core-seconds
 // integrate the published cpus over time (lent: above the guaranteed cpus, or the min), the ack
 // latency histogram counts each ack, oversubscription runs from an ack timeout of a shrink to the

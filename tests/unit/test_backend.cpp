@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the cpuset backends on the real kernel: job cgroups are created, narrowed and widened with
 // every thread's allowed cpus following (even a thread pinned by someone else), and removed without
 // leaks; the affinity backend reaches every thread of a process tree; the /proc helpers are right.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // test_client.cpp — proves libmall's handshake against an in-process fake malld (no real malld):
 // attach, apply, callbacks, re-pinning, acks, mall_fd, progress, reconnection, error mapping,
 // bounded open, the C++ wrapper's exception barrier; plus the seqlock page, the socket helpers and

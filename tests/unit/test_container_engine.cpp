@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // test_container_engine: proves what `mallrun --container` builds for each cgroup driver (the run's
 // options, the engine query, the check of malld's answer) and how a job's systemd slice is named
 // and found again (daemon/systemd_slice.hpp: escaping, the cgroup path, the way back to the job).

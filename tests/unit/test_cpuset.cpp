@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves CpuSet parses cpu lists strictly, formats canonically, and does set algebra and masks.
 
 #include <gtest/gtest.h>

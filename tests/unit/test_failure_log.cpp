@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's FailureLog (daemon/log.hpp) as an admin reads the log of a file malld keeps
 // failing to write: each distinct failure once, not once per try; the first success after failures
 // says so once; a failure after that success is logged again. The lines are read from stderr,

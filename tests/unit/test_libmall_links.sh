@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_libmall_links.sh — what a training process loads with libmall: `ldd libmall.so` must list only
 # the C and C++ runtimes (libc, libstdc++, libm, libgcc_s, the loader, the vDSO). libmall once
 # pulled hwloc (and through it libudev) into every trainer: hwloc is malld's business, not the

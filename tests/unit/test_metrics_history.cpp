@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the Prometheus renderer's contract on a status the real core makes (HELP/TYPE once per
 // metric, cumulative buckets ending in +Inf, counters named _total, escaped labels, no
 // timestamps, values equal to the status's) and the history file: records, append, rotation,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the two-phase protocol (shrink, ack or timeout, grow) and that bad requests change nothing.
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves static/equal/weighted policies: limits, disjoint targets, locality, minimal moves, stability.
 
 #include <gtest/gtest.h>

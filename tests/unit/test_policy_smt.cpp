@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves placement on SMT nodes (issue 13) gives whole cores: even counts hold whole cores, odd PUs
 // of two jobs share a core only when no free core is left, shrinking gives back whole cores,
 // regrowing takes whole cores, and minimal movement and stability hold, on hwloc `pu:2`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // test_protocol.cpp — proves the wire format round-trips and that decode() rejects every kind of bad
 // packet with words that say what was wrong; also the typed getters and job-name validation.
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves the 32-bit control value of `mallctl signal` (common/signal_control.hpp): every request
 // round-trips, what does not fit is refused with the limit in words, and decoding refuses every
 // value that is not one of ours (so a stray sigqueue to a process changes nothing).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves Slurm's abstract core ids become the right Linux cpus on SMT and interleaved nodes (issue
 // 12, defect 4: the prolog's lookup used them as Linux cpus), the same way for the plugin and malld.
 #include <hwloc.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves SlurmChecker turns job ids into verdicts off the caller's thread (a blocked query never
 // blocks the caller), merges duplicate requests, and signals its fd; and slurm_job_id_of's parsing.
 #include <poll.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's state file round-trips every saved field, is replaced atomically, and that
 // corrupt, foreign or newer files are rejected with a clear error while a missing one is a fresh start.
 #include <gtest/gtest.h>

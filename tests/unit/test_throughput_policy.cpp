@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Unit tests of the throughput policy's counting core (libmall/src/daemon/core/throughput_policy.hpp):
 // the Amdahl fit, allocations against a brute-force optimum for jobs with known speedup curves
 // (linear, Amdahl with serial fraction 0.3, flat after 4 cores), learning from its own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves what `mallctl top` shows, frame by frame, from statuses shaped like `mallctl status
 // --json` (NodeManager::status plus the server's host, version and backend): the CORES bars (one
 // cell per cpu, or scaled to the width with '#' all, ':' some, '.' none held), the table's rows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves Topology loads synthetic, XML and system topologies and measures locality correctly.
 
 #include <gtest/gtest.h>

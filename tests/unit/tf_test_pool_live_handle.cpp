@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that Eigen's own pool, parked by mall (PoolParking attached to a live libmall handle with
 // mall::tf::attach_pool), stays
 // exact while every kind of thread a training process has uses that handle at once: the stepping

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Proves that parking workers of Eigen's own ThreadPool (mall::tf::PoolParking) resizes it: the
 // parked count follows resize() under concurrent scheduling, no task is lost or run twice, parked
 // workers run no task and use no cpu, Eigen's kernels stay exact, the libmall glue pins and parks

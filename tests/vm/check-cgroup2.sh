@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check-cgroup2.sh — asserts, as root inside run-in-vm.sh's guest, what mall's cgroup-v2 backend
 # needs from the system: cgroup2 at /sys/fs/cgroup with cpuset enabled, a parent/child folder
 # layout like malld's (<mount>/<parent>/job_<id>) whose cpuset.cpus narrow and widen a process's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-in-vm.sh — runs one command as root inside a throwaway qemu guest whose cgroup v2 has the
 # cpuset controller, for testing mall's cgroup-v2 backend on hosts whose cpuset is on cgroup v1.
 # Contract: the guest's / is the host's / (read-only 9p, tmpfs overlay on top), so host-built

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-programs.sh — runs test programs one after another inside the cgroup-v2 guest (one boot for
 # all of them) and fails when any fails. Each word is a program path, optionally followed by its
 # arguments after a ':' (e.g. "/b/test_backend:--gtest_filter=-*CgroupV1*"). A program that skips

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # smoke.sh — ctest's driver for run-in-vm.sh itself (tests vm.smoke and vm.cleanup).
 #   smoke:   one boot runs check-cgroup2.sh (must pass), then again with a wrong expectation
 #            (must fail naming it), writes to stdout and stderr and exits 3: run-in-vm.sh must

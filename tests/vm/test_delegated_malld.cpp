@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malld under a delegated cgroup-v2 subtree, as a systemd unit with Delegate=yes starts it: malld
 // moves itself into the leaf <subtree>/malld, enables cpuset below the subtree and keeps its job
 // folders inside it (never at the root, which systemd owns); restarted in that leaf (systemd's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall_pool_ops.cpp — the op library Python TensorFlow loads (tf.load_op_library; mall.tensorflow
 // does it) to make Keras model.fit and tf.function loops malleable with an unpatched TensorFlow:
 // the op MallPoolThreads parks or releases workers of TensorFlow's OWN pools (park, don't replace:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mall.h — the public C API of libmall, the training-process side of mall.
  *
  * A training process opens a handle once, then calls mall_step() at every training-step boundary.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall.hpp — a thin header-only C++ RAII wrapper over the C API in mall/mall.h.
 // Contract: mall::Client owns one handle (closed on destruction, movable, not copyable); resize
 // callbacks are std::functions called through one C trampoline, and whatever they throw is caught

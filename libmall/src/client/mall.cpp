@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall.cpp — libmall, the training-process side of mall: implements every function of mall/mall.h.
 // Contract: mall_step() costs one acquire load when nothing changed (the page pointer always points
 // at a readable mapping, attached or not); a monitor thread per handle keeps the connection to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // cpuset.cpp — CpuSet over a fixed array of 64-bit words. Contract (cpuset.hpp): every set is finite and holds
 // only cpus 0..kMaxCpus-1; parse() is strict and never throws; to_string() is canonical
 // ("1-3,8": ascending, adjacent cpus merged into ranges, "" for the empty set).

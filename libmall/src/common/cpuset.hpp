@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // cpuset.hpp — CpuSet, a value type for a set of cpu numbers (0..MALL_MAX_CPUS-1), a fixed array of
 // 64-bit words (no allocation, and no hwloc: libmall links none; cpuset_hwloc.hpp converts), with
 // strict parsing and canonical formatting of the Linux list format ("0-3,8").

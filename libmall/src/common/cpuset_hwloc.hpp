@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // cpuset_hwloc.hpp — conversions between CpuSet and hwloc bitmaps, for the code that walks hwloc's
 // topology or hands sets to hwloc (tests, tools). Header-only: whoever includes it links hwloc
 // (mall_common does); libmall never includes it, so a training process does not load hwloc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // ctl_client.cpp — blocking request/reply client for malld (see ctl_client.hpp).
 // Contract: never throws; a request waits (bounded) for the Reply carrying its request id and skips
 // Event/Notify packets; every failure comes back as a code and in words that say what to do about it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // ctl_client.hpp — a blocking request/reply client for malld, used by mallctl, mallrun, the Slurm
 // plugin and the tests. One connection, one outstanding request at a time. Never throws. Also what
 // every client (these and libmall) shares about reaching malld: which socket to use, and what to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // files.cpp — see files.hpp. Plain POSIX calls, EINTR retried, descriptors close-on-exec.
 #include "files.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // files.hpp — the small file-system helpers malld, its backends and the socket code share: read a
 // whole (proc or cgroup) file, write a value with one write(2) as cgroup files require, replace a
 // file atomically, and create a folder with its missing parents. Each reports errno; none throws.

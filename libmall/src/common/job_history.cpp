@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // job_history.cpp — malld's history of finished jobs: records, appends with rotation, reads,
 // and the --since forms of `mallctl history` (see job_history.hpp).
 #include "job_history.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // job_history.hpp — the record of finished jobs malld keeps (`--history-file`, by default
 // <state-dir>/malld.history.jsonl) and `mallctl history` reads.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // metrics_text.cpp — render_prometheus: malld's status object as Prometheus text (see
 // metrics_text.hpp for the contract). One table lists every metric with the status field it
 // comes from; the writer below walks it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // metrics_text.hpp — malld's status (the object `mallctl status --json` prints) in Prometheus'
 // text exposition format (version 0.0.4), the one renderer behind `malld --metrics-file` (for
 // node_exporter's textfile collector) and `mallctl metrics`, so the two always agree.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // protocol.cpp — encoding and strict decoding of malld's wire messages (see protocol.hpp).
 // Contract: decode() accepts exactly one well-formed packet of this protocol version and reports
 // every rejection as a DecodeError plus words; the typed getters name the field that is missing or wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // protocol.hpp — the wire format between malld and its clients (libmall, mallctl, mallrun, plugin).
 // Transport: a Unix SOCK_SEQPACKET socket, one message per packet. A message is a 16-byte header
 // (magic "MALL", version, type, payload length, request id; little-endian host order, same host)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // quiet_thread.hpp — the one way mall starts a thread: with every blockable signal blocked.
 // Contract: start_quiet_thread(fn) returns a std::thread running fn whose signal mask blocks all
 // signals (SIGKILL and SIGSTOP cannot be blocked; the synchronous faults SIGSEGV/SIGBUS/SIGFPE/

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // rules.hpp — the values and bounds every part of mall must agree on, each defined once: the
 // default socket, malld's default ack timeout, how long tools wait to connect, the job weight
 // bound. Header-only and free of dependencies beyond the public mall.h, so pure parsers (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // shared_page.cpp — the seqlock over the per-job page (see shared_page.hpp).
 // Contract: page_read returns a consistent, validated snapshot or false (never spins unboundedly);
 // page_write is the single writer's publish. Payload words are copied with relaxed atomic accesses

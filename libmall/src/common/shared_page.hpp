@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // shared_page.hpp — layout of the per-job page that malld publishes allocations through.
 // malld creates a memfd per job, maps it read-write, seals it against future writable mappings
 // (F_SEAL_FUTURE_WRITE) and passes it to each attached process, which maps it read-only.

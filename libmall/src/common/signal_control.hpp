@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // signal_control.hpp — the 32-bit value `mallctl signal` queues (sigqueue) to a process that opted in
 // to control by signal (MALL_SIGNAL_CONTROL), and its decoding in libmall. Header-only, no state.
 // Contract: encode_* refuse what does not fit with words that say the limit; decode refuses any

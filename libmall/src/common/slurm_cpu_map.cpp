@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_cpu_map.cpp — see slurm_cpu_map.hpp. Slurm 22.05 facts it relies on (src/slurmd/common/
 // xcpuinfo.c): slurmd's block map sends abstract cpu (core_index * threads + thread) to the os
 // index of that PU in hwloc's socket/core/PU walk; xcpuinfo_abs_to_mac expands abstract core c to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_cpu_map.hpp — the one translation from Slurm's abstract core ids to this node's Linux cpus,
 // used by the SPANK plugin (S_JOB_ALLOC_CORES in slurmstepd) and by malld (the prolog's Reclaim by
 // owner, looked up in slurmctld). It does what slurmd 22.05 does for task/cgroup and task/affinity

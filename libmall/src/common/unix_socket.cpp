@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // unix_socket.cpp — AF_UNIX SOCK_SEQPACKET helpers (see unix_socket.hpp): close-on-exec everywhere,
 // one packet per call, descriptors passed with SCM_RIGHTS, truncation detected (EMSGSIZE), no
 // SIGPIPE. Never throws; failures come back as return values with errno preserved.

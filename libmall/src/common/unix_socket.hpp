@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // unix_socket.hpp — small RAII helpers over AF_UNIX SOCK_SEQPACKET sockets: connect/listen,
 // send/receive one packet with an optional file descriptor (SCM_RIGHTS), peer credentials.
 // All functions report failures by return value (errno preserved) and never throw.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // access.cpp — see access.hpp. Read top to bottom: the request table with its roles, the peer
 // checks, authorize(), serve_packet(). A new request type is a line in the table and a handler.
 #include "access.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // access.hpp — malld's whole security surface, for a reviewer to read in one file: the request
 // table (each message type, the role a peer needs to send it, and its handler), authorize() (the
 // only place a request is allowed or refused), the checks on the peer process behind a connection,

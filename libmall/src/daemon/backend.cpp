@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // backend.cpp — enforces job cpus on the kernel: a job's own cgroups resized in place, cgroup v1 /
 // v2 cpuset folders of malld's own, or sched_setaffinity on every thread. Every failure message names the path, the errno text and a
 // fix. Growing always re-widens every thread's own mask too (the kernel keeps requested masks).

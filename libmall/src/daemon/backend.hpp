@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // backend.hpp — how malld enforces a job's cpus on the kernel. Three backends:
 //   cgroup-v1: the cpuset hierarchy of cgroup v1;
 //   cgroup-v2: the unified hierarchy where the cpuset controller is enabled;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // connections.cpp — see connections.hpp. Outbox bounds: kMaxOutbox packets and kMaxOutboxBytes
 // (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
 #include "connections.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // connections.hpp — malld's client connections and everything sent on them. One Connection per
 // accepted socket: its peer (SO_PEERCRED, pidfd), the job it attached to, its outbox. Sends never
 // block: a packet the socket cannot take waits in a bounded outbox (EPOLLOUT is asked for), a slow

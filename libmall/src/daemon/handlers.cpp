@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // handlers.cpp — see handlers.hpp. Handlers validate every field before they change anything;
 // a refusal from the core (an Outcome) goes back to the client with its code and words.
 #include "handlers.hpp"

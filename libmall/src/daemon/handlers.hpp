@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // handlers.hpp — what malld does for each request, once access.cpp has authorized it: decode the
 // body's fields (a ProtocolError names the bad one and changes nothing), ask the core, reply.
 // Register and Reclaim reply later (deferred replies): Register once the job holds cpus, Reclaim

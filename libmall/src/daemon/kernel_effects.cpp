@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // kernel_effects.cpp — see kernel_effects.hpp. A page is sealed (no shrink, grow or future write)
 // right after malld maps it, so only malld's own mapping can ever write it.
 #include "kernel_effects.hpp"

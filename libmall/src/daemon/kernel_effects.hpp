@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // kernel_effects.hpp — carries out what the core decides (NodeManager's Effects) on the real
 // system: a job's cpus go to the cpuset backend (cgroup or affinity), a new allocation goes to the
 // job's shared page (a sealed memfd each attached process maps read-only) and a Notify to its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // log.cpp — see log.hpp. The level is an atomic (read on every line, set once at start-up); the
 // rate limiter's windows sit behind a mutex, so that any thread may use it.
 #include "log.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // log.hpp — malld's log: "2026-11-22T10:00:00.123 malld[pid] level: text" on stderr, one write(2)
 // per line so that lines of concurrent threads never interleave. Safe from any thread. Text a
 // client chose goes through log_text() first; warnings a client can trigger at will go through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // malld_main.cpp — the node manager daemon's command line: parses and validates the options
 // (exit 2 with a clear message on bad ones), loads the topology, picks the cpuset backend, logs
 // what it chose and why, then runs the Server in the foreground. Exit 0 on a clean stop, 1 when

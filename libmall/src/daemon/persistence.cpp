@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // persistence.cpp — see persistence.hpp. The fingerprint is state_fingerprint() of the snapshot
 // itself, so it can never leave out a field the file holds.
 #include "persistence.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // persistence.hpp — malld's memory across restarts. At start: loads the state file, re-adopts the
 // jobs whose very processes still run (same pid and start time) without touching their cpusets,
 // drops the rest, and removes job cgroups no adopted job owns. While running: after every batch of

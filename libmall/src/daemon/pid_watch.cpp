@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // pid_watch.cpp — see pid_watch.hpp. pidfd_open(2) by syscall number (glibc has a wrapper only
 // since 2.36); a pidfd names whatever process holds the pid when it is opened, so each new watch
 // checks the start time against the recorded one.

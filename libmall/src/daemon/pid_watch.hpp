@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // pid_watch.hpp — notices at once when a registered process ends: one pidfd per (job, pid) in
 // malld's epoll set, or, on kernels without pidfd_open, a poll every second. Also the start time
 // of every registered pid (/proc/PID/stat field 22), so that a pid the kernel reuses for another

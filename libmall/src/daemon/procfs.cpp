@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // procfs.cpp — see procfs.hpp. /proc/PID/stat is split after the LAST ')' because the command
 // name may hold spaces and parentheses. descendants_of() reads /proc/PID/task/TID/children where
 // the kernel has it (CONFIG_PROC_CHILDREN) and falls back to one scan of every /proc/*/stat.

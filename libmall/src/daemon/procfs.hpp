@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
 // time and liveness (/proc/PID/stat), its threads and descendants, its uids (/proc/PID/status),
 // the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount

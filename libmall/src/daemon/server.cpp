@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // server.cpp — malld's loop (see server.hpp). Contract: one thread serves every client and never
 // waits on one (non-blocking sockets, bounded outboxes, watchers dropped when they fall behind)
 // nor on the disk (persistence.cpp's writer thread does the fsync) nor on slurmctld (its queries

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_jobs.cpp — SlurmChecker's thread and queue, and the libslurm query (built only with
 // MALL_WITH_SLURM). The thread never touches malld's state: it only turns job ids into verdicts.
 #include "slurm_jobs.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_jobs.hpp — what malld asks Slurm about the jobs it serves ("slurm-<jobid>" registrations
 // and reservations): does the job exist, is it running, whose is it, which cores did Slurm give it
 // on this node (in Slurm's numbering, with Slurm's description of the node: SlurmReconciler maps

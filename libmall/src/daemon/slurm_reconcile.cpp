@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_reconcile.cpp — see slurm_reconcile.hpp.
 #include "slurm_reconcile.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // slurm_reconcile.hpp — Slurm is the authority on its jobs. With `malld --slurm`, every
 // "slurm-<jobid>" registration is checked against slurmctld right after it is made, and every
 // registration and reservation every interval: a job Slurm no longer runs (its epilog was missed, malld was down,

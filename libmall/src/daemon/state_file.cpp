@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // state_file.cpp — reads and writes "<dir>/malld.state.json". Writes are atomic (temp file, fsync,
 // rename, fsync of the folder), so a crash leaves either the old or the new file. Reading checks
 // the format name and schema version and every field, and rejects the whole file on any error.

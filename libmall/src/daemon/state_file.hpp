@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // state_file.hpp — malld's state on disk (JSON, written atomically: temp file + fsync + rename),
 // so a restarted malld re-adopts running jobs without touching their cpusets. Holds the pool, the
 // reclaimed cpus and those reserved for an owner, the policy, and per job: spec, order, pids with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // systemd_slice.hpp — the systemd slice of a container job whose engine uses the systemd cgroup
 // driver (podman --cgroup-manager=systemd with crun or runc, docker with native.cgroupdriver=systemd).
 // Contract: such an engine takes a slice name, not a path, as --cgroup-parent, and puts the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // container_engine.hpp — what `mallrun --container` knows of podman and docker: which `run` it wraps,
 // which cgroup driver the engine uses, and the options that put the container in the job's cgroup.
 // Contract: with the cgroupfs driver malld names a folder (/mall/job_X) and podman is told

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // exit_codes.hpp — the exit statuses mallctl and mallrun share, as their --help texts document
 // them: scripts (and the Slurm plugin's callers) tell "malld said no" from "malld is not there".
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mall_oci_hook.cpp — the OCI runtime hook that makes a container a malleable job of malld, whatever
 // tool started it (podman, CRI-O: any engine that reads hooks.d files). Contract: run by the runtime
 // with the container's OCI state JSON on stdin. `createRuntime` (before the container's process

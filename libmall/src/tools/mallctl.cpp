@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl.cpp — the administrator's command line for malld: status, set, policy, reclaim,
 // release, watch; metrics and history (tools/mallctl_reports.cpp); top (tools/mallctl_top.cpp);
 // and signal (tools/mallctl_signal.cpp), which talks to a process, not to malld.

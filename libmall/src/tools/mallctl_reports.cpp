@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_reports.cpp — `mallctl metrics` and `mallctl history` (see mallctl_reports.hpp).
 #include "tools/mallctl_reports.hpp"
 

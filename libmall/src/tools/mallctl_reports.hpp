@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_reports.hpp — mallctl's reporting commands: `metrics` (malld's status in Prometheus
 // text, the same renderer as `malld --metrics-file`) and `history` (finished jobs from malld's
 // history file). They only read: anyone may run them (history needs read access to the file).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_signal.cpp — `mallctl signal PID --threads N|auto --cpus a-b` (see mallctl_signal.hpp).
 // Steps: check the arguments and encode the request (common/signal_control.hpp); hold the target
 // by a pidfd so that a recycled pid is never signalled; read /proc/PID/status and the target's

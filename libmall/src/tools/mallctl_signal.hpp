@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_signal.hpp — `mallctl signal PID`: control by signal, without malld. Sends a process
 // that opted in (MALL_SIGNAL_CONTROL=1) a real-time signal whose value asks for a thread count
 // and/or a cpu range, then waits for the process's own record of the outcome.

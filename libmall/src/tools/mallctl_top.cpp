@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_top.cpp — `mallctl top` (see mallctl_top.hpp). The frames are drawn by render_frame
 // (mallctl_top_frame.cpp: status JSON in, lines of text out, no terminal involved); here are the
 // options, the fetching, the live terminal (termios, alternate screen, signals; an RAII guard that

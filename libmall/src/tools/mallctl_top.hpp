@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_top.hpp — `mallctl top`: a live terminal view of malld's status (the pool, the policy,
 // one row per job with a bar of its cores), redrawn every --interval and at once on a key.
 // Contract: the terminal is always given back as it was (termios, alternate screen, cursor) on

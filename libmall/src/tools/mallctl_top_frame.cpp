@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_top_frame.cpp — `mallctl top`'s frames (see mallctl_top_frame.hpp): malld's status
 // JSON in, lines of text out. Every field is read defensively (a missing or mistyped one gives a
 // fallback), so an older malld's status still draws; nothing here touches the terminal.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallctl_top_frame.hpp — what one refresh of `mallctl top` shows, as lines of text, from malld's
 // status (the object `mallctl status --json` prints) or from why there is none. Pure: no terminal,
 // no signals, no fetching (mallctl_top.cpp does those); the only outside reads are the local time

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallrun.cpp — runs a command as a malleable job without Slurm: forks CMD held on a pipe,
 // registers the child's pid with malld (the reply comes once the job holds cpus), then lets it
 // exec with MALL_SOCKET and MALL_JOB_ID set. Forwards signals, deregisters when the child ends,

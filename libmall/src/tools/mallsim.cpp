@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // mallsim.cpp — replays a job trace against mall's real policy code on a simulated node: the real
 // NodeManager (two-phase core; the static, equal and throughput policies) on an hwloc synthetic or
 // XML topology, driven by a simulated clock, with jobs whose speedup curves are given. It compares

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // time_text.hpp — the wall clock as mallctl's reports show it: now in seconds since the epoch, and
 // a moment as local time in a strftime format (the history's "%Y-%m-%d %H:%M:%S", top's
 // "%H:%M:%S"). Header-only: the tools and their unit tests share it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mall_mpi.h — libmall_mpi, the collective step boundary of a multi-rank (MPI) malleable job.
  *
  * Every rank of a communicator calls mall_mpi_step() at the same step boundary. It runs the rank's

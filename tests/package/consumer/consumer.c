@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* consumer.c — what a user builds against an installed mall: includes <mall/mall.h>, checks that
  * the header and the loaded library agree on the API version, and that a detached handle steps. */
 #include <mall/mall.h>

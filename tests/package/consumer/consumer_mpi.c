@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A user's MPI program on the installed mall::mpi: opens the collective step without a malld (not
  * malleable), steps once, closes. Built (linked) by the find_package test to prove the exported
  * target carries its include folders and libraries; not run there (it would need mpirun). */

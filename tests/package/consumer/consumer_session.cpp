@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A user's C++ program on the installed mall::tf_tensorflow: runs a two-node TensorFlow graph
 // (Const 1.5, Square) through a plain Session::Run with TensorFlow's own pools parked by mall
 // (SessionPoolParking), unparked and parked to one worker, and checks the result (2.25). Exit 0 when right; it proves the package's include order, ABI flags and link

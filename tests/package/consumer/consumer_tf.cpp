@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A user's C++ program on the installed mall::tf: parks workers of Eigen's own ThreadPool
 // (PoolParking), runs an Eigen parallelFor sized by the running count before and after each park,
 // and checks the libmall glue refuses a null handle. Exit 0 when right.

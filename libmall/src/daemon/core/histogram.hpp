@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // histogram.hpp — a fixed-bucket histogram of durations in seconds, the shape Prometheus wants
 // (cumulative `le` buckets, a sum and a count). malld keeps one per job for its ack latency and
 // one per node for ack latency and reclaim duration. Every histogram uses the same bounds

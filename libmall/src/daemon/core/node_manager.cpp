@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // node_manager.cpp — the node manager's requests, processes, queries and re-adoption (see
 // node_manager.hpp); the moving part (plans, the two-phase steps, timers, events) is in
 // transitions.cpp. Every request validates fully and changes nothing when it fails (a change that

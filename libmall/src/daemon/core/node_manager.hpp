@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // node_manager.hpp — the node manager's core: jobs, their allocations, the policy, and the
 // two-phase transitions. A plain class with no sockets, no threads and no clock of its own, so
 // tests and mallsim drive it directly. The server feeds it requests and timer ticks and carries

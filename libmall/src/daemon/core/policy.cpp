@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // policy.cpp — the co-scheduling policies as pure functions, in two steps: how many cpus each job
 // gets (prepare(), then count_into(): static, equal and weighted here, throughput through
 // throughput_policy.hpp), then which ones (placement: keep what a job holds, whole cores first,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // policy.hpp — co-scheduling policies as pure functions: from the pool, the topology and the jobs
 // (limits, guaranteed cpus, pins, what each holds now) to the cpus each job should hold. No I/O,
 // no clock. Guarantees of every policy: targets are disjoint subsets of the pool. A pinned job's

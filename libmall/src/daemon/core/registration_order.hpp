@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // registration_order.hpp — the one order in which the core serves jobs and breaks ties: earlier
 // registration first, then the job id (so equal orders, e.g. of jobs a caller built by hand, still
 // give one deterministic order). Used by the policies and by the node manager.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // throughput_policy.cpp — the throughput policy's counting core (see throughput_policy.hpp for the
 // model): Amdahl fits of measured rates, greedy marginal-gain allocation, dwell and gain damping.
 #include "throughput_policy.hpp"

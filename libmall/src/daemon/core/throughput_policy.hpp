@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // throughput_policy.hpp — the `throughput` co-scheduling policy's counting core, a pure function:
 // from each job's measured progress rates at the core counts it has run on, how many cores each
 // job should get so that the node's total normalised throughput is largest. No I/O, no clock: the

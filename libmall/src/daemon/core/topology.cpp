@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // topology.cpp — loads the node's hwloc topology (system, XML file or synthetic description) and
 // precomputes, per PU, its ancestors from the root, so shared_depth() is a short prefix compare.
 // Contract (topology.hpp): cpus are PU os indexes below CpuSet::kMaxCpus; tree order = hwloc

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // topology.hpp — the node's hardware topology as malld sees it, loaded with hwloc from the running
 // system (including cpus outside malld's own cpuset), an hwloc XML file, or a synthetic description
 // ("pack:2 core:16 pu:2"). The unit of allocation is the PU (a Linux cpu number, hwloc os_index).

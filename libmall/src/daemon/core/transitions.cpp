@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // transitions.cpp — the moving part of the node manager (node_manager.hpp): plans from the
 // policy, the two-phase protocol's steps (advance), their ends (ack, timeout), enforcement with
 // retry, the feasibility replay (reachable), timers (tick, next_deadline) and the core's events.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // header_page.cpp — reads mall.h's comments and declarations and writes mall(3) (see
 // header_page.hpp). The header is read as text, line by line: it keeps one declaration group
 // per comment, separated by blank lines, which is all this needs.
@@ -207,9 +208,13 @@ std::string render_header_page(std::string_view header_text, std::string_view in
         return std::runtime_error(std::string(include_as) + ":" + std::to_string(line) + ": " + what);
     };
 
-    // The opening comment: "<file> — <summary>." then the description.
-    if (lines.empty() || lines[0].rfind("/*", 0) != 0) throw fail(1, "the header must open with its /* ... */ comment");
+    // A licence tag first ("/* SPDX-License-Identifier: ... */", one line) is not the page's.
     size_t i = 0;
+    if (!lines.empty() && lines[0].rfind("/* SPDX-License-Identifier:", 0) == 0 && lines[0].find("*/") != std::string::npos)
+        i = 1;
+    // The opening comment: "<file> — <summary>." then the description.
+    if (i >= lines.size() || lines[i].rfind("/*", 0) != 0)
+        throw fail(i + 1, "the header must open with its /* ... */ comment");
     std::vector<std::string> raw;
     while (i < lines.size()) {
         raw.push_back(lines[i]);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // header_page.hpp — mall(3) from the public header mall.h: its opening comment is the
 // DESCRIPTION, each comment-led group of declarations (a blank line ends a group) an entry under
 // MACROS, TYPES or FUNCTIONS with its declarations verbatim and its comment as text, and every

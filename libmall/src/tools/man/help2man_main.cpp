@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // help2man_main.cpp — mall-help2man, the build-time tool that writes mall's man pages from the
 // texts users already see: a tool's --help (run here, or read from a file or stdin), each
 // `TOOL help COMMAND` for the commands its "Commands:" section lists, or the public header.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // help_page.cpp — parses a tool's --help text into sections and blocks, and writes it as roff
 // (see help_page.hpp for the text's convention). Every word of the text reaches the page; only
 // the layout changes (headings become .SH, definition lists .TP, tables and examples

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // help_page.hpp — a tool's --help text as a man page. The text follows the tools' convention: a
 // title line "NAME - summary"; a usage ("Usage: ..." or a "Usage:" heading over indented lines);
 // paragraphs; headings (an unindented line ending in ':' that opens a blank-line-separated

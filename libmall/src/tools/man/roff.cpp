@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // roff.cpp — escaping and the shared pieces of every generated page (see roff.hpp).
 #include "tools/man/roff.hpp"
 

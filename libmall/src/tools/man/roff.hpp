@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // roff.hpp — what every generated man page shares: escaping text for roff man(7) source, the page
 // header (.TH, NAME), option/command terms in bold and placeholders in italic, SEE ALSO.
 // Contract: escape() output renders back to the same characters (hyphens as \-, quotes as \(aq,

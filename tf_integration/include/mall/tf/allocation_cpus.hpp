@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // allocation_cpus.hpp — an allocation's cpus (mall_alloc_t::mask) as a cpu_set_t for
 // sched_setaffinity / pthread_setaffinity_np: the one conversion every adapter pins with.
 // Header-only; needs only mall/mall.h (no Eigen, no OpenMP).

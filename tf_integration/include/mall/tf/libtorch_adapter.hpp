@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // libtorch adapter: makes libtorch's intra-op parallelism follow mall's allocation. Each allocation
 // mall_step() applies calls at::set_num_threads(its thread count: mall_alloc_threads()), pins the stepping thread's OpenMP pool to
 // the allocation's cpus (libtorch's OpenMP builds run intra-op work there), then checks with

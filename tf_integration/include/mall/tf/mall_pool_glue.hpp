@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Glue from libmall to a framework's pools: each allocation mall_step() applies pins the pools'
 // workers to its cpus and parks or releases workers (PoolParking, pool_parking.hpp) to its thread
 // count (clamped to 1..max), before mall_step() acks: the job runs no more threads than it holds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // OpenMP adapter: makes the OpenMP runtime of the training thread follow mall's allocation. Each
 // allocation mall_step() applies sets the stepping thread's OpenMP thread count to the allocation's
 // cpu count and pins that thread and every worker of its OpenMP thread pool to the allocation's

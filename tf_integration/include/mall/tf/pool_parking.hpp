@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // pool_parking.hpp — park, don't replace: resizes a framework's OWN thread pool (any
 // Eigen::ThreadPoolInterface: Eigen's ThreadPool, TensorFlow's intra-op and inter-op pools) by
 // parking some of its workers inside tasks that block until released, and releasing them to grow.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // runner_pool.hpp — a pool TensorFlow only lets us reach through a runner (the
 // std::function<void(std::function<void()>)> an OpKernelContext's runner() gives a kernel, which
 // schedules onto the inter-op pool the op runs under), seen as an Eigen::ThreadPoolInterface so

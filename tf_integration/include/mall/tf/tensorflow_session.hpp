@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tensorflow_session.hpp — TensorFlow's OWN thread pools, parked to follow mall, for the C++
 // Session API (park, don't replace: see pool_parking.hpp).
 //
