@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # build-site-deb.sh — builds mall's Debian package for the site guest INSIDE the Debian 13 root
 # (make-site-root.sh), so that the SPANK plugin is compiled against trixie's libslurm-dev 24.11 and
 # everything against trixie's libraries: a chroot with the source tree bind-mounted read-only and

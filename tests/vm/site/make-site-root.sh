@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # make-site-root.sh — the Debian 13 (trixie) "site" root for the vm.site_* tests (issue 29): systemd as
 # PID 1, Slurm 24.11, podman 5 + crun, trixie's kernel, and what building mall needs. Made with
 # mmdebstrap once and cached as a tarball in ${XDG_CACHE_HOME:-~/.cache}/mall/, keyed by the suite,

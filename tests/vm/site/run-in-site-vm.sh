@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-in-site-vm.sh — boots the Debian 13 site guest (make-site-root.sh: systemd as PID 1, cgroup v2,
 # Slurm 24.11, podman 5) under qemu TCG and runs guest test scripts in it, in order, as root, from a
 # systemd unit after multi-user.target. Contract: each script's stdout/stderr reach ours live; one

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-site-tests.sh — ctest's driver for the Debian 13 site tests (vm.site_malld, vm.site_slurm,
 # vm.site_podman; issue 29): builds mall's .deb in the site root (build-site-deb.sh, cached build
 # tree), then boots the site guest once (run-in-site-vm.sh) and runs the named tests' guest scripts

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # site_malld.sh — the guest script of ctest vm.site_malld: mall installed from its .deb runs as a
 # systemd service on Debian 13 (systemd as PID 1, cgroup v2), as an admin deploys it. Checks:
 #   (1) `apt install ./mall_*.deb` installs it without network; the unit has Delegate=yes and
@@ -20,7 +21,7 @@
 # set. Its own watchdog (MALL_SITE_MALLD_TIMEOUT_S, default 480 s) fails a hang.
 set -uo pipefail
 
-if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 limit_s=${MALL_SITE_MALLD_TIMEOUT_S:-480}
 wait_s=${MALL_SITE_MALLD_WAIT_S:-60}   # each wait: well under a second natively, seconds under TCG
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/malld}
