@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # site_podman.sh — the guest script of ctest vm.site_podman: podman 5 with crun and the systemd cgroup
 # manager (Debian 13's defaults) runs malleable containers of malld.service, both ways mall offers:
 #   (1) setup: mall from its .deb, malld.service active; podman uses crun and the systemd manager;
@@ -26,7 +27,7 @@
 # MALL_SITE_PODMAN_WAIT_S (default 90 s: podman under TCG takes seconds per command).
 set -uo pipefail
 
-if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 limit_s=${MALL_SITE_PODMAN_TIMEOUT_S:-600}
 # The watchdog (tests/support/watchdog.sh's way, which the guest does not have): this script runs
 # again under timeout(1), which sends TERM after limit_s (the trap cleans up) and KILL 60 s later.

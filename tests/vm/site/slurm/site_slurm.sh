@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # site_slurm.sh — the guest script of ctest vm.site_slurm: mall from its .deb makes a Slurm 24.11 job
 # malleable in place on cgroup v2 under systemd. Checks, as an admin would with systemctl, sbatch,
 # scancel, /proc, /sys/fs/cgroup and mallctl:
@@ -27,7 +28,7 @@
 # (MALL_SITE_SLURM_TIMEOUT_S, default 600 s: everything is slow under TCG) fails a hang.
 set -uo pipefail
 
-if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 conf=${MALL_SITE_SLURM_CONF:-${MALL_SITE_FILES:-/nonexistent}/slurm}
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/slurm}
 limit_s=${MALL_SITE_SLURM_TIMEOUT_S:-600}
