@@ -15,8 +15,9 @@ readonly SUITE=trixie
 # nlohmann-json, libslurm-dev, Eigen for tf_integration/, which is always configured; cpack -G DEB:
 # dpkg-dev for dpkg-shlibdeps, file), and the .deb's runtime libraries (pulled by the -dev
 # packages), so that `apt install ./mall_*.deb` in the guest needs no network. jq and psmisc for
-# the guest test scripts; conmon and catatonit for podman (--init).
-readonly PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-amd64,iproute2,procps,psmisc,python3,jq,slurmd,slurmctld,slurm-client,munge,podman,crun,conmon,catatonit,g++,cmake,ninja-build,pkg-config,libhwloc-dev,libboost-program-options-dev,nlohmann-json3-dev,libeigen3-dev,libslurm-dev,dpkg-dev,file
+# the guest test scripts; conmon and catatonit for podman (--init); docker.io with docker-cli (the
+# client is only Recommended by docker.io, and mmdebstrap installs no Recommends) for site_docker.sh.
+readonly PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-amd64,iproute2,procps,psmisc,python3,jq,slurmd,slurmctld,slurm-client,munge,podman,crun,conmon,catatonit,docker.io,docker-cli,containerd,runc,busybox-static,g++,cmake,ninja-build,pkg-config,libhwloc-dev,libboost-program-options-dev,nlohmann-json3-dev,libeigen3-dev,libslurm-dev,dpkg-dev,file
 
 usage() {
   cat <<EOF

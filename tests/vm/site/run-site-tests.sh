@@ -20,11 +20,12 @@ SYNOPSIS
     $prog [--source DIR] [--work-dir DIR] [--timeout S] TEST [TEST...]
 
 DESCRIPTION
-    TEST is malld, slurm or podman:
+    TEST is malld, slurm, podman or docker:
       malld   site_malld.sh            malld.service from the .deb (vm.site_malld)
       slurm   slurm/site_slurm.sh      Slurm 24.11, cgroup/v2 under systemd (vm.site_slurm);
                                        the slurm/ folder goes along (--file)
       podman  podman/site_podman.sh    podman 5, crun, systemd cgroup manager (vm.site_podman)
+      docker  docker/site_docker.sh    docker 26, runc, systemd cgroup driver (vm.site_docker)
     Steps: make-site-root.sh (cached root; ~75 s the first time), build-site-deb.sh (the .deb;
     ~3 min the first time on 2 cpus, ~15 s when the sources did not change), run-in-site-vm.sh
     --deb mall_*.deb with the scripts (boot ~30 s on an idle host, 2-3 min on a busy one). The
@@ -54,11 +55,11 @@ while [ $# -gt 0 ]; do
     --timeout) [[ ${2-} =~ ^[1-9][0-9]*$ ]] || { echo "$prog: --timeout needs seconds" >&2; exit 2; }
       timeout_s=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    malld|slurm|podman) tests+=("$1"); shift ;;
-    *) echo "$prog: unknown test or option '$1' (tests: malld, slurm, podman; see --help)" >&2; exit 2 ;;
+    malld|slurm|podman|docker) tests+=("$1"); shift ;;
+    *) echo "$prog: unknown test or option '$1' (tests: malld, slurm, podman, docker; see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#tests[@]} -gt 0 ] || { echo "$prog: name at least one test: malld, slurm or podman (see --help)" >&2; exit 2; }
+[ ${#tests[@]} -gt 0 ] || { echo "$prog: name at least one test: malld, slurm, podman or docker (see --help)" >&2; exit 2; }
 
 . "$here/../../support/watchdog.sh"   # watchdog_script, watchdog_fired
 watchdog_script "$timeout_s" "${orig_args[@]}"
@@ -73,6 +74,7 @@ for t in "${tests[@]}"; do
     malld) scripts+=("$here/site_malld.sh") ;;
     slurm) scripts+=("$here/slurm/site_slurm.sh"); files+=(--file "$here/slurm") ;;
     podman) scripts+=("$here/podman/site_podman.sh") ;;
+    docker) scripts+=("$here/docker/site_docker.sh") ;;
   esac
 done
 for s in "${scripts[@]}"; do [ -r "$s" ] || { echo "$prog: FAIL: guest script $s is missing" >&2; exit 1; }; done
