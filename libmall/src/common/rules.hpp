@@ -15,6 +15,11 @@ namespace mall {
 // Where malld listens and clients look when neither --socket nor $MALL_SOCKET says otherwise.
 inline constexpr const char *kDefaultSocketPath = MALL_DEFAULT_SOCKET;
 
+// The environment a job's processes find malld and their registration by: mallrun, the Slurm
+// plugin and the OCI hook set them; libmall, mallctl and malld read them.
+inline constexpr const char *kSocketEnv = "MALL_SOCKET";  // malld's socket
+inline constexpr const char *kJobIdEnv = "MALL_JOB_ID";   // the job's registered name
+
 // How long malld waits for a job's processes to acknowledge a smaller allocation before it
 // enforces anyway (malld --ack-timeout-ms; the plugin's plugstack.conf ack_timeout_ms= mirrors it).
 inline constexpr std::chrono::milliseconds kDefaultAckTimeout{2000};
