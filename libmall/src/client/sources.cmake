@@ -1,0 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# sources.cmake — the files of libmall.so, the client library (included by libmall/CMakeLists.txt,
+# which declares the target, its exports and links); paths are relative to libmall/.
+target_sources(mall PRIVATE
+  src/client/mall.cpp)

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# sources.cmake — the files of mall_daemon (included by libmall/CMakeLists.txt, which declares the
+# target and its links); paths are relative to libmall/.
+target_sources(mall_daemon PRIVATE
+  src/daemon/log.cpp
+  src/daemon/procfs.cpp
+  src/daemon/backend.cpp
+  src/daemon/state_file.cpp
+  src/daemon/persistence.cpp
+  src/daemon/connections.cpp
+  src/daemon/pid_watch.cpp
+  src/daemon/kernel_effects.cpp
+  src/daemon/access.cpp
+  src/daemon/handlers.cpp
+  src/daemon/slurm_jobs.cpp
+  src/daemon/slurm_reconcile.cpp
+  src/daemon/server.cpp
+)
