@@ -21,7 +21,8 @@ add_executable(mall-help2man
   src/tools/man/help2man_main.cpp
   src/tools/man/roff.cpp
   src/tools/man/help_page.cpp
-  src/tools/man/header_page.cpp)
+  src/tools/man/header_page.cpp
+  src/common/run_bounded.cpp)  # compiled in: the build tool links no mall library
 target_include_directories(mall-help2man PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 
 set(mall_man_dir ${PROJECT_BINARY_DIR}/man)

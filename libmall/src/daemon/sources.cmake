@@ -5,6 +5,7 @@ target_sources(mall_daemon PRIVATE
   src/daemon/log.cpp
   src/daemon/procfs.cpp
   src/daemon/backend.cpp
+  src/daemon/systemd_slice.cpp
   src/daemon/state_file.cpp
   src/daemon/persistence.cpp
   src/daemon/connections.cpp

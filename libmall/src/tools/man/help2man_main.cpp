@@ -5,11 +5,7 @@
 // Runs the tool with MALL_* variables removed, so the page never depends on the caller's
 // environment; writes nothing but --output (through --output.tmp). Exit 0; 1 with the reason on
 // stderr; 2 on a bad command line.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -23,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/run_bounded.hpp"
 #include "tools/man/header_page.hpp"
 #include "tools/man/help_page.hpp"
 
@@ -49,63 +46,27 @@ const char kUsage[] =
 // Runs argv with MALL_* removed from the environment; returns its stdout. Throws when it cannot
 // run, runs longer than 30 s, writes nothing, or exits with a status other than 0.
 std::string run_program(const std::vector<std::string> &argv) {
-    std::vector<std::string> env_text;
+    mall::BoundedCommand command;
+    command.argv = argv;
+    command.environment.emplace();
     for (char **e = environ; *e; ++e)
-        if (std::strncmp(*e, "MALL_", 5) != 0) env_text.push_back(*e);
-    std::vector<char *> env, args;
-    for (auto &e : env_text) env.push_back(e.data());
-    env.push_back(nullptr);
-    std::vector<std::string> argv_copy = argv;
-    for (auto &a : argv_copy) args.push_back(a.data());
-    args.push_back(nullptr);
-
-    std::string what;
-    for (const auto &a : argv) what += (what.empty() ? "" : " ") + a;
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
-    if (pid == 0) {
-        ::dup2(fds[1], STDOUT_FILENO);
-        const int devnull = ::open("/dev/null", O_RDONLY);
-        if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-        ::execve(args[0], args.data(), env.data());
-        std::fprintf(stderr, "mall-help2man: cannot run %s: %s\n", args[0], std::strerror(errno));
-        ::_exit(127);
+        if (std::strncmp(*e, "MALL_", 5) != 0) command.environment->push_back(*e);
+    command.limit = std::chrono::seconds(30);
+    const std::string what = mall::command_text(argv);
+    mall::BoundedResult run = mall::run_bounded(command);
+    if (run.spawn_error != 0) {
+        // As an exec that failed in the child would say it: the reason, then the exit status.
+        std::fprintf(stderr, "mall-help2man: cannot run %s: %s\n", argv[0].c_str(), std::strerror(run.spawn_error));
+        throw std::runtime_error(what + " failed (exit 127)");
     }
-    ::close(fds[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    bool timed_out = false;
-    for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            timed_out = true;
-            break;
-        }
-        pollfd p{fds[0], POLLIN, 0};
-        const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready <= 0) continue;
-        char buf[4096];
-        const ssize_t n = ::read(fds[0], buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fds[0]);
-    if (timed_out) ::kill(pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (timed_out) throw std::runtime_error(what + " still running after 30 s; killed it");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    if (run.timed_out) throw std::runtime_error(what + " still running after 30 s; killed it");
+    if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0)
         throw std::runtime_error(what + " failed (" +
-                                 (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                                    : "signal " + std::to_string(WTERMSIG(status))) +
+                                 (WIFEXITED(run.status) ? "exit " + std::to_string(WEXITSTATUS(run.status))
+                                                        : "signal " + std::to_string(WTERMSIG(run.status))) +
                                  ")");
-    if (out.empty()) throw std::runtime_error(what + " printed nothing");
-    return out;
+    if (run.output.empty()) throw std::runtime_error(what + " printed nothing");
+    return run.output;
 }
 
 std::string read_file(const std::string &path) {
