@@ -37,7 +37,7 @@ from . import Allocation, Client, MallError
 from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
 from ._follow import AllocationFollower
 
-__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "on_pools", "op_library_path"]
+__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "pools_spin", "on_pools", "op_library_path"]
 
 _LIBRARY_NAME = "libmall_tf_ops.so"
 _VERSION_SUFFIX = ".tensorflow-version"
@@ -116,13 +116,20 @@ def _call(intra: int, inter: int) -> Threads:
                    as_tuple(inter_workers), as_tuple(inter_parked))
 
 
-def size_pools(threads: int | None = None) -> int:
+def size_pools(threads: int | None = None, *, spinning: bool = False) -> int:
     """Makes TensorFlow create its intra-op and inter-op pools with `threads` workers each (default:
     $MALL_MAX, the most the job may grow to, else the online cpus), so that mall can later release
     workers up to that many: TensorFlow sizes its pools once, at its first op, from the cpus it may
     use then (a malleable job often starts small). Must run before TensorFlow's first op; later it
     only warns (once, on stderr) and the job can grow to the pools TensorFlow made. Returns the
-    count asked for."""
+    count asked for.
+
+    Unless `spinning` is True it also turns off the pools' spinning (ConfigProto.experimental.
+    disable_thread_spinning): a worker that runs out of work then sleeps at once instead of trying
+    to steal for a while. On the cores mall gives a job, that spin takes cpu from the job's own
+    busy threads: a pool of two shrunk to one running worker on one cpu trained an MLP 7-10%
+    slower than a pool made with one thread, and as fast once spinning was off (docs/frameworks.md).
+    """
     import tensorflow as tf
 
     if threads is None:
@@ -135,7 +142,38 @@ def size_pools(threads: int | None = None) -> int:
         print(f"mall.tensorflow: TensorFlow made its pools before size_pools() ({exc}); the job "
               f"grows to {tf.config.threading.get_intra_op_parallelism_threads() or 'the cpus it had then'} "
               "threads at most: call mall.tensorflow.size_pools() before the first op", file=sys.stderr)
+        return threads
+    if not spinning:
+        _disable_pool_spinning()
     return threads
+
+
+def _disable_pool_spinning() -> None:
+    """Sets disable_thread_spinning in the eager context's configuration, which TensorFlow reads
+    when it makes its pools (the context is not initialized yet: size_pools() checked). TensorFlow
+    has no public setter for it, so this uses the context's private _config; a TensorFlow without
+    it keeps spinning, with one warning."""
+    try:
+        from tensorflow.core.protobuf import config_pb2
+        from tensorflow.python.eager import context
+
+        ctx = context.context()
+        config = config_pb2.ConfigProto()
+        if ctx._config is not None:
+            config.CopyFrom(ctx._config)
+        config.experimental.disable_thread_spinning = True
+        ctx._config = config
+    except (ImportError, AttributeError) as exc:
+        print(f"mall.tensorflow: cannot turn off the spinning of TensorFlow's pools ({exc}); "
+              "they keep spinning (a shrunk job runs a few percent slower)", file=sys.stderr)
+
+
+def pools_spin() -> bool:
+    """Whether TensorFlow's pools spin (look for work for a while before sleeping): False after
+    size_pools() with its default spinning=False. Reads the configuration TensorFlow made them with."""
+    from tensorflow.python.eager import context
+
+    return not context.context().config.experimental.disable_thread_spinning
 
 
 def threads() -> Threads:

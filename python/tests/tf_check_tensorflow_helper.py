@@ -35,6 +35,11 @@ class TensorFlowHelper(unittest.TestCase):
     def test_import_mall_does_not_import_tensorflow(self):
         self.assertFalse(self.tensorflow_before_mall_tensorflow)
 
+    def test_size_pools_turns_spinning_off(self):
+        # TensorFlow made its pools (the fixture's set_threads calls ran ops) from this configuration.
+        self.mt.threads()
+        self.assertFalse(self.mt.pools_spin())
+
     def test_set_threads_parks_and_releases_both_pools(self):
         mt = self.mt
         full = mt.threads()
