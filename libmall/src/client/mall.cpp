@@ -40,171 +40,18 @@
 #include "common/signal_control.hpp"
 #include "common/cpuset.hpp"
 #include "common/unix_socket.hpp"
+#include "control_by_signal.hpp"
+#include "error_text.hpp"
+#include "handle.hpp"
+#include "process_effects.hpp"
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
-constexpr int kMaxCallbacks = 16;
-constexpr int kMaxBoundThreads = 1024;
-// mall_open() waits at most this long for malld's attach reply by default ($MALL_ATTACH_TIMEOUT_MS
-// changes it, 0 to 60000; the connect itself never waits: a full backlog fails at once).
-constexpr milliseconds kDefaultAttachTimeout{2000};
-constexpr long kMaxAttachTimeoutMs = 60000;
-// Reconnect backoff when no malld answers: 50 ms doubling to 1 s.
-constexpr milliseconds kFirstBackoff{50};
-constexpr milliseconds kMaxBackoff{1000};
-// After a refusal (not this job's owner, no such job, ...) retrying every second would only fill
-// malld's log with refusals; a restarted malld or a late registration is still picked up.
-constexpr milliseconds kRefusedBackoff{5000};
-constexpr milliseconds kProgressInterval{500};
-// A "seen generation" no page ever holds: the next mall_step() applies whatever the page says.
-constexpr uint64_t kForceApply = UINT64_MAX;
-
-// The page's generation, read without any lock. ThreadSanitizer models the monitor's
-// mmap(MAP_FIXED) over the page as a plain write to it; the kernel swaps the mapping atomically, so
-// a concurrent reader sees the old page or the new one, both valid. TSan builds skip that read.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void AnnotateIgnoreReadsBegin(const char *file, int line);
-extern "C" void AnnotateIgnoreReadsEnd(const char *file, int line);
-inline uint64_t page_generation(const mall::SharedPage *page) {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    uint64_t generation = page->generation.load(std::memory_order_acquire);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-    return generation;
-}
-#else
-inline uint64_t page_generation(const mall::SharedPage *page) {
-    return page->generation.load(std::memory_order_acquire);
-}
-#endif
-
-struct ResizeCallback {
-    mall_resize_fn fn;
-    void *arg;
-    mall_release_fn release;  // called with arg by mall_close(); may be null
-};
-
-}  // namespace
-
-struct mall_handle {
-    // --- the mall_step() fast path reads only these two words ---
-    const mall::SharedPage *page = nullptr;  // fixed address for the handle's whole life
-    std::atomic<uint64_t> seen_generation{0};
-
-    // --- progress counters, bumped by mall_report_progress() (lock-free, relaxed) ---
-    // mall_set_usage(): the cap, re-sent after every (re)attach; 0 = none.
-    std::atomic<int> usage_cap{0};
-    alignas(64) std::atomic<uint64_t> work_units{0};
-    std::atomic<uint64_t> progress_calls{0};
-
-    // --- set at open, constant afterwards ---
-    alignas(64) std::string socket_path;
-    nlohmann::json attach_body;  // {"job": $MALL_JOB_ID} or the self-registration {"min", "max"}
-    int user_event_fd = -1;  // mall_fd(): readable while a published change is not applied yet
-    int stop_event_fd = -1;  // written by mall_close() to stop the monitor
-
-    // conn_mu guards the socket descriptor and the replacement of the page mapping, so that the
-    // change path never reads a page while it is swapped and never sends on a closed descriptor.
-    std::mutex conn_mu;
-    int sock = -1;                      // written by the monitor (and open) only, under conn_mu
-    std::atomic<bool> attached{false};
-    // mall_job_id()'s text: every distinct name the handle was attached under, kept until
-    // mall_close() so that a pointer handed out never changes or dangles; job_name points at the
-    // current one. A new entry only when a re-attach names a job never seen before (malld lost its
-    // state and self-registered the process anew): a handful per handle at most.
-    std::forward_list<std::string> job_names;  // written by the monitor (and open), under conn_mu
-    std::atomic<const char *> job_name{""};
-
-    // --- the change path ---
-    std::mutex step_mu;     // one change path at a time; guards scratch
-    mall_alloc_t scratch{};  // the snapshot being applied (kept off the caller's stack)
-    std::mutex state_mu;    // guards applied
-    mall_alloc_t applied{};
-    std::mutex callbacks_mu;
-    ResizeCallback callbacks[kMaxCallbacks] = {};
-    int ncallbacks = 0;
-    std::mutex threads_mu;
-    pid_t threads[kMaxBoundThreads] = {};
-    int nthreads = 0;
-    // notify_mu makes "user_event_fd is readable" match "the page holds an unapplied generation":
-    // the monitor signals and the change path drains under it.
-    std::mutex notify_mu;
-    bool user_fd_signaled = false;  // under notify_mu: false = surely not readable (saves a read())
-    // Notification by signal (mall_open_ex's notify_signal, $MALL_NOTIFY_SIGNAL): 0 = none. Under
-    // notify_mu: the last generation signalled, and whether the "no handler" warning was given.
-    int notify_signal = 0;
-    uint64_t notified_generation = 0;
-    bool notify_warned = false;
-    // Control by signal: the cpus the process had at mall_open() (requests stay within them).
-    bool signal_control = false;
-    uint64_t control_bound[MALL_MAX_CPUS / 64] = {};
-    // Under state_mu: the cpus of malld's last applied generation (a signal request never widens
-    // past them) and that page's flags (kPageFlagSignalControl: malld lets the job take requests).
-    bool has_malld_cpus = false;
-    uint64_t malld_cpus[MALL_MAX_CPUS / 64] = {};
-    int malld_threads = 0;  // the thread count of that generation
-    uint32_t page_flags = 0;
-    // Under step_mu: a signal request pinned every thread; malld's next allocation re-pins them all.
-    bool control_overrode = false;
-
-    // --- the monitor thread and its private state ---
-    std::thread monitor;
-    uint32_t next_request_id = 1;
-    // The job a self-registration created: later attaches (after a malld restart that re-adopted
-    // it) name it, since malld refuses to self-register a process that already has a job.
-    std::string self_job;
-    std::chrono::milliseconds first_retry{kFirstBackoff};  // after mall_open's own attempt
-    milliseconds attach_timeout{kDefaultAttachTimeout};    // $MALL_ATTACH_TIMEOUT_MS
-    uint64_t progress_base_units = 0, progress_base_calls = 0;
-    uint64_t progress_sent_units = 0, progress_sent_calls = 0;
-};
-
-namespace {
-
-void set_error(mall_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void set_error(mall_error_t *err, const char *fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(err->text, sizeof err->text, fmt, ap);
-    va_end(ap);
-}
-
-void clear_error(mall_error_t *err) {
-    if (err) err->text[0] = '\0';
-}
+namespace mall::client {
 
 // Decimal text of a number (std::to_string would export a libstdc++ template from libmall.so).
 std::string decimal(long long value) {
     char text[32];
     std::snprintf(text, sizeof text, "%lld", value);
     return text;
-}
-
-pid_t current_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
-
-void eventfd_signal(int fd) {
-    uint64_t one = 1;
-    ssize_t n = ::write(fd, &one, sizeof one);
-    (void)n;  // EAGAIN means it is readable already
-}
-
-void eventfd_drain(int fd) {
-    uint64_t value;
-    ssize_t n = ::read(fd, &value, sizeof value);
-    (void)n;  // EAGAIN means it was not readable
-}
-
-cpu_set_t cpu_set_of(const uint64_t mask[MALL_MAX_CPUS / 64]) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    // glibc keeps cpu i at bit i % 64 of word i / 64, as the page's mask does.
-    static_assert(sizeof(set.__bits[0]) == sizeof(uint64_t) && CPU_SETSIZE == MALL_MAX_CPUS,
-                  "cpu_set_t and the allocation mask share their layout");
-    std::memcpy(set.__bits, mask, sizeof(uint64_t) * (MALL_MAX_CPUS / 64));
-    return set;
 }
 
 void tell_user(mall_handle *m, const char *what);
@@ -649,83 +496,12 @@ bool start_monitor(mall_handle *m) {
     return started;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Control by signal. One handle per process owns the control signal; its handler only records the
-// request (the last one wins) and makes the next mall_step() take the change path, by storing
-// kForceApply into the same word the fast path already compares: no second load there.
-
-struct SignalControlBlock {
-    std::atomic<mall_handle *> owner{nullptr};
-    std::atomic<uint64_t> request{0};  // (sender pid << 32) | value; 0 = none
-    std::atomic<int> in_handler{0};
-    std::atomic<uint64_t> received{0};
-    int signal = 0;
-    struct sigaction previous {};
-    // The status record `mallctl signal` reads (signal_control.hpp), under record_mu: the decided
-    // requests and the last one's outcome. Written on the change path and at (de)attach only.
-    std::mutex record_mu;
-    int record_fd = -1;
-    uint64_t record_seq = 0, handled = 0;
-    uint32_t last_value = 0;
-    pid_t last_from = 0;
-    const char *last_result = "none";
-    char last_why[512] = "";
-    char record[mall::signal_control::kRecordSize];
-};
-SignalControlBlock g_control;  // never destroyed: a late signal finds it
-
-// A forked child (a data-loader worker, say) is not the process that opted in: it drops the
-// handle and its copy of the record, so `mallctl signal` refuses it ("not enabled"); the handler
-// it inherits ignores requests. Runs in the child only (no lock: another thread may have held one).
-void control_after_fork_in_child() {
-    new (&g_control.record_mu) std::mutex();  // another thread may have held it at the fork
-    g_control.owner.store(nullptr);
-    g_control.request.store(0);
-    if (g_control.record_fd >= 0) ::close(g_control.record_fd);
-    g_control.record_fd = -1;
-}
-
-void control_handler(int, siginfo_t *info, void *) {
-    const int saved_errno = errno;
-    g_control.in_handler.fetch_add(1);
-    if (info != nullptr && info->si_code == SI_QUEUE) {
-        const auto value = static_cast<uint32_t>(info->si_value.sival_int);
-        mall_handle *h = g_control.owner.load();
-        if (h != nullptr && mall::signal_control::decode(value)) {
-            g_control.request.store((static_cast<uint64_t>(static_cast<uint32_t>(info->si_pid)) << 32) | value);
-            g_control.received.fetch_add(1);
-            h->seen_generation.store(kForceApply);
-            // Wake mall_fd() users too (write(2) is async-signal-safe; the change path drains it).
-            const uint64_t one = 1;
-            if (h->user_event_fd >= 0) (void)!::write(h->user_event_fd, &one, sizeof one);
-        }
-    }
-    g_control.in_handler.fetch_sub(1);
-    errno = saved_errno;
-}
-
 void destroy(mall_handle *m) {
-    bool leak = false;
     if (m->monitor.joinable()) {
         eventfd_signal(m->stop_event_fd);
         m->monitor.join();
     }
-    if (m->signal_control && g_control.owner.load() == m) {
-        // No handler may still use this handle: unhook it, wait for a running one (bounded), and
-        // leave the signal ignored rather than at its default, which would end the process.
-        g_control.owner.store(nullptr);
-        for (int i = 0; i < 100000 && g_control.in_handler.load() != 0; ++i) sched_yield();
-        // A handler still inside (its thread descheduled for long) may yet touch the handle and
-        // write to its eventfd: leak both rather than free them under it.
-        leak = g_control.in_handler.load() != 0;
-        struct sigaction restore = g_control.previous;
-        if (!(restore.sa_flags & SA_SIGINFO) && restore.sa_handler == SIG_DFL) restore.sa_handler = SIG_IGN;
-        ::sigaction(g_control.signal, &restore, nullptr);
-        g_control.request.store(0);
-        std::lock_guard<std::mutex> lock(g_control.record_mu);
-        if (g_control.record_fd >= 0) ::close(g_control.record_fd);  // mallctl: "not enabled"
-        g_control.record_fd = -1;
-    }
+    const bool leak = control_release(m);
     if (m->page) ::munmap(const_cast<mall::SharedPage *>(m->page), mall::kSharedPageSize);
     if (m->sock >= 0) ::close(m->sock);
     if (m->user_event_fd >= 0 && !leak) ::close(m->user_event_fd);
@@ -752,25 +528,7 @@ bool env_int(const char *name, long min, long max, long fallback, long *out) {
     return true;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The change path of mall_step()
 
-void repin_bound_threads(mall_handle *m, const mall_alloc_t &alloc) {
-    std::lock_guard<std::mutex> lock(m->threads_mu);
-    if (m->nthreads == 0) return;
-    cpu_set_t set = cpu_set_of(alloc.mask);
-    pid_t pid = ::getpid();
-    int kept = 0;
-    for (int i = 0; i < m->nthreads; ++i) {
-        pid_t tid = m->threads[i];
-        // tgkill(.., 0) checks that the tid is still a thread of this process: a tid of an exited
-        // thread may be reused by another process, which must never be re-pinned.
-        if (::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH) continue;
-        if (::sched_setaffinity(tid, sizeof set, &set) != 0 && errno == ESRCH) continue;
-        m->threads[kept++] = tid;
-    }
-    m->nthreads = kept;
-}
 
 // Marks generation as applied and leaves user_event_fd readable only if a newer one is waiting.
 void finish_change(mall_handle *m, uint64_t generation) {
@@ -787,187 +545,6 @@ void finish_change(mall_handle *m, uint64_t generation) {
     }
 }
 
-// Every thread of the process on `set` (what malld's affinity backend does for a job).
-void pin_every_thread(const cpu_set_t &set) {
-    DIR *dir = ::opendir("/proc/self/task");
-    if (dir == nullptr) return;
-    while (dirent *e = ::readdir(dir)) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        (void)::sched_setaffinity(static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10)), sizeof set, &set);
-    }
-    ::closedir(dir);
-}
-
-void run_callbacks(mall_handle *m, const mall_alloc_t &alloc);
-
-// Rewrites the status record (under record_mu; the caller holds no lock of the handle's but
-// possibly step_mu). One pwrite of the whole record: a reader compares seq with end.
-// What a control request is judged against, read once under state_mu: the applied allocation,
-// the cpus requests stay within (malld's last, else the opening affinity), whether malld's page
-// allows requests, and malld's thread count (0 when malld never gave one).
-struct ControlView {
-    mall_alloc_t current;
-    mall::CpuSet bound;
-    bool allowed = false;
-    int malld_threads = 0;
-};
-
-ControlView control_view(mall_handle *m) {
-    ControlView v;
-    std::lock_guard<std::mutex> lock(m->state_mu);
-    v.current = m->applied;
-    v.bound = mall::CpuSet::from_mask(m->has_malld_cpus ? m->malld_cpus : m->control_bound);
-    v.allowed = (m->page_flags & mall::kPageFlagSignalControl) != 0;
-    v.malld_threads = m->has_malld_cpus ? m->malld_threads : 0;
-    return v;
-}
-
-void write_record_locked(mall_handle *m) {
-    namespace sc = mall::signal_control;
-    if (g_control.record_fd < 0) return;
-    const ControlView view = control_view(m);
-    const mall_alloc_t &current = view.current;
-    const bool attached = m->attached.load(std::memory_order_acquire);
-    const bool allowed = view.allowed;
-    const mall::CpuSet bound = attached && !allowed ? mall::CpuSet() : view.bound;
-    const mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask)
-                                                : mall::CpuSet::from_mask(m->control_bound);
-    const int threads = current.ncpus > 0 ? mall_alloc_threads(&current) : cpus.count();
-    const uint64_t seq = ++g_control.record_seq;
-    std::memset(g_control.record, 0, sizeof g_control.record);
-    std::snprintf(g_control.record, sizeof g_control.record,
-                  "%s %d\nseq %llu\npid %ld\nsignal %d\napi %d.%d.%d\nmode %s\njob %s\nallowed %d\nbound %s\n"
-                  "cpus %s\nthreads %d\nreceived %llu\nhandled %llu\nlast %x\nfrom %ld\nresult %s\nwhy %s\nend %llu\n",
-                  sc::kRecordName, sc::kRecordFormat, static_cast<unsigned long long>(seq),
-                  static_cast<long>(::getpid()), g_control.signal, MALL_API_VERSION_MAJOR, MALL_API_VERSION_MINOR,
-                  MALL_API_VERSION_PATCH, attached ? "attached" : "detached",
-                  attached ? m->job_name.load(std::memory_order_acquire) : "", allowed ? 1 : 0,
-                  bound.to_string().c_str(), cpus.to_string().c_str(), threads,
-                  static_cast<unsigned long long>(g_control.received.load()),
-                  static_cast<unsigned long long>(g_control.handled), g_control.last_value,
-                  static_cast<long>(g_control.last_from), g_control.last_result, g_control.last_why,
-                  static_cast<unsigned long long>(seq));
-    (void)!::pwrite(g_control.record_fd, g_control.record, sizeof g_control.record, 0);
-}
-
-void refresh_record(mall_handle *m) {
-    if (!m->signal_control) return;
-    try {
-        std::lock_guard<std::mutex> lock(g_control.record_mu);
-        write_record_locked(m);
-    } catch (...) {
-    }
-}
-
-// Records how a request ended and why (printf-style words), then rewrites the record.
-void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-void decide_request(mall_handle *m, uint64_t request, const char *result, const char *fmt, ...) {
-    try {
-        std::lock_guard<std::mutex> lock(g_control.record_mu);
-        ++g_control.handled;
-        g_control.last_value = static_cast<uint32_t>(request & 0xffffffffu);
-        g_control.last_from = static_cast<pid_t>(request >> 32);
-        g_control.last_result = result;
-        va_list ap;
-        va_start(ap, fmt);
-        std::vsnprintf(g_control.last_why, sizeof g_control.last_why, fmt, ap);
-        va_end(ap);
-        for (char *c = g_control.last_why; *c; ++c)
-            if (*c == '\n') *c = ' ';
-        write_record_locked(m);
-    } catch (...) {
-    }
-}
-
-// Applies a control request (called under step_mu): true when it changed the allocation.
-// Never attached: within the cpus the process had at mall_open(). Attached: only when malld lets
-// the job take signals (mallctl set JOB --signal-control on), within malld's published cpus
-// (narrowing); malld's next generation replaces it. Once attached, malld's last cpus bound it.
-bool apply_control_request(mall_handle *m, uint64_t request) {
-    namespace sc = mall::signal_control;
-    const auto decoded = sc::decode(static_cast<uint32_t>(request & 0xffffffffu));
-    if (!decoded) {
-        decide_request(m, request, "refused", "the value %#x is not a mall request", static_cast<unsigned>(request));
-        return false;
-    }
-    const ControlView view = control_view(m);
-    const mall_alloc_t &current = view.current;
-    const mall::CpuSet &bound = view.bound;
-    const int malld_threads = view.malld_threads;
-    const char *job = m->job_name.load(std::memory_order_acquire);
-    if (m->attached.load(std::memory_order_acquire) && !view.allowed) {
-        decide_request(m, request, "refused",
-                       "attached to malld as job %s, whose allocation wins: use `mallctl set %s --threads N` or "
-                       "`--cpus LIST`, or let the job take signals with `mallctl set %s --signal-control on`",
-                       job, job, job);
-        return false;
-    }
-    if (m->attached.load(std::memory_order_acquire) && !m->has_malld_cpus) {
-        decide_request(m, request, "refused", "attached to malld as job %s but no allocation was applied yet", job);
-        return false;
-    }
-    mall::CpuSet cpus = current.ncpus > 0 ? mall::CpuSet::from_mask(current.mask) : bound;
-    if (decoded->op == sc::Op::Range) cpus = mall::CpuSet::range(decoded->first_cpu, decoded->first_cpu + decoded->cpu_count - 1);
-    if (!bound.contains(cpus)) {
-        decide_request(m, request, "refused", "cpus %s are not all within %s, the cpus this process may use (%s)",
-                       cpus.to_string().c_str(), bound.to_string().c_str(),
-                       m->has_malld_cpus ? "malld's allocation" : "its affinity at mall_open()");
-        return false;
-    }
-    if (decoded->threads > cpus.count()) {
-        decide_request(m, request, "refused", "%d threads exceed the %d cpus (%s) of this process", decoded->threads,
-                       cpus.count(), cpus.to_string().c_str());
-        return false;
-    }
-    // Under malld (or after it), malld's thread count is a bound too: a request only narrows.
-    if (malld_threads > 0 && decoded->threads > malld_threads) {
-        decide_request(m, request, "refused", "%d threads exceed the %d malld gave this process", decoded->threads,
-                       malld_threads);
-        return false;
-    }
-    mall_alloc_t &next = m->scratch;
-    next = mall_alloc_t{};
-    next.generation = current.generation;  // malld's generation (0 without malld): unchanged
-    next.ncpus = cpus.count();
-    next.nthreads = decoded->threads > 0 ? decoded->threads : next.ncpus;
-    if (malld_threads > 0 && next.nthreads > malld_threads) next.nthreads = malld_threads;
-    cpus.to_mask(next.mask);
-    std::snprintf(next.cpus, sizeof next.cpus, "%s", cpus.to_string().c_str());
-    {
-        std::lock_guard<std::mutex> lock(m->state_mu);
-        m->applied = next;
-    }
-    run_callbacks(m, next);
-    repin_bound_threads(m, next);
-    pin_every_thread(cpu_set_of(next.mask));
-    m->control_overrode = true;
-    decide_request(m, request, "applied", "%d threads on cpus %s", next.nthreads, next.cpus);
-    return true;
-}
-
-void run_callbacks(mall_handle *m, const mall_alloc_t &alloc) {
-    ResizeCallback callbacks[kMaxCallbacks];
-    int ncallbacks;
-    {
-        std::lock_guard<std::mutex> lock(m->callbacks_mu);
-        ncallbacks = m->ncallbacks;
-        std::copy(m->callbacks, m->callbacks + ncallbacks, callbacks);
-    }
-    for (int i = 0; i < ncallbacks; ++i) {
-        try {
-            callbacks[i].fn(&alloc, callbacks[i].arg);
-        } catch (...) {
-            // A C++ callback that throws must not unwind into the caller's C frames.
-        }
-    }
-}
-
-// After finish_change(): a request that arrived meanwhile makes the next mall_step() look again.
-void recheck_control_request(mall_handle *m) {
-    if (g_control.owner.load() == m && g_control.request.load() != 0) m->seen_generation.store(kForceApply);
-}
-
 __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     std::lock_guard<std::mutex> step_lock(m->step_mu);
     mall_alloc_t &snapshot = m->scratch;
@@ -977,7 +554,7 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
         std::lock_guard<std::mutex> lock(m->conn_mu);
         consistent = mall::page_read(m->page, &snapshot, &page_flags);
     }
-    const bool control_pending = m->signal_control && g_control.owner.load() == m && g_control.request.load() != 0;
+    const bool control_pending = control_request_pending(m);
     // Never attached, the page is a zero page (no magic): generation 0 for a control request.
     if (!consistent && control_pending && !m->attached.load(std::memory_order_acquire)) {
         snapshot = mall_alloc_t{};
@@ -1004,16 +581,14 @@ __attribute__((noinline, cold)) int apply_change(mall_handle *m) {
     }
     if (control_pending) {
         // A control request, unless malld published something new (that wins: the request is dropped).
-        const uint64_t request = g_control.request.exchange(0);
+        const uint64_t request = control_take_request();
         if (page_unchanged) {
             const bool changed = apply_control_request(m, request);
             finish_change(m, generation);
             recheck_control_request(m);
             return changed ? MALL_SUCCESS : MALL_NOUPDT;
         }
-        decide_request(m, request, "superseded",
-                       "malld published generation %llu, which replaces any request made before it",
-                       static_cast<unsigned long long>(generation));
+        control_request_superseded(m, request, generation);
     }
     if (generation == m->seen_generation.load(std::memory_order_relaxed)) return MALL_NOUPDT;
     if (page_unchanged && m->has_malld_cpus) {
@@ -1092,10 +667,12 @@ int parse_notify_signal(const std::string &text, std::string *why) {
     return 0;
 }
 
-}  // namespace
+}  // namespace mall::client
 
 // -------------------------------------------------------------------------------------------------
 // The C API
+
+using namespace mall::client;
 
 extern "C" {
 
@@ -1252,56 +829,10 @@ MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, m
         m->attach_timeout = milliseconds(attach_timeout_ms);
         m->notify_signal = notify_signal;
         if (control_signal > 0) {
-            // One handle per process; a signal that already has a handler is someone else's.
-            mall_handle *expected = nullptr;
-            if (!g_control.owner.compare_exchange_strong(expected, m)) {
-                set_error(err, "control by signal is already enabled by another mall handle of this process");
+            if (int rc = control_enable(m, control_signal, err); rc != MALL_SUCCESS) {
                 delete m;
-                return MALL_ERR_INVAL;
+                return rc;
             }
-            struct sigaction current {};
-            ::sigaction(control_signal, nullptr, &current);
-            const bool ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == control_handler;
-            if (!ours && ((current.sa_flags & SA_SIGINFO) || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN))) {
-                g_control.owner.store(nullptr);
-                set_error(err, "signal %d already has a handler in this process; choose another real-time signal "
-                               "(MALL_SIGNAL_CONTROL=SIGRTMAX-N)", control_signal);
-                delete m;
-                return MALL_ERR_INVAL;
-            }
-            cpu_set_t bound;
-            CPU_ZERO(&bound);
-            (void)::sched_getaffinity(0, sizeof bound, &bound);
-            // Nothing from the claim above to signal_control = true may throw (destroy() would
-            // then leave the claim behind): the mask is built in place, without allocating.
-            for (int c = 0; c < CPU_SETSIZE && c < MALL_MAX_CPUS; ++c)
-                if (CPU_ISSET(c, &bound)) m->control_bound[c / 64] |= uint64_t{1} << (c % 64);
-            g_control.request.store(0);
-            if (!ours) g_control.previous = current;
-            g_control.signal = control_signal;
-            struct sigaction sa {};
-            sa.sa_sigaction = control_handler;
-            sa.sa_flags = SA_SIGINFO | SA_RESTART;
-            sigemptyset(&sa.sa_mask);
-            ::sigaction(control_signal, &sa, nullptr);
-            m->signal_control = true;
-            static std::once_flag fork_hook;
-            std::call_once(fork_hook, [] { (void)::pthread_atfork(nullptr, nullptr, control_after_fork_in_child); });
-            std::lock_guard<std::mutex> lock(g_control.record_mu);
-            if (g_control.record_fd < 0) {
-                g_control.record_fd = static_cast<int>(::syscall(SYS_memfd_create, mall::signal_control::kRecordName, MFD_CLOEXEC));
-                if (g_control.record_fd >= 0 &&
-                    ::ftruncate(g_control.record_fd, static_cast<off_t>(mall::signal_control::kRecordSize)) != 0) {
-                    ::close(g_control.record_fd);
-                    g_control.record_fd = -1;
-                }
-            }
-            g_control.handled = 0;
-            g_control.last_value = 0;
-            g_control.last_from = 0;
-            g_control.last_result = "none";
-            g_control.last_why[0] = '\0';
-            write_record_locked(m);
         }
         m->socket_path = mall::resolve_socket_path(socket_path ? socket_path : "");
         m->attach_body = std::move(attach_body);
@@ -1394,25 +925,7 @@ MALL_EXPORT int mall_on_resize(mall_t *m, mall_resize_fn fn, void *arg) {
 MALL_EXPORT int mall_bind_thread(mall_t *m) {
     if (!m) return MALL_ERR_INVAL;
     try {
-        pid_t tid = current_tid();
-        std::lock_guard<std::mutex> lock(m->threads_mu);
-        bool known = std::find(m->threads, m->threads + m->nthreads, tid) != m->threads + m->nthreads;
-        if (!known) {
-            if (m->nthreads >= kMaxBoundThreads) return MALL_ERR_FULL;
-            m->threads[m->nthreads++] = tid;
-        }
-        uint64_t mask[MALL_MAX_CPUS / 64];
-        int ncpus;
-        {
-            std::lock_guard<std::mutex> state(m->state_mu);
-            ncpus = m->applied.ncpus;
-            std::memcpy(mask, m->applied.mask, sizeof mask);
-        }
-        if (ncpus > 0) {
-            cpu_set_t set = cpu_set_of(mask);
-            if (::sched_setaffinity(0, sizeof set, &set) != 0) return MALL_ERR_SYSTEM;
-        }
-        return MALL_SUCCESS;
+        return bind_current_thread(m);
     } catch (...) {
         return MALL_ERR_SYSTEM;
     }
@@ -1421,11 +934,7 @@ MALL_EXPORT int mall_bind_thread(mall_t *m) {
 MALL_EXPORT int mall_unbind_thread(mall_t *m) {
     if (!m) return MALL_ERR_INVAL;
     try {
-        pid_t tid = current_tid();
-        std::lock_guard<std::mutex> lock(m->threads_mu);
-        pid_t *end = std::remove(m->threads, m->threads + m->nthreads, tid);
-        m->nthreads = static_cast<int>(end - m->threads);
-        return MALL_SUCCESS;
+        return unbind_current_thread(m);
     } catch (...) {
         return MALL_ERR_SYSTEM;
     }
