@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # tools.cmake — the command-line tools built from src/tools/ (included by libmall/CMakeLists.txt
 # after mall_common and mall_core are declared); paths are relative to libmall/.
-add_executable(mallctl src/tools/mallctl.cpp src/tools/mallctl_signal.cpp src/tools/mallctl_reports.cpp src/tools/mallctl_top.cpp
+add_executable(mallctl src/tools/mallctl.cpp src/tools/mallctl_session.cpp src/tools/mallctl_status.cpp
+  src/tools/mallctl_steer.cpp src/tools/mallctl_signal.cpp src/tools/mallctl_reports.cpp src/tools/mallctl_top.cpp
   src/tools/mallctl_top_frame.cpp)
 target_link_libraries(mallctl PRIVATE mall_common Boost::program_options)
 add_executable(mallsim src/tools/mallsim.cpp)

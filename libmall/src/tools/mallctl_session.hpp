@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// mallctl_session.hpp — what mallctl's commands share to talk to malld: the global options, one
+// connection (Session) that prints where it looked and how to fix it when malld cannot be reached
+// or refuses, the status fetcher, the per-command option parsing, and two JSON field helpers.
+// Contract: every failure is printed on stderr with mallctl's words; the exit code to use comes
+// back to the caller (mallctl's: 1 malld refused, 3 malld unreachable).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "tools/mallctl_reports.hpp"  // StatusFetcher, UsageError
+
+namespace mall::tools {
+
+// The global options (before or after the command).
+struct Globals {
+    std::string socket;  // --socket; empty: $MALL_SOCKET, else the default (resolve_socket_path)
+};
+
+// One connection to malld for one command.
+class Session {
+public:
+    explicit Session(const std::string &socket_path);
+
+    // Connects; on failure prints where it looked and how to fix it.
+    bool connect();
+
+    // Sends a request; on failure prints malld's words, sets *exit_code and returns nullopt.
+    std::optional<nlohmann::json> request(mall::proto::Type type, const nlohmann::json &body, int *exit_code,
+                                          std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+    mall::CtlClient &client() { return *client_; }
+    const std::string &path() const { return path_; }
+
+private:
+    // The connection failed: say where we looked and how to fix it.
+    void unreachable(const mall::ConnectFailure &failure) const;
+
+    std::string path_;
+    std::optional<mall::CtlClient> client_;
+};
+
+// Parses a command's own arguments; throws boost::program_options::error on bad ones.
+boost::program_options::variables_map parse_command(
+    const std::vector<std::string> &args, const boost::program_options::options_description &options,
+    const boost::program_options::positional_options_description &positional);
+
+// malld's status object (for status, and the reporting commands of tools/mallctl_reports.cpp).
+// `timeout` bounds the request (a live view asks again soon, so it waits less than a script).
+StatusFetcher status_fetcher(const Globals &g, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// "-" for an empty text, else the text.
+std::string text_or_dash(const std::string &s);
+// A field of a JSON object as text: a string as it is, anything else as JSON, "" when absent or null.
+std::string field_string(const nlohmann::json &j, const char *key);
+
+}  // namespace mall::tools
