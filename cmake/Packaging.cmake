@@ -7,7 +7,7 @@
 # Open MPI). Depends come from dpkg-shlibdeps (dpkg-dev); what it cannot see is named below.
 # Files go under /usr whatever the tree's CMAKE_INSTALL_PREFIX; for Debian's layout (lib/<multiarch>,
 # /usr/lib/python3/dist-packages, Slurm's plugin folder) configure with -DCMAKE_INSTALL_PREFIX=/usr
-# (README "Install from a Debian package"; tests/package/test_deb_install.sh builds it that way).
+# (docs/admin-slurm.md "Install from a Debian package"; tests/package/test_deb_install.sh builds it that way).
 # A tree configured for another prefix still gives a working package (libmall in /usr/lib, the
 # module in /usr/lib/python3.X/dist-packages, the plugin in /usr/lib/slurm).
 set(MALL_PACKAGE_MAINTAINER "mall maintainers <mall@example.org>" CACHE STRING
