@@ -10,7 +10,7 @@
 // from it), and Effects::event_time() the wall time an event carries as "time" (when it gives
 // none, Effects::event() stamps it: malld's KernelEffects does).
 //
-// Transition protocol per job (the two phases README.md's "malld, the node manager" describes,
+// Transition protocol per job (the two phases docs/architecture.md's "malld, the node manager" describes,
 // stated in full here): a job holds `cpuset` (enforced) and `published` (what its processes were
 // told). To move toward its target T, the job's next published set is
 // N = (published ∩ T) ∪ (T's cpus that no other job holds), provided N is neither empty nor
