@@ -87,7 +87,7 @@ EXAMPLES
     build-fuzz/bin/fuzz_protocol_decode build-fuzz/fuzz-artifacts/fuzz_protocol_decode/crash-<sha1>
 
 SEE ALSO
-    https://llvm.org/docs/LibFuzzer.html, README.md (section Fuzzing), tests/support/watchdog.sh
+    https://llvm.org/docs/LibFuzzer.html, docs/testing.md (section Fuzzing), tests/support/watchdog.sh
 EOF
 }
 
