@@ -12,7 +12,7 @@
 # the host's apt sources.
 #
 # Choices (measured on the 2-cpu CI machine kind, Debian 12):
-# - The package is built from a tree of its own, configured as README "Install from a Debian
+# - The package is built from a tree of its own, configured as docs/admin-slurm.md "Install from a Debian
 #   package" says (-DCMAKE_INSTALL_PREFIX=/usr, no tests, TensorFlow or MPI), kept in
 #   BUILD_DIR/deb-package so later runs rebuild only what changed: the tree under test is configured
 #   for /usr/local (run-tests.sh, `cmake --install build`), which gives a working package but not
