@@ -93,7 +93,7 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 deb=$tmp/out/mall_${version}_${arch}.deb
 [ -f "$deb" ] || fail "cpack made $(cd "$tmp/out" && echo *.deb), not mall_${version}_${arch}.deb"
 dpkg-deb -I "$deb"
-# Debian's own checker: no error (warnings are printed; the README's package section names them).
+# Debian's own checker: no error (warnings are printed; docs/admin-slurm.md's package section names them).
 step "lintian"
 lintian_out=$(lintian --tag-display-limit 0 "$deb" 2>&1) || true
 echo "$lintian_out" | grep -E '^[EWIN]: ' || echo "(lintian: nothing to report)"
