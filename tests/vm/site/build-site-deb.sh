@@ -23,7 +23,7 @@ SYNOPSIS
 DESCRIPTION
     Unpacks the cached Debian 13 root (make-site-root.sh; made first when missing) into a temp
     folder, bind-mounts the source tree read-only at /src and a cached build tree at /build, and
-    in a chroot configures it as the package is built for Debian (README "Install from a Debian
+    in a chroot configures it as the package is built for Debian (docs/admin-slurm.md "Install from a Debian
     package"):
         cmake -G Ninja -S /src -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo
               -DCMAKE_INSTALL_PREFIX=/usr -DMALL_WITH_SLURM=ON -DMALL_SYSTEMD_DELEGATE=ON
