@@ -9,7 +9,7 @@
 // sets to the scrape job and would rename to exported_job), histograms give cumulative
 // _bucket{le=…} series ending in le="+Inf", then _sum and _count. No timestamps (the textfile
 // collector refuses them). Fields a status lacks (an older malld) are left out, never invented.
-// The metric names and their meanings are listed in metric_catalog() (docs/observability.md "Metrics").
+// The metric names and their meanings are listed in metric_catalog() (docs/observability.md).
 #pragma once
 
 #include <string>
