@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // malleable_option.cpp — strict parser for `--malleable[=MIN[:MAX]][,weight=W]` (see
-// malleable_option.hpp). Contract: never throws; accepts only plain decimal digits (and one '.' in
+// malleable_option.hpp). MIN[:MAX] is read by common/core_range.hpp, the parser mallrun and the OCI
+// hook use too; here are the option's own parts: the items, weight=W and the node's and the
+// administrator's limits. Contract: never throws; accepts only plain decimal digits (and one '.' in
 // W); every rejection names the bad part and ends with malleable_allowed_text() so the user learns
 // what to type instead.
 #include "malleable_option.hpp"
@@ -10,6 +12,8 @@
 #include <cstdint>
 #include <system_error>
 #include <vector>
+
+#include "common/core_range.hpp"
 
 namespace mall::slurm {
 
@@ -23,28 +27,6 @@ unsigned highest_max(const MalleableLimits &limits) {
     for (unsigned bound : {limits.node_cpus, limits.admin_max})
         if (bound != 0) hi = hi == 0 ? bound : std::min(hi, bound);
     return hi;
-}
-
-// Parses a whole number made of digits only. Returns nullopt with *why filled on failure.
-std::optional<unsigned> parse_count(std::string_view text, const char *what, std::string *why) {
-    if (text.empty()) {
-        *why = std::string(what) + " is missing";
-        return std::nullopt;
-    }
-    uint64_t value = 0;
-    for (char c : text) {
-        if (c < '0' || c > '9') {
-            *why = std::string(what) + " \"" + std::string(text) + "\" is not a whole number of cores";
-            return std::nullopt;
-        }
-        value = value * 10 + static_cast<uint64_t>(c - '0');
-        if (value > kMaxMalleableCpus) {
-            *why = std::string(what) + " \"" + std::string(text) + "\" is too large (at most " +
-                   std::to_string(kMaxMalleableCpus) + ")";
-            return std::nullopt;
-        }
-    }
-    return static_cast<unsigned>(value);
 }
 
 // mall::kMaxWeight in digits, as the messages show it ("1000000").
@@ -192,25 +174,13 @@ std::optional<MalleableRequest> parse_malleable(const char *value, const Malleab
         return request;
     }
 
-    size_t colon = cores.find(':');
-    std::optional<unsigned> min, max;
-    if (colon == std::string_view::npos) {
-        min = parse_count(cores, "MIN", &why);
-        if (!min) return fail(why);
-    } else {
-        if (cores.find(':', colon + 1) != std::string_view::npos)
-            return fail("there is more than one ':' (write MIN:MAX)");
-        min = parse_count(cores.substr(0, colon), "MIN", &why);
-        if (!min) return fail(why);
-        max = parse_count(cores.substr(colon + 1), "MAX", &why);
-        if (!max) return fail(why);
-    }
-
-    if (*min == 0) return fail("MIN must be at least 1 (a job always keeps one core)");
-    if (max && *max < *min)
-        return fail("MAX (" + std::to_string(*max) + ") is below MIN (" + std::to_string(*min) + ")");
-    if (limits.admin_min != 0 && *min < limits.admin_min)
-        return fail("MIN (" + std::to_string(*min) + ") is below the administrator's min_cpus (" +
+    // MIN[:MAX] itself (digits, a second ':', MIN >= 1, MAX >= MIN): the tools' shared parser.
+    const CoreRangeParse parsed = parse_core_range(cores, kMaxMalleableCpus);
+    if (!parsed.ok()) return fail(parsed.why);
+    const unsigned min = parsed.range.min;
+    const std::optional<unsigned> max = parsed.range.max;
+    if (limits.admin_min != 0 && min < limits.admin_min)
+        return fail("MIN (" + std::to_string(min) + ") is below the administrator's min_cpus (" +
                     std::to_string(limits.admin_min) + ")");
     auto check_upper = [&](unsigned v, const char *name) -> std::optional<std::string> {
         if (limits.node_cpus != 0 && v > limits.node_cpus)
@@ -222,11 +192,11 @@ std::optional<MalleableRequest> parse_malleable(const char *value, const Malleab
                    std::to_string(limits.admin_max) + ")";
         return std::nullopt;
     };
-    if (auto bad = check_upper(*min, "MIN")) return fail(*bad);
+    if (auto bad = check_upper(min, "MIN")) return fail(*bad);
     if (max)
         if (auto bad = check_upper(*max, "MAX")) return fail(*bad);
 
-    request.min = *min;
+    request.min = min;
     request.max = max ? *max : 0;
     return request;
 }

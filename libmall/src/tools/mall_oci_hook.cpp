@@ -29,6 +29,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/core_range.hpp"
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/files.hpp"
@@ -342,16 +343,6 @@ std::optional<uint32_t> host_uid_of(const std::string &bundle, std::string *erro
 
 // ---- the annotations ----------------------------------------------------------------------------
 
-// A whole number >= 1 written with digits only, below 1e6 (mallrun --malleable's rule).
-std::optional<int> parse_core_count(const std::string &text) {
-    if (text.empty() || text.size() > 6) return std::nullopt;
-    for (char c : text)
-        if (c < '0' || c > '9') return std::nullopt;
-    const int value = std::stoi(text);
-    if (value < 1) return std::nullopt;
-    return value;
-}
-
 struct Request {
     int min = 1;
     std::optional<int> max;  // nullopt: the whole pool
@@ -390,8 +381,7 @@ std::optional<std::string> job_name_of(const State &s, std::string *error) {
 
 std::optional<Request> parse_request(const State &s, std::string *error) {
     Request r;
-    const std::string rule = "MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX "
-                             "(MIN alone: up to the whole pool)";
+    const std::string rule = std::string(mall::kCoreRangeRule) + " (MIN alone: up to the whole pool)";
     auto malleable = s.annotation(kAnnMalleable);
     if (!malleable) {
         *error = std::string("the container has no annotation ") + kAnnMalleable +
@@ -401,23 +391,22 @@ std::optional<Request> parse_request(const State &s, std::string *error) {
         return std::nullopt;
     }
     const std::string &text = *malleable;
-    const auto colon = text.find(':');
-    auto min = parse_core_count(text.substr(0, colon));
-    std::optional<int> max;
-    if (colon != std::string::npos) max = parse_core_count(text.substr(colon + 1));
-    if (!min || (colon != std::string::npos && !max)) {
+    // MIN[:MAX] by the tools' shared parser (common/core_range.hpp), counts 1 to
+    // mall::kMaxCoreCount, with mallrun --malleable's words: only MAX below MIN has its own.
+    const mall::CoreRangeParse parsed = mall::parse_core_range(text, mall::kMaxCoreCount);
+    if (parsed.fault == mall::CoreRangeFault::max_below_min && *parsed.range.max != 0) {
+        const std::string min = std::to_string(parsed.range.min), max = std::to_string(*parsed.range.max);
+        *error = std::string("bad annotation ") + kAnnMalleable + "='" + shown(text) + "': MIN (" + min +
+                 ") is larger than MAX (" + max + "); use " + rule + fix_hint(kAnnMalleable, max + ":" + min);
+        return std::nullopt;
+    }
+    if (!parsed.ok()) {
         *error = std::string("bad annotation ") + kAnnMalleable + "='" + shown(text) + "': use " + rule +
                  fix_hint(kAnnMalleable, "1:4");
         return std::nullopt;
     }
-    if (max && *max < *min) {
-        *error = std::string("bad annotation ") + kAnnMalleable + "='" + shown(text) + "': MIN (" +
-                 std::to_string(*min) + ") is larger than MAX (" + std::to_string(*max) + "); use " +
-                 rule + fix_hint(kAnnMalleable, std::to_string(*max) + ":" + std::to_string(*min));
-        return std::nullopt;
-    }
-    r.min = *min;
-    r.max = max;
+    r.min = static_cast<int>(parsed.range.min);
+    if (parsed.range.max) r.max = static_cast<int>(*parsed.range.max);
     auto job = job_name_of(s, error);
     if (!job) return std::nullopt;
     r.job = *job;

@@ -30,6 +30,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/core_range.hpp"
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
@@ -144,47 +145,28 @@ int usage_error(const std::string &what) {
 
 // --- --malleable=MIN[:MAX] ------------------------------------------------------------------
 
-// A whole number >= 1 written with digits only (no sign, no spaces), below 1e6.
-std::optional<int> parse_core_count(const std::string &text) {
-    if (text.empty() || text.size() > 6) return std::nullopt;
-    for (char c : text)
-        if (c < '0' || c > '9') return std::nullopt;
-    int value = std::stoi(text);
-    if (value < 1) return std::nullopt;
-    return value;
-}
-
 struct Limits {
     int min = 1;
     std::optional<int> max;  // nullopt: the whole pool
 };
 
+// MIN[:MAX] by the tools' shared parser (common/core_range.hpp), counts 1 to mall::kMaxCoreCount.
+// Only MAX below MIN gets its own words; every other fault (a 0 included) the rule alone.
 std::optional<Limits> parse_malleable(const std::string &text, std::string *error) {
-    const std::string allowed =
-        "--malleable takes MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX "
-        "(e.g. --malleable=1:4, or --malleable=2 to grow up to the whole pool)";
-    Limits limits;
-    auto colon = text.find(':');
-    std::string min_text = colon == std::string::npos ? text : text.substr(0, colon);
-    auto min = parse_core_count(min_text);
-    if (!min) {
-        *error = "bad --malleable value '" + text + "': " + allowed;
+    const std::string allowed = std::string("--malleable takes ") + mall::kCoreRangeRule +
+                                " (e.g. --malleable=1:4, or --malleable=2 to grow up to the whole pool)";
+    const mall::CoreRangeParse parsed = mall::parse_core_range(text, mall::kMaxCoreCount);
+    if (!parsed.ok()) {
+        if (parsed.fault == mall::CoreRangeFault::max_below_min && *parsed.range.max != 0)
+            *error = "bad --malleable value '" + text + "': MIN (" + std::to_string(parsed.range.min) +
+                     ") is larger than MAX (" + std::to_string(*parsed.range.max) + "); " + allowed;
+        else
+            *error = "bad --malleable value '" + text + "': " + allowed;
         return std::nullopt;
     }
-    limits.min = *min;
-    if (colon != std::string::npos) {
-        auto max = parse_core_count(text.substr(colon + 1));
-        if (!max) {
-            *error = "bad --malleable value '" + text + "': " + allowed;
-            return std::nullopt;
-        }
-        if (*max < *min) {
-            *error = "bad --malleable value '" + text + "': MIN (" + std::to_string(*min) +
-                     ") is larger than MAX (" + std::to_string(*max) + "); " + allowed;
-            return std::nullopt;
-        }
-        limits.max = *max;
-    }
+    Limits limits;
+    limits.min = static_cast<int>(parsed.range.min);
+    if (parsed.range.max) limits.max = static_cast<int>(*parsed.range.max);
     return limits;
 }
 
