@@ -3,5 +3,8 @@
 # which declares the target, its exports and links); paths are relative to libmall/.
 target_sources(mall PRIVATE
   src/client/mall.cpp
+  src/client/attach.cpp
+  src/client/notify.cpp
+  src/client/monitor.cpp
   src/client/control_by_signal.cpp
   src/client/process_effects.cpp)
