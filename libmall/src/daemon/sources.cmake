@@ -5,6 +5,16 @@ target_sources(mall_daemon PRIVATE
   src/daemon/log.cpp
   src/daemon/procfs.cpp
   src/daemon/backend.cpp
+  src/daemon/backend_probe.cpp
+  src/daemon/cgroup_tree.cpp
+  src/daemon/backend_cgroup.cpp
+  src/daemon/backend_cgroup_v1.cpp
+  src/daemon/backend_cgroup_v2.cpp
+  src/daemon/backend_in_place.cpp
+  src/daemon/backend_own_folder.cpp
+  src/daemon/backend_slice_mode.cpp
+  src/daemon/cgroup_membership.cpp
+  src/daemon/affinity_backend.cpp
   src/daemon/systemd_slice.cpp
   src/daemon/state_file.cpp
   src/daemon/persistence.cpp

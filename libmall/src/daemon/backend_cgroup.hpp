@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// backend_cgroup.hpp — the common layer of the two cgroup backends (internal to the daemon; malld
+// sees only backend.hpp's CpusetBackend). One class keeps each job's cgroups and decides where its
+// processes are enforced; the kernel interface that differs between cgroup v1 and v2 is a set of
+// hooks that backend_cgroup_v1.cpp and backend_cgroup_v2.cpp implement, so nothing here branches on
+// the version. Each concern has its own file:
+//   backend_cgroup.cpp     the job's life: start, register (classify), apply, adopt, remove, stop;
+//   backend_in_place.cpp   resizing a cgroup someone else made (Slurm's step, a container's, a
+//                          systemd scope) where it is, and giving it back its cpus at the end;
+//   backend_own_folder.cpp malld's own folder per job, <mount>/<parent>/job_<job> (also the
+//                          folder a container engine of the cgroupfs driver creates its cgroups in);
+//   backend_slice_mode.cpp the container-systemd mode: the job's systemd slice, resized by systemd;
+//   cgroup_membership.cpp  which processes are in a job's cgroups (authorization asks it).
+// Contract: one thread (malld's event loop) calls every member; no member throws.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+
+namespace mall {
+
+class CgroupBackend : public CpusetBackend {
+public:
+    // `self_rel`: the cgroup malld runs in, relative to the mount (the version knows which line of
+    // /proc/self/cgroup to read).
+    CgroupBackend(std::string mount, std::string parent, std::string self_rel);
+
+    // --- backend_cgroup.cpp
+    bool start(const CpuSet &pool, std::string *error) override;
+    void set_mode(const std::string &job, CgroupMode mode) override;
+    bool add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) override;
+    void adopt(const std::string &job, const std::vector<pid_t> &pids, const std::vector<JobCgroup> &saved,
+               const CpuSet &enforced) override;
+    std::vector<JobCgroup> cgroups_of(const std::string &job) const override;
+    std::string engine_cgroup_parent(const std::string &job) const override;
+    void tidy() override;
+    bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing,
+               std::string *error) override;
+    std::optional<CpuSet> current(const std::string &job, const std::vector<pid_t> &pids) const override;
+    void remove(const std::string &job) override;
+    void stop() override;
+    std::string cgroup_path(const std::string &job) const override;
+    std::vector<std::string> jobs_with_cgroups() const override;
+    std::string describe() const override;
+    // --- backend_in_place.cpp
+    bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode, std::string *error) const override;
+    // --- cgroup_membership.cpp
+    bool in_job_cgroups(const std::string &job, pid_t pid) const override;
+    std::vector<pid_t> member_pids(const std::string &job) const override;
+
+protected:
+    // The kernel interface of one cgroup version (backend_cgroup_v1.cpp, backend_cgroup_v2.cpp).
+    // "cgroup-v1" or "cgroup-v2", for describe().
+    virtual const char *version_name() const = 0;
+    // The process's cgroup in this hierarchy, relative to the mount; nullopt when gone.
+    virtual std::optional<std::string> cgroup_of(pid_t pid) const = 0;
+    // Before malld's parent folder is made: v2 enables cpuset where its folders go (the root, or
+    // the subtree delegated to malld, which may move parent_rel_ and parent_dir_).
+    virtual bool prepare_hierarchy(std::string *error) = 0;
+    // After the parent folder holds the pool: v1 gives it memory nodes, v2 enables cpuset below it.
+    virtual bool prepare_parent(std::string *error) = 0;
+    // A job folder malld just made (its cpus written, `pids` about to move in): v1 gives it memory
+    // nodes (removing it again on failure), v2 enables cpuset below an empty one for an engine.
+    virtual bool prepare_job_folder(const std::string &dir, const std::vector<pid_t> &pids,
+                                    std::string *error) = 0;
+    // The file whose cpus apply to a folder's processes ("/cpuset.cpus" or "/cpuset.cpus.effective").
+    virtual const char *effective_cpus_file() const = 0;
+    // True when an empty cpuset.cpus means "the parent's cpus" (v2) rather than none (v1).
+    virtual bool empty_cpus_inherit() const = 0;
+    // After a resize in place: false with *error when the kernel applies other cpus than `target`.
+    virtual bool check_applied(const std::string &dir, const CpuSet &target, std::string *error) const = 0;
+    // At a job's end, an in-place cgroup whose cpuset.cpus was empty at registration gets that back.
+    virtual void restore_inherited(const std::string &dir) = 0;
+    // True where the container-systemd mode can work (systemd sets cpusets on cgroup v2 only).
+    virtual bool has_systemd_slices() const = 0;
+    // Non-empty when `rel` is a cgroup shared by unrelated processes that the version knows of
+    // (v2: a systemd login session), so a process there needs malld's own folder.
+    virtual std::string session_reason(const std::string &rel) const = 0;
+
+    // The cpus that apply to the processes of `dir` (effective_cpus_file()).
+    std::optional<CpuSet> effective_cpus(const std::string &dir) const;
+
+    static bool fail(std::string *error, const std::string &text) {
+        if (error) *error = text;
+        return false;
+    }
+
+    std::string mount_;
+    std::string parent_name_;  // --cgroup-parent
+    std::string parent_rel_;   // "/mall" (or "<delegated subtree>/mall"): malld's folders, relative to the mount
+    std::string parent_dir_;
+    std::string self_rel_;     // the cgroup malld runs in, relative to the mount
+
+private:
+    struct JobCgroups {
+        CgroupMode mode = CgroupMode::Auto;
+        std::vector<JobCgroup> in_place;  // in the order first seen
+        std::set<pid_t> seen;             // pids already classified
+        bool any_own = false;             // some process needs malld's own folder
+        std::optional<CpuSet> enforced;   // the cpus last applied (for cgroups that join later)
+    };
+
+    // --- backend_cgroup.cpp
+    std::string own_dir(const std::string &job) const;
+    bool needs_own_folder(const std::string &rel) const;
+    std::string own_reason(const std::string &rel) const;
+    std::vector<pid_t> classify(const std::string &job, JobCgroups &state, const std::vector<pid_t> &pids);
+    std::optional<CpuSet> written_cpus(const std::string &dir) const;
+    void retry_pending_removals();
+    // --- backend_in_place.cpp
+    std::optional<std::string> cannot_write_in_place(const std::string &dir) const;
+    bool write_cpus(const std::string &dir, const CpuSet &cpus, std::string *error) const;
+    std::vector<std::string> ancestors(const std::string &dir) const;
+    bool resize_in_place(const std::string &dir, const CpuSet &target, std::string *error);
+    void widen_thread_masks(const std::string &dir, const std::vector<std::string> &below, const CpuSet &cpus) const;
+    void give_back(const JobCgroup &c);
+    // --- backend_own_folder.cpp
+    bool apply_own(const std::string &dir, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing,
+                   std::string *error);
+    bool move_pids(const std::string &dir, const std::vector<pid_t> &pids, std::string *error);
+    std::vector<std::string> other_cgroup_mounts() const;
+    void remove_container_folders(const std::string &dir);
+    std::vector<std::string> job_folders() const;
+    CpuSet children_cpus() const;
+    bool remove_folder(const std::string &dir);
+    // --- backend_slice_mode.cpp
+    std::string slice_dir(const std::string &job) const;
+    bool apply_slice(const std::string &job, const std::string &dir, const CpuSet &cpus, bool growing,
+                     std::string *error);
+    void remove_slice(const std::string &job);
+    void release_slice(const std::string &job);
+    void stop_parent_slice_if_empty();
+    std::vector<std::string> slice_jobs() const;
+
+    CpuSet pool_;  // malld's pool (a container folder left running gets all of it)
+    std::map<std::string, JobCgroups> jobs_;
+    std::set<std::string> pending_removals_;
+    std::set<std::string> pending_rmdirs_;  // container folders: removed with rmdir only
+    std::set<std::string> pending_slices_;  // jobs whose slice still holds processes
+};
+
+// The two versions (make_backend calls them once the probe found the mount).
+std::unique_ptr<CpusetBackend> make_cgroup_v1_backend(const std::string &mount, const std::string &parent);
+std::unique_ptr<CpusetBackend> make_cgroup_v2_backend(const std::string &mount, const std::string &parent);
+
+// The prefix of malld's own job folders: <mount>/<parent>/job_<job>.
+constexpr const char *kJobFolderPrefix = "job_";
+
+}  // namespace mall
