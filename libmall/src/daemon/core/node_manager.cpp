@@ -4,6 +4,12 @@
 // transitions.cpp. Every request validates fully and changes nothing when it fails (a change that
 // needs a plan to judge is applied tentatively, checked by feasible() and undone); every change
 // of targets runs advance(), which moves jobs until none can move further.
+// Why one file of ~700 lines (above the house's ~600): it is one surface, the public members of
+// NodeManager, over one private state, in five marked sections — requests (~340 lines, each a
+// validation then a change), the client's calls (attach, ack, progress), queries and the status
+// document, re-adoption, feasibility — that share the refusal helpers below; the moving part is
+// already apart (transitions.cpp). The next cut, if it grows, is the queries and status() into a
+// file of their own (a new mall_core source in libmall/CMakeLists.txt).
 #include "node_manager.hpp"
 
 #include <algorithm>
