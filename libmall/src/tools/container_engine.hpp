@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "common/rules.hpp"
+#include "common/text.hpp"
+
 namespace mall::tools {
 
 enum class CgroupDriver { Cgroupfs, Systemd };
@@ -22,9 +25,7 @@ inline const char *cgroup_driver_name(CgroupDriver d) { return d == CgroupDriver
 
 // "systemd" or "cgroupfs" (what `podman info` and `docker info` print, blanks around allowed).
 inline std::optional<CgroupDriver> parse_cgroup_driver(const std::string &text) {
-    const auto first = text.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return std::nullopt;
-    const std::string word = text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+    const std::string word = mall::trim(text);
     if (word == "systemd") return CgroupDriver::Systemd;
     if (word == "cgroupfs") return CgroupDriver::Cgroupfs;
     return std::nullopt;
@@ -117,8 +118,8 @@ inline std::vector<std::string> container_command(const std::vector<std::string>
     out.push_back("run");
     out.push_back("--cgroup-parent=" + cgroup_parent);
     out.push_back("--volume=" + folder + ":" + folder);
-    out.push_back("--env=MALL_SOCKET=" + socket);
-    out.push_back("--env=MALL_JOB_ID=" + job);
+    out.push_back(std::string("--env=") + mall::kSocketEnv + "=" + socket);
+    out.push_back(std::string("--env=") + mall::kJobIdEnv + "=" + job);
     out.push_back("--env=MALL_MAX=" + std::to_string(max));
     out.insert(out.end(), command.begin() + static_cast<long>(run) + 1, command.end());
     return out;

@@ -7,7 +7,7 @@ add_executable(mallctl src/tools/mallctl.cpp src/tools/mallctl_session.cpp src/t
 target_link_libraries(mallctl PRIVATE mall_common Boost::program_options)
 add_executable(mallsim src/tools/mallsim.cpp)
 target_link_libraries(mallsim PRIVATE mall_core Boost::program_options)
-add_executable(mallrun src/tools/mallrun.cpp)
+add_executable(mallrun src/tools/mallrun.cpp src/tools/mallrun_options.cpp src/tools/mallrun_container.cpp)
 target_link_libraries(mallrun PRIVATE mall_common Boost::program_options)
 # The OCI runtime hook (hooks.d, createRuntime/poststop): containers started by any engine that
 # reads hooks.d files join malld as malleable jobs (launch_scripts/examples/mall-hooks.d).
