@@ -3,7 +3,9 @@
 // state dir and cgroup parent in a temp folder), child processes killed and reaped by their owners,
 // /proc and cgroup readers, a Watch-stream recorder, and the watchdog (support/watchdog.h). Everything a
 // helper creates is removed by its destructor (and, on a watchdog expiry, by an async-signal-safe
-// last-resort sweep).
+// last-resort sweep). Implemented by concern: fixture_system.cpp (machine, cgroups, /proc),
+// fixture_process.cpp (run_command, Child), malld_fixture.cpp (PrivateMalld, Status, EventRecorder),
+// fixture_sweep.cpp (the watchdog's sweep).
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/text.hpp"
 #include "support/watchdog.h"
 
 namespace mall::test {
@@ -99,7 +102,7 @@ inline constexpr bool kUnderSanitizer = false;
 bool wait_until(const std::function<bool()> &pred, Millis timeout, Millis interval = 20ms);
 
 std::string read_file(const std::string &path);  // "" when unreadable
-std::string trim(std::string s);
+using mall::trim;  // common/text.hpp: blanks off both ends
 bool contains_icase(const std::string &haystack, const std::string &needle);
 
 // Cpus_allowed_list of every thread of pid (tid -> list text); empty map if the process is gone.
