@@ -11,6 +11,6 @@ add_executable(mallrun src/tools/mallrun.cpp src/tools/mallrun_options.cpp src/t
 target_link_libraries(mallrun PRIVATE mall_common Boost::program_options)
 # The OCI runtime hook (hooks.d, createRuntime/poststop): containers started by any engine that
 # reads hooks.d files join malld as malleable jobs (launch_scripts/examples/mall-hooks.d).
-add_executable(mall-oci-hook src/tools/mall_oci_hook.cpp)
+add_executable(mall-oci-hook src/tools/mall_oci_hook.cpp src/tools/mall_oci_hook_container.cpp)
 target_link_libraries(mall-oci-hook PRIVATE mall_common Boost::program_options)
 
