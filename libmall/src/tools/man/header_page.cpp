@@ -10,6 +10,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/text.hpp"
+
 namespace mall::man {
 
 namespace {
@@ -127,7 +129,7 @@ std::vector<std::string> sentences(const std::string &text) {
 std::string collapse(const std::vector<std::string> &lines) {
     std::string out;
     for (const auto &l : lines) {
-        const std::string t = trim(l);
+        const std::string t = mall::trim(l);
         if (t.empty()) continue;
         if (!out.empty()) out += ' ';
         out += t;
@@ -157,7 +159,7 @@ std::string render_comment(const std::vector<std::string> &lines) {
             continue;
         }
         if (in_item && l.rfind("  ", 0) == 0) {
-            out += text_line(trim(l)) + "\n";
+            out += text_line(mall::trim(l)) + "\n";
             continue;
         }
         if (!open || in_item || l.rfind("Returns ", 0) == 0) {
@@ -168,7 +170,7 @@ std::string render_comment(const std::vector<std::string> &lines) {
                 continue;
             }
         }
-        out += text_line(trim(l)) + "\n";
+        out += text_line(mall::trim(l)) + "\n";
     }
     return out;
 }
@@ -188,8 +190,8 @@ std::vector<std::string> code_comments(const std::vector<std::string> &code) {
         while (s <= inner.size()) {
             size_t e = inner.find('\n', s);
             if (e == std::string::npos) e = inner.size();
-            std::string part = trim(inner.substr(s, e - s));
-            if (!part.empty() && part[0] == '*') part = trim(part.substr(1));
+            std::string part = mall::trim(inner.substr(s, e - s));
+            if (!part.empty() && part[0] == '*') part = mall::trim(part.substr(1));
             parts.push_back(part);
             s = e + 1;
         }
@@ -225,7 +227,7 @@ std::string render_header_page(std::string_view header_text, std::string_view in
     for (const char *dash : {" \xE2\x80\x94 ", " - "}) {
         const size_t at = intro.empty() ? std::string::npos : intro[0].find(dash);
         if (at != std::string::npos) {
-            summary = trim(intro[0].substr(at + std::string(dash).size()));
+            summary = mall::trim(intro[0].substr(at + std::string(dash).size()));
             break;
         }
     }

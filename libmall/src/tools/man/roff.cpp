@@ -184,11 +184,4 @@ std::string see_also(const std::vector<std::string> &pages, const PageHeader &se
     return out;
 }
 
-std::string trim(std::string_view text) {
-    size_t b = 0, e = text.size();
-    while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
-    while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
-    return std::string(text.substr(b, e - b));
-}
-
 }  // namespace mall::man

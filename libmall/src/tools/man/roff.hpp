@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/text.hpp"
+
 namespace mall::man {
 
 // The fixed fields of a page: .TH NAME SECTION "" SOURCE MANUAL (no date: reproducible output).
@@ -36,7 +38,7 @@ std::string page_start(const PageHeader &header, std::string_view summary);
 // SEE ALSO: the pages ("malld(8)") other than this one, in the given order.
 std::string see_also(const std::vector<std::string> &pages, const PageHeader &self);
 
-// Whitespace-trimmed copy.
-std::string trim(std::string_view text);
+// Trimming is the one mall::trim (common/text.hpp): the pages call it unqualified from here.
+using mall::trim;
 
 }  // namespace mall::man
