@@ -28,6 +28,7 @@
 
 #include "common/cpuset.hpp"
 #include "common/signal_control.hpp"
+#include "common/text.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
 
@@ -115,8 +116,7 @@ std::optional<ProcStatus> read_proc_status(long pid) {
         const auto colon = line.find(':');
         if (colon == std::string::npos) continue;
         const std::string key = line.substr(0, colon);
-        std::string value = line.substr(colon + 1);
-        value.erase(0, value.find_first_not_of(" \t"));
+        const std::string value = mall::trim(line.substr(colon + 1));
         if (key == "Name") st.name = value;
         if (key == "Uid") st.uid = std::strtol(value.c_str(), nullptr, 10);
         if (key == "NSpid") {
