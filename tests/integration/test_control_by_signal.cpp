@@ -160,15 +160,25 @@ TEST(ControlBySignal, BadTargetsAndValuesAreRefusedWithWordsAndNothingDies) {
     EXPECT_NE(r.err.find("has not enabled mall signal control"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("nothing was sent"), std::string::npos) << r.err;
     // A process that catches the very signal but keeps no mall record is not ours either.
-    Child trapper({"/bin/bash", "-c", "trap 'echo caught' RTMAX-7; echo ready; while sleep 0.1; do :; done"});
+    // It also traps RTMAX ("marker"): a barrier for the check below.
+    Child trapper({"/bin/bash", "-c",
+                   "trap 'echo caught' RTMAX-7; trap 'echo marker' RTMAX; echo ready; while sleep 0.1; do :; done"});
     ASSERT_TRUE(trapper.wait_for_line_starting("ready", 10s));
     r = mallctl_signal(trapper.pid(), {"--threads", "1"});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("has not enabled mall signal control"), std::string::npos) << r.err;
-    std::this_thread::sleep_for(300ms);
-    EXPECT_TRUE(alive(sleeper.pid()));
-    EXPECT_TRUE(alive(trapper.pid()));
+    // Had mallctl sent RTMAX-7, it would be pending before the marker: Linux delivers the lower
+    // real-time signal first and bash runs pending traps in signal order, so "caught" would
+    // come before "marker".
+    trapper.signal(SIGRTMAX);
+    ASSERT_TRUE(trapper.wait_for_line_starting("marker", 10s)) << joined_lines(trapper.all_lines());
     for (const auto &l : trapper.all_lines()) EXPECT_NE(l, "caught") << "a signal was sent";
+    EXPECT_TRUE(alive(trapper.pid()));
+    // The sleeper has no handler, so a signal would end it: a negative check over a sampling
+    // window in which a sent signal would have killed it.
+    constexpr auto kFatalSignalWindow = 300ms;
+    EXPECT_FALSE(sleeper.wait_exit(kFatalSignalWindow)) << "a signal was sent: the sleeper died";
+    EXPECT_TRUE(alive(sleeper.pid()));
 
     // Bad PIDs: usage errors (process groups, words), or no such process.
     for (const std::string bad : {"0", "-1", "abc", "99999999", "12x"}) {

@@ -64,8 +64,10 @@ protected:
 };
 
 TEST_F(SlurmMalldShutdown, SigtermStopsItCleanly) {
-    // Let the checker thread run a few rounds first: it exists from start-up on.
-    std::this_thread::sleep_for(1500ms);
+    // The Slurm checker's thread is running (it exists from start-up on): malld has more threads
+    // than its loop, so a SIGTERM has another thread it could land on.
+    ASSERT_TRUE(wait_until([&] { return thread_cpus_allowed(malld_->pid()).size() >= 2; }, 10s))
+        << "malld runs no thread beside its loop: " << describe_threads({malld_->pid()});
     const std::string state_file = malld_->state_dir() + "/malld.state.json";
     ::unlink(state_file.c_str());  // whatever is there now, the shutdown must write it again
 

@@ -52,11 +52,13 @@ public:
         s.slurm_node = node_;
         return s;
     }
-    // As slurmctld takes a while: the Deregister's answer must wait for it.
+    // As slurmctld takes a while (annotate_delay: a slow slurmctld simulated, not a wait): the
+    // Deregister's answer must wait for it. annotated_at is when the update ended.
     Annotated annotate(uint32_t id, const std::string &figures) override {
         std::this_thread::sleep_for(annotate_delay);
         std::lock_guard<std::mutex> lock(mu);
         annotated.push_back(std::to_string(id) + " " + figures);
+        annotated_at = std::chrono::steady_clock::now();
         return {};
     }
     // malld's thread destroys the fake (with the Server) after the test read `annotated` under
@@ -66,6 +68,7 @@ public:
     std::chrono::milliseconds annotate_delay{0};
     std::mutex mu;
     std::vector<std::string> annotated;
+    std::chrono::steady_clock::time_point annotated_at{};
 
 private:
     uint32_t job_;
@@ -195,14 +198,17 @@ TEST(SlurmAdminComment, TheLastDeregisterIsAnsweredAfterTheJobsFiguresReachedSlu
     nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
     CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
     ASSERT_TRUE(registered.ok) << registered.error;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it holds cpus a while
-    const auto asked = std::chrono::steady_clock::now();
+    // It holds its cpus (the resize its figures count) before it ends.
+    ASSERT_TRUE(wait_until([&] {
+        auto j = job_status(malld.socket(), "slurm-7");
+        return j && j->value("cpuset", "") == "0-1";
+    }, 20s)) << status_json(malld.socket()).value_or(nlohmann::json()).dump();
     CtlResult ended = client->request(proto::Type::Deregister, {{"job", "slurm-7"}, {"pid", task.pid()}},
                                       std::chrono::seconds(20));
-    const auto waited = std::chrono::steady_clock::now() - asked;
+    const auto answered = std::chrono::steady_clock::now();
     ASSERT_TRUE(ended.ok) << ended.error;
-    EXPECT_GE(waited, std::chrono::milliseconds(350)) << "answered before the AdminComment update ended";
     std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_GE(answered, fake->annotated_at) << "answered before the AdminComment update ended";
     ASSERT_EQ(fake->annotated.size(), 1u);
     EXPECT_EQ(fake->annotated[0].rfind("7 lent_core_s=", 0), 0u) << fake->annotated[0];
     EXPECT_NE(fake->annotated[0].find(",resizes=1,ack_timeouts=0,"), std::string::npos) << fake->annotated[0];

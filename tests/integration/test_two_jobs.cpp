@@ -141,13 +141,15 @@ TEST(TwoJobs, SecondJobMakesTheFirstShrinkBeforeItGrows) {
     EXPECT_EQ(cgroup_cpus(jb->value("cgroup", "")).value_or("(missing)"), cpus_b);
     EXPECT_TRUE(wait_until([&] { return threads_all_on(pids_a, cpus_a) && threads_all_on(pids_b, cpus_b); }, 10s))
         << "a: " << describe_threads(pids_a) << "\nb: " << describe_threads(pids_b);
+    // A negative check over a sampling window: 50 samples, kSamplePause apart (about a second).
+    constexpr auto kSamplePause = 20ms;
     for (int sample = 0; sample < 50; ++sample) {
         auto on_a = allowed_cpus_union(pids_a), on_b = allowed_cpus_union(pids_b);
         std::vector<int> shared;
         std::set_intersection(on_a.begin(), on_a.end(), on_b.begin(), on_b.end(), std::back_inserter(shared));
         ASSERT_TRUE(shared.empty()) << "sample " << sample << ": threads of both jobs allowed on the same cpu\n"
                                     << "a: " << describe_threads(pids_a) << "\nb: " << describe_threads(pids_b);
-        std::this_thread::sleep_for(20ms);
+        std::this_thread::sleep_for(kSamplePause);
     }
 
     // Each process was told its allocation too.
@@ -186,10 +188,25 @@ TEST(TwoJobs, AdminSwapNeverPublishesNoCpusNorOverlaps) {
                                             job_settled_on(malld.socket(), "b", cpu_a, 1); },
                                20s))
             << status_text(malld);
+        // The swap's last events reach the recorder: each job's enforce of its final cpus and
+        // its ack of its final generation (status answered after malld sent them).
+        const auto after = status_json(malld.socket());
+        ASSERT_TRUE(after) << malld.log();
+        auto recorded = [&](const std::string &job, const std::string &cpus) {
+            const uint64_t acked = find_job(*after, job).value_or(json::object()).value("acked_generation", 0ull);
+            return events.wait_for([&](const json &e) { return is_event(e, "enforce", job) && e.value("cpus", "") == cpus; },
+                                   10s, from) &&
+                   events.wait_for([&](const json &e) { return is_event(e, "ack", job) && e.value("generation", 0ull) == acked; },
+                                   10s, from);
+        };
+        EXPECT_TRUE(recorded("a", cpu_b) && recorded("b", cpu_a)) << status_text(malld);
     } else {
         EXPECT_FALSE(trim(set.err).empty());
+        // Refused: nothing should change. A negative check over a sampling window, long enough
+        // for a stray event of a half-made change to reach the recorder.
+        constexpr auto kStrayEventWindow = 200ms;
+        std::this_thread::sleep_for(kStrayEventWindow);
     }
-    std::this_thread::sleep_for(200ms);  // let any last event of the change arrive
 
     std::map<std::string, std::set<int>> enforced{{"a", as_set(cpu_a)}, {"b", as_set(cpu_b)}};
     const auto all = events.events();
