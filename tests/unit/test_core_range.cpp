@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Proves the one MIN[:MAX] parser (common/core_range.hpp) that mallrun --malleable, the OCI hook's
 // io.mall.malleable and the Slurm option share: it accepts exactly digits-only MIN or MIN:MAX with
-// 1 <= MIN <= MAX <= the bound, and names each fault (syntax, MIN 0, MAX below MIN) in words.
+// 1 <= MIN <= MAX <= the bound, and names each fault (syntax, MIN 0, MAX below MIN) in words; and
+// that mallrun and the hook, run as built, still say what they said before they shared it.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <tuple>
 
 #include "common/core_range.hpp"
+#include "support/malld_fixture.hpp"
 #include "support/watchdog.h"
 
 using mall::CoreRangeFault;
@@ -107,4 +109,51 @@ TEST(CoreRange, TheRuleSaysWhatIsAllowed) {
     const std::string rule = mall::kCoreRangeRule;
     EXPECT_NE(rule.find("MIN or MIN:MAX"), std::string::npos);
     EXPECT_NE(rule.find("MIN <= MAX"), std::string::npos);
+}
+
+// The three callers keep their own sentences around the shared parser's verdict: mallrun and the
+// OCI hook name only MAX below MIN (a 0 is a bad count to them); the Slurm option passes the
+// parser's words on (slurm_test_malleable_option and system.slurm_malleable pin those).
+namespace {
+
+const std::string kBinDir = MALL_BIN_DIR;
+
+// mallrun --malleable=VALUE -- true: its first stderr line (it stops before connecting).
+std::string mallrun_words(const std::string &value) {
+    auto r = mall::test::run_command({kBinDir + "/mallrun", "--socket", "/nonexistent/mall.sock",
+                                      "--malleable=" + value, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << value << ": " << r.err;
+    return r.err.substr(0, r.err.find('\n'));
+}
+
+// mall-oci-hook createRuntime for a container annotated io.mall.malleable=VALUE: its words.
+std::string hook_words(const std::string &value) {
+    const std::string state = "{\"ociVersion\":\"1.0.2\",\"id\":\"abc\",\"status\":\"created\",\"pid\":1,"
+                              "\"bundle\":\"/nonexistent\",\"annotations\":{\"io.mall.malleable\":\"" + value + "\"}}";
+    auto r = mall::test::run_command({"/bin/sh", "-c", "printf '%s' \"$0\" | \"$1\" --socket /nonexistent/mall.sock createRuntime",
+                                      state, kBinDir + "/mall-oci-hook"});
+    EXPECT_EQ(r.exit_code, 2) << value << ": " << r.err;
+    return r.err.substr(0, r.err.find('\n'));
+}
+
+}  // namespace
+
+TEST(CoreRangeCallers, MallrunKeepsItsWords) {
+    const std::string rule = "--malleable takes MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX "
+                             "(e.g. --malleable=1:4, or --malleable=2 to grow up to the whole pool)";
+    EXPECT_EQ(mallrun_words("3:1"), "mallrun: bad --malleable value '3:1': MIN (3) is larger than MAX (1); " + rule);
+    for (const char *bad : {"0", "0:2", "2:0", "1:", ":1", "1:2:3", "x", "1000000", "-1"})
+        EXPECT_EQ(mallrun_words(bad), "mallrun: bad --malleable value '" + std::string(bad) + "': " + rule);
+}
+
+TEST(CoreRangeCallers, OciHookKeepsItsWords) {
+    const std::string rule = "use MIN or MIN:MAX, whole numbers of cores >= 1 with MIN <= MAX (MIN alone: up "
+                             "to the whole pool)";
+    EXPECT_EQ(hook_words("3:1"), "mall-oci-hook: bad annotation io.mall.malleable='3:1': MIN (3) is larger than "
+                                 "MAX (1); " + rule + "; fix the container's annotation, e.g. "
+                                 "--annotation io.mall.malleable=1:3");
+    for (const char *bad : {"0", "0:2", "2:0", "1:", "1:2:3", "x", "1000000"})
+        EXPECT_EQ(hook_words(bad), "mall-oci-hook: bad annotation io.mall.malleable='" + std::string(bad) + "': " +
+                                       rule + "; fix the container's annotation, e.g. --annotation "
+                                       "io.mall.malleable=1:4");
 }
