@@ -26,17 +26,21 @@ namespace {
 using nlohmann::json;
 
 // Steps per run: 2,400, or $MALL_SOAK_STEPS (240 or more; run-tsan.sh sets 960, since each step
-// costs ~10x under ThreadSanitizer); a loss line every twelfth of them.
+// costs ~10x under ThreadSanitizer); a loss line every twelfth of them. The environment is read
+// once, at the first call; a bad value fails that first test once and every run uses 2,400.
 int soak_steps() {
-    const char *text = std::getenv("MALL_SOAK_STEPS");
-    if (text == nullptr || *text == '\0') return 2400;
-    char *end = nullptr;
-    const long steps = std::strtol(text, &end, 10);
-    if (*end != '\0' || steps < 240 || steps > 1000000) {
-        ADD_FAILURE() << "MALL_SOAK_STEPS='" << text << "' is not a whole number of steps from 240 up; using 2400";
-        return 2400;
-    }
-    return static_cast<int>(steps);
+    static const int steps = [] {
+        const char *text = std::getenv("MALL_SOAK_STEPS");
+        if (text == nullptr || *text == '\0') return 2400;
+        char *end = nullptr;
+        const long parsed = std::strtol(text, &end, 10);
+        if (*end != '\0' || parsed < 240 || parsed > 1000000) {
+            ADD_FAILURE() << "MALL_SOAK_STEPS='" << text << "' is not a whole number of steps from 240 up; using 2400";
+            return 2400;
+        }
+        return static_cast<int>(parsed);
+    }();
+    return steps;
 }
 
 struct Example {
