@@ -189,7 +189,9 @@ TEST(PoolParking, NoTaskIsLostOrRunTwiceWhileResizingUnderConcurrentScheduling) 
   stop = true;
   resizer.join();
   parking.resize(8);
-  std::this_thread::sleep_for(20ms);  // a task run twice would show by now
+  // A negative check over a sampling window: a task run twice would show within it.
+  constexpr auto kRunTwiceWindow = 20ms;
+  std::this_thread::sleep_for(kRunTwiceWindow);
   long wrong = 0;
   for (auto& r : runs) wrong += r.load() != 1;
   EXPECT_EQ(wrong, 0) << "tasks lost or run twice";
@@ -283,7 +285,10 @@ TEST(PoolParking, NestedParallelForWithOneRunningWorkerFinishes) {
     parking.resize(1);
     std::atomic<int> finished{-1};
     nested_region(finished);
-    std::this_thread::sleep_for(500ms);
+    // A negative check over a sampling window: without the guard the region must still be stuck
+    // at its end (it would finish well within the window otherwise).
+    constexpr auto kStuckWindow = 500ms;
+    std::this_thread::sleep_for(kStuckWindow);
     EXPECT_EQ(finished.load(), -1) << "the hazard did not occur: the test no longer proves the guard";
     parking.resize(4);
     EXPECT_TRUE(wait_until([&] { return finished.load() == 4096; }, 10s));
