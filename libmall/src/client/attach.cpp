@@ -278,8 +278,6 @@ void detach(mall_handle *m) {
     refresh_record(m);
 }
 
-// Sends one message on the current connection without blocking; failures are ignored (a hang-up
-// is noticed by the monitor, and malld's ack timeout covers a lost ack).
 void send_nonblocking(mall_handle *m, mall::proto::Type type, nlohmann::json body) {
     mall::proto::Message msg;
     msg.type = type;

@@ -37,14 +37,8 @@ constexpr int kMaxBoundThreads = 1024;
 // mall_open() waits at most this long for malld's attach reply by default ($MALL_ATTACH_TIMEOUT_MS
 // changes it, 0 to 60000; the connect itself never waits: a full backlog fails at once).
 constexpr milliseconds kDefaultAttachTimeout{2000};
-constexpr long kMaxAttachTimeoutMs = 60000;
-// Reconnect backoff when no malld answers: 50 ms doubling to 1 s.
+// The monitor's first wait before it retries an attach (monitor.cpp has the rest of its backoff).
 constexpr milliseconds kFirstBackoff{50};
-constexpr milliseconds kMaxBackoff{1000};
-// After a refusal (not this job's owner, no such job, ...) retrying every second would only fill
-// malld's log with refusals; a restarted malld or a late registration is still picked up.
-constexpr milliseconds kRefusedBackoff{5000};
-constexpr milliseconds kProgressInterval{500};
 // A "seen generation" no page ever holds: the next mall_step() applies whatever the page says.
 constexpr uint64_t kForceApply = UINT64_MAX;
 

@@ -18,6 +18,13 @@ namespace mall::client {
 
 namespace {
 
+// Reconnect backoff when no malld answers: kFirstBackoff (50 ms) doubling to 1 s.
+constexpr milliseconds kMaxBackoff{1000};
+// After a refusal (not this job's owner, no such job, ...) retrying every second would only fill
+// malld's log with refusals; a restarted malld or a late registration is still picked up.
+constexpr milliseconds kRefusedBackoff{5000};
+constexpr milliseconds kProgressInterval{500};
+
 void send_progress_if_changed(mall_handle *m) {
     uint64_t units = m->work_units.load(std::memory_order_relaxed) - m->progress_base_units;
     uint64_t calls = m->progress_calls.load(std::memory_order_relaxed) - m->progress_base_calls;

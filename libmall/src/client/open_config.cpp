@@ -17,6 +17,8 @@ namespace mall::client {
 
 namespace {
 
+constexpr long kMaxAttachTimeoutMs = 60000;  // $MALL_ATTACH_TIMEOUT_MS's bound
+
 // Parses $name as an integer in [min, max]; unset or empty gives fallback. False when malformed.
 bool env_int(const char *name, long min, long max, long fallback, long *out) {
     const char *text = std::getenv(name);
