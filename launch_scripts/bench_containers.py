@@ -15,6 +15,9 @@ It needs the environment the wrapper exports (CTR_DIR, CTR_CGROUP,
 CTR_PREFIX, MALL_BENCH_*); everything it starts (containers, malld, cgroups, its temp folder) is
 stopped and removed on the way out, also on SIGTERM or ^C; the wrapper's kit clean-up then removes
 the engine's storage, the kit's cgroups and its folder.
+
+It stays one file (about 800 lines): the scenario, its three ways and the figures share one run's
+state and clean-up, and bench_cosched.py already holds what the two benchmarks share.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
 # single-node Slurm cluster with the mall plugin and submits three sbatch jobs, or (--containers)
 # runs three training containers (podman or docker: Eigen, Keras, PyTorch) as malleable jobs;
 # prints a line per event as the cores move, then a summary; stops and removes everything it
-# started. See --help.
+# started. See --help. It stays one script (about 750 lines): it is what a newcomer runs and reads
+# first, and its three tours share the build step, the event printer and the clean-up trap.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -5,6 +5,8 @@
 # plugin (when built), every file under one folder, every daemon tracked by its pid. One node on
 # localhost by default; `up --nodes N` makes N nodes, each in network, UTS and mount namespaces of its
 # own on a private bridge (see --help). Contract: `down` removes everything `up` made.
+# It stays one script (about 1,000 lines) on purpose: `down` must undo exactly what `up` made, both
+# read the same layout of one folder, and that is easiest to check with both side by side.
 #
 # Choices, and why:
 # - Slurm's process tracking and task plugins (`up --cgroup-plugins`, see --help): `linuxproc` (the

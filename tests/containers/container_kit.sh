@@ -7,6 +7,8 @@
 # $CTR_CGROUP and its name prefix $CTR_PREFIX, and ctr_cleanup removes all of it — also after a
 # failed step or a killed test, from the files the kit keeps in $CTR_DIR. Every engine command runs
 # under a watchdog ($CTR_STEP_TIMEOUT_S): a hang fails the step, it never stalls the test.
+# It stays one file (about 800 lines): tests source one kit, and ctr_cleanup must know every kind
+# of thing the kit makes, which the kit records in $CTR_DIR as it makes them.
 #
 # Sourced by tests (functions below); run directly for watchdogs and humans: --help.
 #
