@@ -26,6 +26,7 @@ DESCRIPTION
                                        the slurm/ folder goes along (--file)
       podman  podman/site_podman.sh    podman 5, crun, systemd cgroup manager (vm.site_podman)
       docker  docker/site_docker.sh    docker 26, runc, systemd cgroup driver (vm.site_docker)
+    site_common.sh, the scripts' shared helpers, always goes along (--file; \$MALL_SITE_FILES).
     Steps: make-site-root.sh (cached root; ~75 s the first time), build-site-deb.sh (the .deb;
     ~3 min the first time on 2 cpus, ~15 s when the sources did not change), run-in-site-vm.sh
     --deb mall_*.deb with the scripts (boot ~30 s on an idle host, 2-3 min on a busy one). The
@@ -68,7 +69,7 @@ trap 'watchdog_fired "$timeout_s"; exit 124' TERM
 [ -n "$work" ] || work=${TMPDIR:-/tmp}/mall-site-$(id -u)
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-scripts=() files=()
+scripts=() files=(--file "$here/site_common.sh")   # the scripts' shared helpers, in $MALL_SITE_FILES
 for t in "${tests[@]}"; do
   case $t in
     malld) scripts+=("$here/site_malld.sh") ;;

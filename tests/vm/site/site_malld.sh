@@ -26,16 +26,15 @@ limit_s=${MALL_SITE_MALLD_TIMEOUT_S:-480}
 wait_s=${MALL_SITE_MALLD_WAIT_S:-60}   # each wait: well under a second natively, seconds under TCG
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/malld}
 job=sitejob
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-fatal() { echo "FAIL: $*"; failures=$((failures + 1)); exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
+# The shared helpers: in $MALL_SITE_FILES (run-site-tests.sh carries them), else beside this script.
+for common in "${MALL_SITE_FILES:-/nonexistent}/site_common.sh" "$(dirname "$0")/site_common.sh" "$(dirname "$0")/../site_common.sh"; do
+  [ -r "$common" ] && break
+done
+# shellcheck source=site_common.sh
+. "$common" || { echo "FAIL: site_common.sh not found (run-in-site-vm.sh --file tests/vm/site/site_common.sh)"; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || skip "needs root (installs a package, starts services)"
-[ "${MALL_IN_SITE_VM:-}" = 1 ] || skip "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it installs mall and starts malld.service"
-[ "$(cat /proc/1/comm)" = systemd ] || fatal "PID 1 is $(cat /proc/1/comm), not systemd"
-[ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || fatal "/sys/fs/cgroup is not cgroup v2"
+require_site_guest "needs root (installs a package, starts services)" \
+  "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it installs mall and starts malld.service"
 
 work=$(mktemp -d /tmp/site_malld.XXXXXX)
 mallrun_pid='' watchdog_pid=''
@@ -67,31 +66,11 @@ trap 'exit 130' INT
 watchdog_pid=$!
 disown "$watchdog_pid"   # no "Terminated" line when the cleanup ends it
 
-wait_until() { # SECONDS WHAT CMD...: polls CMD every 0.5 s; 0 when it succeeded, 1 after SECONDS
-  local until=$((SECONDS + $1)) what=$2
-  shift 2
-  while ! "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$until" ] || { echo "  (waited $1 s for $what)"; return 1; }
-    sleep 0.5
-  done
-}
-status_json() { timeout 20 mallctl status --json; }
-job_field() { status_json | jq -r --arg j "$job" ".jobs[] | select(.job == \$j) | .$1"; }
 main_pid() { systemctl show -p MainPID --value malld; }
-malld_answers() { timeout 10 mallctl status >/dev/null; }
 invocation() { systemctl show -p InvocationID --value malld; }
 
 # --- (1) the package ------------------------------------------------------------------------------
-if ! dpkg -s mall >/dev/null 2>&1; then
-  [ -r "${MALL_SITE_DEB:-}" ] || fatal "mall is not installed and no .deb was given (run-in-site-vm.sh --deb mall_*.deb)"
-  t=$SECONDS
-  # The guest has no network: every Depends must already be installed in the site root.
-  if DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$(realpath "$MALL_SITE_DEB")" >"$work/apt.txt" 2>&1; then
-    pass "apt install ./$(basename "$MALL_SITE_DEB") without network ($((SECONDS - t)) s)"
-  else
-    fatal "apt install $MALL_SITE_DEB: $(tail -n 8 "$work/apt.txt")"
-  fi
-fi
+install_mall_deb "$work/apt.txt" --pass
 version=$(dpkg-query -W -f='${Version}' mall)
 unit_text=$(systemctl cat malld 2>&1) || fatal "systemctl cat malld: $unit_text"
 unit_file=$(systemctl show -p FragmentPath --value malld)
@@ -127,26 +106,8 @@ tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--metrics-file /run/mall/site.pr
   fail "/etc/default/malld's options did not reach malld: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
 
 # --- (3) a malleable job follows mallctl set -----------------------------------------------------
-# A training-like program: four threads that work and sleep in turn, and a heartbeat file.
-cat >"$work/train.py" <<'PY'
-import os, sys, threading, time
-beat = sys.argv[1]
-def work():
-    x = 0
-    while True:
-        for i in range(20000):
-            x += i
-        time.sleep(0.05)
-for _ in range(4):
-    threading.Thread(target=work, daemon=True).start()
-n = 0
-while True:
-    n += 1
-    with open(beat + ".tmp", "w") as f:
-        f.write(str(n))
-    os.replace(beat + ".tmp", beat)
-    time.sleep(0.5)
-PY
+# A training-like program (four threads that work and sleep in turn) with a heartbeat file.
+write_train_py "$work/train.py"
 # setsid: the job and mallrun in a process group of their own, killed as one by the cleanup.
 setsid mallrun --malleable=1:2 --job "$job" --cgroup own --require -- python3 "$work/train.py" "$work/beat" \
   >"$work/mallrun.txt" 2>&1 </dev/null &
@@ -156,7 +117,7 @@ wait_until "$wait_s" "the job to register and run" sh -c "test -s '$work/beat'" 
   fatal "the job did not start: $(cat "$work/mallrun.txt")"
 jpid=$(job_pid)
 [ -n "$jpid" ] || fatal "mallctl status lists no pid for $job: $(status_json | jq -c .jobs)"
-cgroup_rel=$(job_field cgroup)
+cgroup_rel=$(job_field "$job" cgroup)
 case $cgroup_rel in
   /sys/fs/cgroup/*) cgroup_dir=$cgroup_rel ;;
   *) cgroup_dir=/sys/fs/cgroup/${cgroup_rel#/} ;;
@@ -169,25 +130,22 @@ esac
 [ "$(cut -d: -f3 "/proc/$jpid/cgroup")" = "${cgroup_dir#/sys/fs/cgroup}" ] ||
   fail "the job's process $jpid is in $(cat "/proc/$jpid/cgroup"), not ${cgroup_dir#/sys/fs/cgroup}"
 
-# cpus_agree WANT: malld's status, the cgroup's effective cpus and every thread of the job say WANT.
-threads_cpus() { local t; for t in /proc/"$jpid"/task/*; do awk '/^Cpus_allowed_list/ {print $2}' "$t/status"; done | sort -u | paste -sd' ' -; }
-cpus_agree() {
-  [ "$(job_field cpus)" = "$1" ] && [ "$(cat "$cgroup_dir/cpuset.cpus.effective")" = "$1" ] && [ "$(threads_cpus)" = "$1" ]
-}
-show_cpus() { echo "status '$(job_field cpus)', cpuset.cpus.effective '$(cat "$cgroup_dir/cpuset.cpus.effective")', threads '$(threads_cpus)'"; }
+# Where the job's cpus show (site_common.sh's cpus_agree, show_cpus): malld's status, every thread
+# of the job, the job cgroup's effective cpus.
+where=("$job" "$jpid" '' '' "$cgroup_dir")
 nthreads=$(ls "/proc/$jpid/task" | wc -l)
 [ "$nthreads" -ge 5 ] || fail "the job runs $nthreads threads, not 5 (python's main and four workers)"
-if wait_until "$wait_s" "the lone job to grow to 0-1" cpus_agree 0-1; then
-  pass "alone, the job grows to 0-1: $(show_cpus) ($nthreads threads)"
+if wait_until "$wait_s" "the lone job to grow to 0-1" cpus_agree 0-1 "${where[@]}"; then
+  pass "alone, the job grows to 0-1: $(show_cpus "${where[@]}") ($nthreads threads)"
 else
-  fail "alone, the job does not hold 0-1: $(show_cpus)"
+  fail "alone, the job does not hold 0-1: $(show_cpus "${where[@]}")"
 fi
 for want in 1 0 0-1 1; do
   mallctl set "$job" --cpus "$want" >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus $want: $(cat "$work/set.txt")"
-  if wait_until "$wait_s" "cpus $want" cpus_agree "$want"; then
-    pass "mallctl set $job --cpus $want: $(show_cpus)"
+  if wait_until "$wait_s" "cpus $want" cpus_agree "$want" "${where[@]}"; then
+    pass "mallctl set $job --cpus $want: $(show_cpus "${where[@]}")"
   else
-    fail "mallctl set $job --cpus $want: they disagree: $(show_cpus)"
+    fail "mallctl set $job --cpus $want: they disagree: $(show_cpus "${where[@]}")"
   fi
 done
 status_json >"$work/status-before-restart.json"
@@ -203,7 +161,7 @@ new_pid=$(main_pid)
   pass "systemctl restart malld: a new malld (pid $old_pid -> $new_pid, $((SECONDS - t)) s) in the delegated leaf" ||
   fail "after systemctl restart: malld pid $old_pid -> $new_pid, cgroup $(cat "/proc/$new_pid/cgroup" 2>&1)"
 kill -0 "$jpid" 2>/dev/null && pass "the job (pid $jpid) survived the restart" || fail "the job (pid $jpid) died with malld's restart"
-if cpus_agree 1; then pass "after the restart the job keeps its cpus: $(show_cpus)"; else fail "after the restart: $(show_cpus)"; fi
+if cpus_agree 1 "${where[@]}"; then pass "after the restart the job keeps its cpus: $(show_cpus "${where[@]}")"; else fail "after the restart: $(show_cpus "${where[@]}")"; fi
 wait_until "$wait_s" "the job's heartbeat to go on" sh -c "[ \"\$(cat '$work/beat')\" -gt $beat_before ]" &&
   pass "the job keeps running (heartbeat $beat_before -> $(cat "$work/beat"))" || fail "the job's heartbeat stopped at $(cat "$work/beat")"
 inv=$(invocation)
@@ -225,10 +183,10 @@ kill -KILL "$old_pid"
 wait_until "$wait_s" "systemd to restart the killed malld" sh -c "p=\$(systemctl show -p MainPID --value malld); [ \"\$p\" != 0 ] && [ \"\$p\" != $old_pid ] && timeout 10 mallctl status" &&
   pass "malld SIGKILLed: systemd restarted it (Restart=on-failure; pid $old_pid -> $(main_pid), NRestarts=$(systemctl show -p NRestarts --value malld))" ||
   fail "malld SIGKILLed: not restarted ($(systemctl show -p ActiveState -p SubState -p NRestarts malld | tr '\n' ' '))"
-if cpus_agree 1 && kill -0 "$jpid" 2>/dev/null; then pass "after the kill the job is re-adopted with its cpus: $(show_cpus)"; else fail "after malld's kill: $(show_cpus)"; fi
+if cpus_agree 1 "${where[@]}" && kill -0 "$jpid" 2>/dev/null; then pass "after the kill the job is re-adopted with its cpus: $(show_cpus "${where[@]}")"; else fail "after malld's kill: $(show_cpus "${where[@]}")"; fi
 mallctl set "$job" --cpus auto >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus auto: $(cat "$work/set.txt")"
-wait_until "$wait_s" "cpus auto (0-1)" cpus_agree 0-1 && pass "mallctl set $job --cpus auto: back to 0-1: $(show_cpus)" ||
-  fail "mallctl set $job --cpus auto: $(show_cpus)"
+wait_until "$wait_s" "cpus auto (0-1)" cpus_agree 0-1 "${where[@]}" && pass "mallctl set $job --cpus auto: back to 0-1: $(show_cpus "${where[@]}")" ||
+  fail "mallctl set $job --cpus auto: $(show_cpus "${where[@]}")"
 
 # --- (6) the job ends; systemctl stop is clean, keeps the state, leaves no job folder -------------
 kill -TERM "$mallrun_pid"

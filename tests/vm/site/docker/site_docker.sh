@@ -24,32 +24,27 @@ set -uo pipefail
 
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 limit_s=${MALL_SITE_DOCKER_TIMEOUT_S:-900}
-if [ "${MALL_SITE_DOCKER_WATCHED:-}" != 1 ]; then
-  MALL_SITE_DOCKER_WATCHED=1 exec timeout --kill-after=60 "$limit_s" bash "$0" "$@"
-fi
+# The shared helpers: in $MALL_SITE_FILES (run-site-tests.sh carries them), else beside this script.
+for common in "${MALL_SITE_FILES:-/nonexistent}/site_common.sh" "$(dirname "$0")/site_common.sh" "$(dirname "$0")/../site_common.sh"; do
+  [ -r "$common" ] && break
+done
+# shellcheck source=../site_common.sh
+. "$common" || { echo "FAIL: site_common.sh not found (run-in-site-vm.sh --file tests/vm/site/site_common.sh)"; exit 1; }
+run_watched "$limit_s" MALL_SITE_DOCKER_WATCHED "$0" "$@"   # TERM after limit_s: the trap cleans up
 wait_s=${MALL_SITE_DOCKER_WAIT_S:-90}
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/docker}
 prefix=mall-site-docker
 image=mall-site-root:1
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-fatal() { echo "FAIL: $*"; failures=$((failures + 1)); exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
-note() { echo "  note: $*"; }
 t_start=$SECONDS
 
-[ "$(id -u)" -eq 0 ] || skip "needs root"
-[ "${MALL_IN_SITE_VM:-}" = 1 ] || skip "runs only in the site guest (MALL_IN_SITE_VM=1)"
-[ "$(cat /proc/1/comm)" = systemd ] || fatal "PID 1 is $(cat /proc/1/comm), not systemd"
-[ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || fatal "/sys/fs/cgroup is not cgroup v2"
+require_site_guest "needs root" "runs only in the site guest (MALL_IN_SITE_VM=1)"
 command -v docker >/dev/null && command -v jq >/dev/null || fatal "the site root lacks docker or jq"
 
 work=$(mktemp -d /tmp/site_docker.XXXXXX)
 dk() { timeout "$wait_s" docker "$@"; }
 # shellcheck disable=SC2317
 cleanup() {
-  local rc=$? c u
+  local rc=$? c
   trap - EXIT TERM INT
   if [ -n "$out" ]; then
     mkdir -p "$out"
@@ -61,10 +56,7 @@ cleanup() {
     timeout 60 docker rm -f "$c" >/dev/null 2>&1
   done
   timeout 60 docker rmi -f "$image" >/dev/null 2>&1
-  for u in $(systemctl list-units --all --plain --no-legend 'mall-*.slice' 2>/dev/null | awk '{print $1}') mall.slice; do
-    systemctl stop "$u" 2>/dev/null
-    systemctl revert "$u" >/dev/null 2>&1
-  done
+  stop_mall_slices
   rm -rf "$work"
   if [ "$rc" = 0 ] && [ "$failures" -gt 0 ]; then rc=1; fi
   echo "site_docker: $failures failure(s) in $((SECONDS - t_start)) s"
@@ -74,36 +66,11 @@ trap cleanup EXIT
 trap 'echo "FAIL: watchdog: site_docker.sh still running after $limit_s s (or was terminated)"; exit 1' TERM
 trap 'exit 130' INT
 
-wait_until() {
-  local until=$((SECONDS + $1)) what=$2
-  shift 2
-  while ! "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$until" ] || { echo "  (waited $1 s for $what)"; return 1; }
-    sleep 0.5
-  done
-}
-status_json() { timeout 20 mallctl status --json; }
-job_field() { status_json | jq -r --arg j "$1" ".jobs[] | select(.job == \$j) | .$2 // empty"; }
-job_listed() { status_json | jq -e --arg j "$1" 'any(.jobs[]; .job == $j)'; }
-job_gone() { ! job_listed "$1"; }
-malld_answers() { timeout 10 mallctl status >/dev/null; }
-threads_cpus() {
-  local t
-  for t in /proc/"$1"/task/*; do awk '/^Cpus_allowed_list/ {print $2}' "$t/status"; done | sort -u | paste -sd' ' -
-}
-slice_exists() { [ -d "/sys/fs/cgroup/mall.slice/$1" ]; }
-no_slice() { ! slice_exists "$1" && [ "$(systemctl show -p ActiveState --value "$1")" = inactive ]; }
 
 # --- (1) mall and docker ----------------------------------------------------------------------------
 t=$SECONDS
-if ! dpkg -s mall >/dev/null 2>&1; then
-  [ -r "${MALL_SITE_DEB:-}" ] || fatal "mall is not installed and no .deb was given"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$(realpath "$MALL_SITE_DEB")" >"$work/apt.txt" 2>&1 ||
-    fatal "apt install $MALL_SITE_DEB: $(tail -n 8 "$work/apt.txt")"
-fi
-systemctl is-active --quiet malld || systemctl enable --now malld >"$work/enable.txt" 2>&1 ||
-  fatal "systemctl enable --now malld: $(cat "$work/enable.txt")"
-wait_until "$wait_s" "malld to answer" malld_answers || fatal "malld does not answer"
+install_mall_deb "$work/apt.txt"
+start_malld
 pool=$(status_json | jq -r .pool)
 note "mall installed, malld up in $((SECONDS - t)) s; docker.service at boot: $(systemctl is-active docker)"
 t=$SECONDS
@@ -126,37 +93,12 @@ runtime=$(dk info --format '{{.DefaultRuntime}}')
 
 t=$SECONDS
 rootfs=$work/rootfs
-mkdir -p "$rootfs"/{etc,proc,sys,dev,tmp,run,root,usr,var/tmp}
-chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
-printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' >"$rootfs/etc/passwd"
-printf '%s\n' 'root:x:0:' >"$rootfs/etc/group"
-for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$rootfs/$l"; done
+make_tiny_root "$rootfs"
 tar -C "$rootfs" -cf "$work/rootfs.tar" . && dk import "$work/rootfs.tar" "$image" >"$work/import.txt" 2>&1 &&
   pass "docker import of a tiny root as $image ($((SECONDS - t)) s)" || fatal "docker import: $(cat "$work/import.txt")"
-cat >"$work/train.py" <<'PY'
-import threading, time
-def work():
-    x = 0
-    while True:
-        for i in range(20000):
-            x += i
-        time.sleep(0.05)
-for _ in range(4):
-    threading.Thread(target=work, daemon=True).start()
-while True:
-    time.sleep(1)
-PY
+write_train_py "$work/train.py"
 run_opts=(--network=none --volume=/usr:/usr:ro --volume=/etc/ld.so.cache:/etc/ld.so.cache:ro
           --volume="$work:$work:ro")
-
-cpus_agree() { # JOB PID SLICE_DIR SCOPE_DIR WANT SLICE
-  [ "$(job_field "$1" cpus)" = "$5" ] && [ "$(cat "$3/cpuset.cpus.effective")" = "$5" ] &&
-    [ "$(cat "$4/cpuset.cpus.effective")" = "$5" ] && [ "$(threads_cpus "$2")" = "$5" ] &&
-    [ "$(systemctl show -p AllowedCPUs --value "$6")" = "$5" ]
-}
-show_cpus() {
-  echo "status '$(job_field "$1" cpus)', slice cpuset.cpus.effective '$(cat "$3/cpuset.cpus.effective" 2>&1)', scope '$(cat "$4/cpuset.cpus.effective" 2>&1)', threads '$(threads_cpus "$2")', AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$6")'"
-}
 
 # --- (2) mallrun --container -- docker run -d --------------------------------------------------------
 job=dk-1
@@ -191,35 +133,14 @@ wait_until "$wait_s" "the container's init to join the job" sh -c "mallctl statu
 note "scope unit: $(systemctl show -p Slice -p Delegate -p ControlGroup --value "docker-$cid.scope" | paste -sd' ' -)"
 
 # --- (3) it follows mallctl set --------------------------------------------------------------------
-if wait_until "$wait_s" "$job to hold $pool" cpus_agree "$job" "$cpid" "$slice_dir" "$scope_dir" "$pool" "$slice"; then
-  pass "alone, $job holds $pool: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" "$pool" "$slice")"
-else
-  fail "alone, $job does not hold $pool: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" "$pool" "$slice")"
-fi
-for want in 1 0 "$pool"; do
-  mallctl set "$job" --cpus "$want" >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus $want: $(cat "$work/set.txt")"
-  if wait_until "$wait_s" "$job on $want" cpus_agree "$job" "$cpid" "$slice_dir" "$scope_dir" "$want" "$slice"; then
-    pass "mallctl set $job --cpus $want: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" "$want" "$slice")"
-  else
-    fail "mallctl set $job --cpus $want: they disagree: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" "$want" "$slice")"
-  fi
-done
-mallctl set "$job" --cpus auto >/dev/null 2>&1
+# Where the job's cpus show: malld's status, the container init's threads, the slice's AllowedCPUs
+# and cpuset.cpus.effective of the slice and the container's scope.
+where=("$job" "$cpid" "$slice" slice "$slice_dir" scope "$scope_dir")
+follow_set "${where[@]}"
 [ -f "/run/systemd/system.control/$slice.d/50-AllowedCPUs.conf" ] &&
   pass "malld resized the slice through systemd (set-property drop-in in /run/systemd/system.control/$slice.d)" ||
   fail "no set-property drop-in for $slice"
-systemctl restart malld >"$work/restart.txt" 2>&1 || fail "systemctl restart malld: $(cat "$work/restart.txt")"
-if wait_until "$wait_s" "malld after restart" malld_answers && wait_until "$wait_s" "$job re-adopted" job_listed "$job" &&
-   [ "$(job_field "$job" cgroup)" = "$slice_dir" ]; then
-  pass "systemctl restart malld: job $job re-adopted in $slice_dir"
-else
-  fail "after systemctl restart malld, job $job is not re-adopted: $(status_json | jq -c .jobs)"
-fi
-mallctl set "$job" --cpus 1 >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus 1 after the restart: $(cat "$work/set.txt")"
-wait_until "$wait_s" "$job on 1 after restart" cpus_agree "$job" "$cpid" "$slice_dir" "$scope_dir" 1 "$slice" &&
-  pass "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" 1 "$slice")" ||
-  fail "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$scope_dir" 1 "$slice")"
-mallctl set "$job" --cpus auto >/dev/null 2>&1
+restart_readopts "$slice_dir" "${where[@]}"
 
 # --- (4) SIGKILL ------------------------------------------------------------------------------------
 t=$SECONDS

@@ -29,25 +29,20 @@ set -uo pipefail
 
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 limit_s=${MALL_SITE_PODMAN_TIMEOUT_S:-600}
-# The watchdog (tests/support/watchdog.sh's way, which the guest does not have): this script runs
-# again under timeout(1), which sends TERM after limit_s (the trap cleans up) and KILL 60 s later.
-if [ "${MALL_SITE_PODMAN_WATCHED:-}" != 1 ]; then
-  MALL_SITE_PODMAN_WATCHED=1 exec timeout --kill-after=60 "$limit_s" bash "$0" "$@"
-fi
+# The shared helpers: in $MALL_SITE_FILES (run-site-tests.sh carries them), else beside this script.
+for common in "${MALL_SITE_FILES:-/nonexistent}/site_common.sh" "$(dirname "$0")/site_common.sh" "$(dirname "$0")/../site_common.sh"; do
+  [ -r "$common" ] && break
+done
+# shellcheck source=../site_common.sh
+. "$common" || { echo "FAIL: site_common.sh not found (run-in-site-vm.sh --file tests/vm/site/site_common.sh)"; exit 1; }
+# The watchdog: this script runs again under timeout(1), TERM after limit_s (the trap cleans up).
+run_watched "$limit_s" MALL_SITE_PODMAN_WATCHED "$0" "$@"
 wait_s=${MALL_SITE_PODMAN_WAIT_S:-90}
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/podman}
 prefix=mall-site-podman
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-fatal() { echo "FAIL: $*"; failures=$((failures + 1)); exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
-note() { echo "  note: $*"; }
 
-[ "$(id -u)" -eq 0 ] || skip "needs root (installs a package, runs rootful podman, starts services)"
-[ "${MALL_IN_SITE_VM:-}" = 1 ] || skip "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it installs mall and starts malld.service"
-[ "$(cat /proc/1/comm)" = systemd ] || fatal "PID 1 is $(cat /proc/1/comm), not systemd"
-[ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || fatal "/sys/fs/cgroup is not cgroup v2"
+require_site_guest "needs root (installs a package, runs rootful podman, starts services)" \
+  "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it installs mall and starts malld.service"
 command -v podman >/dev/null && command -v crun >/dev/null && command -v jq >/dev/null ||
   fatal "the site root lacks podman, crun or jq (make-site-root.sh's package list)"
 
@@ -56,7 +51,7 @@ work=$(mktemp -d /tmp/site_podman.XXXXXX)
 pm() { timeout "$wait_s" podman "$@"; }
 # shellcheck disable=SC2317  # called from the trap
 cleanup() {
-  local rc=$? c u
+  local rc=$? c
   trap - EXIT TERM INT
   if [ -n "$out" ]; then
     mkdir -p "$out"
@@ -67,10 +62,7 @@ cleanup() {
   for c in $(timeout 60 podman ps -a --format '{{.Names}}' 2>/dev/null | grep "^$prefix-"); do
     timeout 60 podman rm -f -t 0 "$c" >/dev/null 2>&1
   done
-  for u in $(systemctl list-units --all --plain --no-legend 'mall-*.slice' 2>/dev/null | awk '{print $1}') mall.slice; do
-    systemctl stop "$u" 2>/dev/null
-    systemctl revert "$u" >/dev/null 2>&1
-  done
+  stop_mall_slices
   rm -rf "$work"
   if [ "$rc" = 0 ] && [ "$failures" -gt 0 ]; then rc=1; fi
   echo "site_podman: $failures failure(s)"
@@ -80,35 +72,10 @@ trap cleanup EXIT
 trap 'echo "FAIL: watchdog: site_podman.sh still running after $limit_s s (or was terminated)"; exit 1' TERM
 trap 'exit 130' INT
 
-wait_until() { # SECONDS WHAT CMD...: polls CMD every 0.5 s; 0 when it succeeded, 1 after SECONDS
-  local until=$((SECONDS + $1)) what=$2
-  shift 2
-  while ! "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$until" ] || { echo "  (waited $1 s for $what)"; return 1; }
-    sleep 0.5
-  done
-}
-status_json() { timeout 20 mallctl status --json; }
-job_field() { status_json | jq -r --arg j "$1" ".jobs[] | select(.job == \$j) | .$2 // empty"; }
-job_listed() { status_json | jq -e --arg j "$1" 'any(.jobs[]; .job == $j)'; }
-job_gone() { ! job_listed "$1"; }
-malld_answers() { timeout 10 mallctl status >/dev/null; }
-threads_cpus() { # PID: the distinct Cpus_allowed_list of its threads
-  local t
-  for t in /proc/"$1"/task/*; do awk '/^Cpus_allowed_list/ {print $2}' "$t/status"; done | sort -u | paste -sd' ' -
-}
-slice_exists() { [ -d "/sys/fs/cgroup/mall.slice/$1" ]; }
-no_slice() { ! slice_exists "$1" && [ "$(systemctl show -p ActiveState --value "$1")" = inactive ]; }
 
 # --- (1) mall and podman ----------------------------------------------------------------------------
-if ! dpkg -s mall >/dev/null 2>&1; then
-  [ -r "${MALL_SITE_DEB:-}" ] || fatal "mall is not installed and no .deb was given (run-in-site-vm.sh --deb mall_*.deb)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$(realpath "$MALL_SITE_DEB")" >"$work/apt.txt" 2>&1 ||
-    fatal "apt install $MALL_SITE_DEB: $(tail -n 8 "$work/apt.txt")"
-fi
-systemctl is-active --quiet malld || systemctl enable --now malld >"$work/enable.txt" 2>&1 ||
-  fatal "systemctl enable --now malld: $(cat "$work/enable.txt")"
-wait_until "$wait_s" "malld to answer" malld_answers || fatal "malld does not answer: $(systemctl status malld --no-pager 2>&1 | tail -n 20)"
+install_mall_deb "$work/apt.txt"
+start_malld
 pool=$(status_json | jq -r .pool)
 manager=$(pm info --format '{{.Host.CgroupManager}}' 2>"$work/info.txt")
 runtime=$(pm info --format '{{.Host.OCIRuntime.Name}}' 2>>"$work/info.txt")
@@ -117,57 +84,12 @@ runtime=$(pm info --format '{{.Host.OCIRuntime.Name}}' 2>>"$work/info.txt")
   fatal "podman uses runtime '$runtime' and cgroup manager '$manager', not crun and systemd: $(cat "$work/info.txt")"
 [ "$pool" = 0-1 ] || note "the pool is $pool (the checks below expect a 2-cpu guest: 0-1)"
 
-# The tiny root: a few folders and the guest's merged-/usr links; /usr comes in read-only.
+# The tiny root, with the guest's /usr coming in read-only; the training-like program.
 rootfs=$work/rootfs
-mkdir -p "$rootfs"/{etc,proc,sys,dev,tmp,run,root,usr,var/tmp}
-chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
-printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' >"$rootfs/etc/passwd"
-printf '%s\n' 'root:x:0:' >"$rootfs/etc/group"
-for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$rootfs/$l"; done
-# A training-like program: four threads that work and sleep in turn.
-cat >"$work/train.py" <<'PY'
-import threading, time
-def work():
-    x = 0
-    while True:
-        for i in range(20000):
-            x += i
-        time.sleep(0.05)
-for _ in range(4):
-    threading.Thread(target=work, daemon=True).start()
-while True:
-    time.sleep(1)
-PY
+make_tiny_root "$rootfs"
+write_train_py "$work/train.py"
 run_opts=(--network=none --volume=/usr:/usr:ro --volume=/etc/ld.so.cache:/etc/ld.so.cache:ro
           --volume="$work:$work:ro" --rootfs "$rootfs")
-
-# cpus_agree JOB PID CGROUP_DIR WANT [SLICE]: status, the cgroup's effective cpus, the threads of
-# PID (and the slice's AllowedCPUs) all say WANT.
-cpus_agree() {
-  [ "$(job_field "$1" cpus)" = "$4" ] && [ "$(cat "$3/cpuset.cpus.effective")" = "$4" ] &&
-    [ "$(threads_cpus "$2")" = "$4" ] &&
-    { [ -z "${5:-}" ] || [ "$(systemctl show -p AllowedCPUs --value "$5")" = "$4" ]; }
-}
-show_cpus() { # JOB PID CGROUP_DIR [SLICE]
-  echo "status '$(job_field "$1" cpus)', $(basename "$3") cpuset.cpus.effective '$(cat "$3/cpuset.cpus.effective" 2>&1)', threads '$(threads_cpus "$2")'${4:+, AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$4")'}"
-}
-follow_set() { # JOB PID CGROUP_DIR [SLICE]: grows alone to the pool, then set 1, 0, the pool
-  local job=$1 pid=$2 dir=$3 slice=${4:-} want
-  if wait_until "$wait_s" "$job to hold $pool" cpus_agree "$job" "$pid" "$dir" "$pool" "$slice"; then
-    pass "alone, $job holds $pool: $(show_cpus "$job" "$pid" "$dir" "$slice")"
-  else
-    fail "alone, $job does not hold $pool: $(show_cpus "$job" "$pid" "$dir" "$slice")"
-  fi
-  for want in 1 0 "$pool"; do
-    mallctl set "$job" --cpus "$want" >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus $want: $(cat "$work/set.txt")"
-    if wait_until "$wait_s" "$job on $want" cpus_agree "$job" "$pid" "$dir" "$want" "$slice"; then
-      pass "mallctl set $job --cpus $want: $(show_cpus "$job" "$pid" "$dir" "$slice")"
-    else
-      fail "mallctl set $job --cpus $want: they disagree: $(show_cpus "$job" "$pid" "$dir" "$slice")"
-    fi
-  done
-  mallctl set "$job" --cpus auto >/dev/null 2>&1
-}
 
 # --- (2) mallrun --container: the job's slice -------------------------------------------------------
 job=pc-1   # a '-' in the name: the slice name escapes it (mall-pc\x2d1.slice)
@@ -203,25 +125,13 @@ conmon_cg=$(systemctl show -p ControlGroup --value "libpod-conmon-$cid.scope" 2>
   note "conmon's scope is '$conmon_cg' (podman moves conmon only when it runs outside a systemd unit)"
 
 # --- (3) it follows mallctl set --------------------------------------------------------------------
-follow_set "$job" "$cpid" "$slice_dir" "$slice"
+follow_set "$job" "$cpid" "$slice" "$(basename "$slice_dir")" "$slice_dir"
 [ -f "/run/systemd/system.control/$slice.d/50-AllowedCPUs.conf" ] &&
   pass "malld resized the slice through systemd (set-property --runtime: /run/systemd/system.control/$slice.d)" ||
   fail "no set-property drop-in for $slice in /run/systemd/system.control"
 # A restarted malld re-adopts the job as a slice job: its status names the slice, and a resize
 # still goes through systemd to the slice.
-systemctl restart malld >"$work/restart.txt" 2>&1 || fail "systemctl restart malld: $(cat "$work/restart.txt")"
-if wait_until "$wait_s" "malld to answer after its restart" malld_answers &&
-   wait_until "$wait_s" "$job to be re-adopted" job_listed "$job" &&
-   [ "$(job_field "$job" cgroup)" = "$slice_dir" ]; then
-  pass "systemctl restart malld: job $job re-adopted in $slice_dir"
-else
-  fail "after systemctl restart malld, job $job is not re-adopted in its slice: $(status_json | jq -c .jobs)"
-fi
-mallctl set "$job" --cpus 1 >"$work/set.txt" 2>&1 || fail "mallctl set $job --cpus 1 after the restart: $(cat "$work/set.txt")"
-wait_until "$wait_s" "$job on 1 after the restart" cpus_agree "$job" "$cpid" "$slice_dir" 1 "$slice" &&
-  pass "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$slice")" ||
-  fail "after the restart, mallctl set $job --cpus 1: $(show_cpus "$job" "$cpid" "$slice_dir" "$slice")"
-mallctl set "$job" --cpus auto >/dev/null 2>&1
+restart_readopts "$slice_dir" "$job" "$cpid" "$slice" "$(basename "$slice_dir")" "$slice_dir"
 
 # --- (4) the container SIGKILLed ends the job and its slice -----------------------------------------
 kill -KILL "$cpid"
@@ -288,7 +198,7 @@ hook_dir=/sys/fs/cgroup$got_cg
   fail "job $job's cgroup is '$(job_field "$job" cgroup)', not $hook_dir: $(status_json | jq -c .jobs)"
 grep -q "is job $job" "$work/hook.log" && pass "createRuntime registered it: $(grep "is job $job" "$work/hook.log" | tail -n 1 | cut -c1-160)" ||
   fail "the hook's log has no registration: $(cat "$work/hook.log" 2>&1)"
-follow_set "$job" "$cpid" "$hook_dir"
+follow_set "$job" "$cpid" '' "$(basename "$hook_dir")" "$hook_dir"
 scope=/sys/fs/cgroup/machine.slice/libpod-$cid.scope
 [ -z "$(cat "$scope/cpuset.cpus")" ] && pass "systemd's scope itself was not written (cpuset.cpus empty: malld wrote only crun's delegated 'container' cgroup)" ||
   fail "the scope's own cpuset.cpus is '$(cat "$scope/cpuset.cpus")': malld wrote a file systemd owns"

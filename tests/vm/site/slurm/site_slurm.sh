@@ -33,26 +33,23 @@ conf=${MALL_SITE_SLURM_CONF:-${MALL_SITE_FILES:-/nonexistent}/slurm}
 out=${MALL_SITE_OUT:+$MALL_SITE_OUT/slurm}
 limit_s=${MALL_SITE_SLURM_TIMEOUT_S:-600}
 wait_s=${MALL_SITE_SLURM_WAIT_S:-120}   # each wait: seconds natively, tens of seconds under TCG
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$(( failures + 1 )); }
-skip() { echo "SKIP: $*"; exit 77; }
+# The shared helpers: in $MALL_SITE_FILES (run-site-tests.sh carries them), else beside this script.
+for common in "${MALL_SITE_FILES:-/nonexistent}/site_common.sh" "$(dirname "$0")/site_common.sh" "$(dirname "$0")/../site_common.sh"; do
+  [ -r "$common" ] && break
+done
+# shellcheck source=../site_common.sh
+. "$common" || { echo "FAIL: site_common.sh not found (run-in-site-vm.sh --file tests/vm/site/site_common.sh)"; exit 1; }
+site_poll_s=0.2   # wait_until's polls
 
-[ "$(id -u)" -eq 0 ] || skip "needs root (it configures and starts Slurm's and mall's services)"
-[ "${MALL_IN_SITE_VM:-}" = 1 ] || skip "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it rewrites /etc/slurm and starts services"
-[ "$(cat /proc/1/comm)" = systemd ] || { echo "FAIL: PID 1 is $(cat /proc/1/comm), not systemd"; exit 1; }
-[ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || { echo "FAIL: /sys/fs/cgroup is not cgroup v2"; exit 1; }
+require_site_guest "needs root (it configures and starts Slurm's and mall's services)" \
+  "runs only in the site guest (MALL_IN_SITE_VM=1, tests/vm/site/run-in-site-vm.sh): it rewrites /etc/slurm and starts services"
 for f in slurm.conf cgroup.conf plugstack.conf malld.default; do
-  [ -r "$conf/$f" ] || { echo "FAIL: $conf/$f missing: pass --file tests/vm/site/slurm to run-in-site-vm.sh or set MALL_SITE_SLURM_CONF"; exit 1; }
+  [ -r "$conf/$f" ] || fatal "$conf/$f missing: pass --file tests/vm/site/slurm to run-in-site-vm.sh or set MALL_SITE_SLURM_CONF"
 done
 # mall from its .deb: the harness's step before this script; done here when it was not.
-if ! dpkg -s mall >/dev/null 2>&1; then
-  [ -r "${MALL_SITE_DEB:-}" ] || { echo "FAIL: mall is not installed and no .deb was given (run-in-site-vm.sh --deb mall_*.deb)"; exit 1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$(realpath "$MALL_SITE_DEB")" >/tmp/site_slurm.apt.log 2>&1 ||
-    { echo "FAIL: apt install $MALL_SITE_DEB: $(tail -n 5 /tmp/site_slurm.apt.log)"; exit 1; }
-fi
+install_mall_deb /tmp/site_slurm.apt.log
 for tool in mallctl sbatch scontrol scancel sinfo jq python3 systemctl journalctl; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool is not installed in the guest (make-site-root.sh's package list, or the mall .deb)"; exit 1; }
+  command -v "$tool" >/dev/null || fatal "$tool is not installed in the guest (make-site-root.sh's package list, or the mall .deb)"
 done
 
 work=$(mktemp -d /tmp/site_slurm.XXXXXX)
@@ -76,27 +73,12 @@ trap 'echo "FAIL: watchdog: site_slurm.sh ran longer than ${limit_s}s (MALL_SITE
 ( sleep "$limit_s"; kill -TERM $$ 2>/dev/null ) </dev/null >/dev/null 2>&1 &
 watchdog_pid=$!
 
-wait_for() { # wait_for SECONDS CMD...: polls CMD every 0.2 s until it succeeds; false at the deadline
-  local deadline=$(( SECONDS + $1 )); shift
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.2; done
-}
-status_json() { timeout 20 mallctl status --json 2>/dev/null; }
-job_field() { status_json | jq -r --arg j "$1" --arg f "$2" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null; }
-job_listed() { [ -n "$(job_field "$1" job)" ]; }
 job_settled_on() { [ "$(status_json | jq -r --arg j "$1" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"')" = "$2 $2 settled" ]; }
 job_gone_and_released() { ! job_listed "$1" && [ -z "$(status_json | jq -r --arg j "$1" '.reserved[$j] // ""')" ]; }
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 job_final() { case $(job_state "$1") in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|'') return 0 ;; *) return 1 ;; esac; }
 proc_cgroup() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
 effective() { cat "/sys/fs/cgroup$1/cpuset.cpus.effective" 2>/dev/null; }
-threads_on() { # threads_on PID LIST: every thread of PID allows exactly LIST
-  local t n=0
-  for t in /proc/"$1"/task/*/status; do
-    [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$t" 2>/dev/null)" = "$2" ] || return 1
-    n=$(( n + 1 ))
-  done
-  [ $n -gt 0 ]
-}
 masks() { local t; for t in /proc/"$1"/task/*/status; do printf '%s ' "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$t")"; done; }
 earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
 submit() { # submit NAME SBATCH_ARGS...: the job id; its output in $work/NAME.out
@@ -118,14 +100,14 @@ chown slurm:slurm /var/log/slurm
 # munge: trixie's package makes /etc/munge/munge.key at install; a root made without it gets one.
 if [ ! -s /etc/munge/munge.key ]; then
   mungekey --create --keyfile /etc/munge/munge.key && chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key ||
-    { echo "FAIL: no munge key and mungekey --create failed"; exit 1; }
+    fatal "no munge key and mungekey --create failed"
 fi
 plugin=$(dpkg -L mall 2>/dev/null | grep '/mall_spank\.so$' | head -n1)
 plugindir=$(sed -n 's/^PluginDir=//p' /etc/slurm/slurm.conf); plugindir=${plugindir:-/usr/lib/x86_64-linux-gnu/slurm-wlm}
 [ "$(dirname "${plugin:-/none}")" = "$plugindir" ] || fail "(1) the .deb put mall_spank.so at '${plugin:-nowhere}', not in Slurm's PluginDir $plugindir (plugstack.conf names it without a path)"
 systemctl restart munge malld && systemctl restart slurmctld && systemctl restart slurmd
 node_idle() { [ "$(sinfo -h -n site -o %t 2>/dev/null)" = idle ]; }
-if systemctl is-active -q munge malld slurmctld slurmd && wait_for "$wait_s" node_idle && wait_for "$wait_s" status_json; then
+if systemctl is-active -q munge malld slurmctld slurmd && wait_until "$wait_s" "node site to be idle" node_idle && wait_until "$wait_s" "malld to answer" status_json; then
   pass "(1) munge, malld ($(systemctl show -p MainPID --value malld), $(tr '\0' ' ' </proc/"$(systemctl show -p MainPID --value malld)"/cmdline)), slurmctld and slurmd (Slurm $(scontrol version | awk '{print $2}')) run under systemd; node site idle; cgroup.conf: $(grep -v '^#' /etc/slurm/cgroup.conf | tr '\n' ' ')"
 else
   fail "(1) services: $(for s in munge malld slurmctld slurmd; do printf '%s=%s ' $s "$(systemctl is-active $s)"; done) node state '$(sinfo -h -n site -o %t 2>&1)'"
@@ -145,7 +127,7 @@ while True:
     c.step()
     time.sleep(0.02)'
 ja=$(submit malleable --malleable=1:2 -c 1 --wrap "exec python3 -c '$task_py'") || { fail "(2) sbatch refused the malleable job: $(cat "$work/malleable.sbatch.err")"; exit 1; }
-if ! wait_for "$wait_s" job_listed "slurm-$ja"; then
+if ! wait_until "$wait_s" "job $ja to register" job_listed "slurm-$ja"; then
   fail "(2) job $ja ($(job_state "$ja")) was not registered with malld within ${wait_s}s: $(cat "$work/malleable.out" 2>/dev/null | tail -n 5 | tr '\n' '|')"
   exit 1
 fi
@@ -159,7 +141,7 @@ else
 fi
 
 # ---- (3) alone, it grows to 0-1 in place ---------------------------------------------------------
-if wait_for "$wait_s" job_settled_on "slurm-$ja" 0-1 && wait_for 30 threads_on "$a_pid" 0-1 &&
+if wait_until "$wait_s" "job $ja to settle on 0-1" job_settled_on "slurm-$ja" 0-1 && wait_until 30 "its threads on 0-1" threads_on "$a_pid" 0-1 &&
    [ "$(effective "$a_cg")" = 0-1 ] && [ "$(proc_cgroup "$a_pid")" = "$a_cg" ]; then
   pass "(3) job $ja grew to 0-1 in place: $a_cg's cpuset.cpus.effective $(effective "$a_cg"), threads $(masks "$a_pid"), the task still there"
 else
@@ -171,7 +153,7 @@ case $own in 0) other=1 ;; 1) other=0 ;; *) fail "(3) job $ja's guaranteed cpus 
 # ---- (4) a plain job gets its core before its task starts ----------------------------------------
 jp=$(submit plain -c 1 --wrap "date +%s.%N; grep Cpus_allowed_list /proc/self/status; sed 's/^/cgroup-line /' /proc/self/cgroup; exec sleep 600") ||
   { fail "(4) sbatch refused the plain job: $(cat "$work/plain.sbatch.err")"; exit 1; }
-if wait_for "$wait_s" grep -q Cpus_allowed_list "$work/plain.out" && wait_for "$wait_s" job_settled_on "slurm-$ja" "$own"; then
+if wait_until "$wait_s" "plain job $jp to start" grep -q Cpus_allowed_list "$work/plain.out" && wait_until "$wait_s" "job $ja to settle on $own" job_settled_on "slurm-$ja" "$own"; then
   p_start=$(grep -m1 -E '^[0-9]+\.[0-9]+$' "$work/plain.out")
   narrowed=$(jq -r --arg j "slurm-$ja" 'select(.event == "enforce" and .job == $j and .growing == false) | .time' "$work/events.jsonl" 2>/dev/null | head -n1)
   if [ -n "$narrowed" ] && earlier "$narrowed" "$p_start" && [ "$(effective "$a_cg")" = "$own" ] && threads_on "$a_pid" "$own" &&
@@ -186,7 +168,7 @@ fi
 
 # ---- (5) the plain job ends: the malleable job grows back ---------------------------------------
 scancel "$jp"
-if wait_for "$wait_s" job_final "$jp" && wait_for "$wait_s" job_settled_on "slurm-$ja" 0-1 && wait_for 30 threads_on "$a_pid" 0-1 &&
+if wait_until "$wait_s" "job $jp to end" job_final "$jp" && wait_until "$wait_s" "job $ja to settle on 0-1" job_settled_on "slurm-$ja" 0-1 && wait_until 30 "its threads on 0-1" threads_on "$a_pid" 0-1 &&
    [ "$(effective "$a_cg")" = 0-1 ] && [ "$(proc_cgroup "$a_pid")" = "$a_cg" ]; then
   pass "(5) plain job $jp cancelled: job $ja grew back to 0-1 in $a_cg"
 else
@@ -197,7 +179,7 @@ fi
 scancel "$ja"
 a_job_dir=/sys/fs/cgroup$(echo "$a_cg" | sed -E 's#^(/system\.slice/[^/]*_slurmstepd\.scope/[^/]+).*#\1#')
 gone() { [ ! -e "$a_job_dir" ]; }
-if wait_for "$wait_s" job_final "$ja" && wait_for "$wait_s" job_gone_and_released "slurm-$ja" && wait_for "$wait_s" gone; then
+if wait_until "$wait_s" "job $ja to end" job_final "$ja" && wait_until "$wait_s" "malld to forget job $ja" job_gone_and_released "slurm-$ja" && wait_until "$wait_s" "$a_job_dir to go" gone; then
   pass "(6) scancel $ja: malld lists and reserves nothing for slurm-$ja, and $a_job_dir is gone"
 else
   fail "(6) after scancel $ja ($(job_state "$ja")): malld $(status_json | jq -c '{reserved, jobs: [.jobs[].job]}'), $a_job_dir $( [ -e "$a_job_dir" ] && echo exists || echo gone)"
