@@ -188,16 +188,18 @@ TEST(TwoJobs, AdminSwapNeverPublishesNoCpusNorOverlaps) {
                                             job_settled_on(malld.socket(), "b", cpu_a, 1); },
                                20s))
             << status_text(malld);
-        // The swap's last events reach the recorder: each job's enforce of its final cpus and
-        // its ack of its final generation (status answered after malld sent them).
+        // The swap's events that the checks below read reach the recorder: each job's publish
+        // of its final generation and its enforce of its final cpus (malld sent them before it
+        // answered this status; only acks may follow them).
         const auto after = status_json(malld.socket());
         ASSERT_TRUE(after) << malld.log();
         auto recorded = [&](const std::string &job, const std::string &cpus) {
-            const uint64_t acked = find_job(*after, job).value_or(json::object()).value("acked_generation", 0ull);
+            const uint64_t final_generation = find_job(*after, job).value_or(json::object()).value("generation", 0ull);
             return events.wait_for([&](const json &e) { return is_event(e, "enforce", job) && e.value("cpus", "") == cpus; },
                                    10s, from) &&
-                   events.wait_for([&](const json &e) { return is_event(e, "ack", job) && e.value("generation", 0ull) == acked; },
-                                   10s, from);
+                   events.wait_for([&](const json &e) {
+                       return is_event(e, "publish", job) && e.value("generation", 0ull) == final_generation;
+                   }, 10s, from);
         };
         EXPECT_TRUE(recorded("a", cpu_b) && recorded("b", cpu_a)) << status_text(malld);
     } else {
