@@ -28,7 +28,6 @@ using cgroup_tree::errno_text;
 using cgroup_tree::is_directory;
 using cgroup_tree::is_path_prefix;
 using cgroup_tree::pids_in_tree;
-using cgroup_tree::read_pid_list;
 
 CgroupBackend::CgroupBackend(std::string mount, std::string parent, std::string self_rel)
     : mount_(std::move(mount)),

@@ -15,7 +15,6 @@
 
 #include "../common/files.hpp"
 #include "../common/text.hpp"
-#include "affinity_backend.hpp"
 #include "cgroup_tree.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
@@ -25,7 +24,6 @@ namespace mall {
 using cgroup_tree::descendants;
 using cgroup_tree::errno_text;
 using cgroup_tree::is_directory;
-using cgroup_tree::is_path_prefix;
 using cgroup_tree::pids_in_tree;
 using cgroup_tree::read_pid_list;
 

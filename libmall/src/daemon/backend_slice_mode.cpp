@@ -18,11 +18,8 @@
 namespace mall {
 
 using cgroup_tree::descendants;
-using cgroup_tree::errno_text;
 using cgroup_tree::is_directory;
-using cgroup_tree::is_path_prefix;
 using cgroup_tree::pids_in_tree;
-using cgroup_tree::read_pid_list;
 
 // Where systemd puts the job's slice (systemd driver), "" when the name cannot be a unit's.
 std::string CgroupBackend::slice_dir(const std::string &job) const {

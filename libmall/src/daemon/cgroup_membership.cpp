@@ -9,12 +9,8 @@
 
 namespace mall {
 
-using cgroup_tree::descendants;
-using cgroup_tree::errno_text;
-using cgroup_tree::is_directory;
 using cgroup_tree::is_path_prefix;
 using cgroup_tree::pids_in_tree;
-using cgroup_tree::read_pid_list;
 
 bool CgroupBackend::in_job_cgroups(const std::string &job, pid_t pid) const {
     auto it = jobs_.find(job);
