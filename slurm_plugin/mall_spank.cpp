@@ -8,7 +8,7 @@
 // what happens when; the rooms doing it are listed in spank_plugin.hpp (option, cores on this node,
 // malld requests, step hold, plugin setup).
 //
-// What Slurm 22.05 lets a SPANK plugin do, and how this file copes (checked on this machine kind):
+// What Slurm 22.05 lets a SPANK plugin do, and how the plugin copes (checked on this machine kind):
 // - Changing the job request: not possible. spank.h (22.05) has no call that edits the job's
 //   options (-c/--cpus-per-task) in local/allocator context (spank_job_control_setenv only reaches
 //   the prolog/epilog environment), and an environment variable set from the option callback comes
@@ -26,7 +26,7 @@
 // - Time: a wedged malld must never hang slurmstepd or slurmd. Each callback's exchanges with
 //   malld (connect, send, reply) share one budget: malld's ack timeout + 3 s (5 s by default),
 //   after which the job runs non-malleable with a warning; once malld ran out of time in a
-//   process, its later callbacks get 0.5 s (CallbackBudget).
+//   process, its later callbacks get 0.5 s (CallbackBudget, spank_malld.cpp).
 // - Job ids: task_init sees S_JOB_ID 0 (a 22.05 bug), so it reads SLURM_JOB_ID from the task env.
 // - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; common/slurm_cpu_map.hpp
 //   maps them to Linux cpus as slurmd does (malld maps the prolog's lookup with the same code).
