@@ -12,6 +12,8 @@ readonly EXIT_SKIP=77 EXIT_TIMEOUT=124 EXIT_HARNESS=125
 readonly GUEST_PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 readonly MODULES=(9p 9pnet_virtio virtio_pci overlay virtio_console)
 prog=${0##*/}
+# shellcheck source=qemu_launch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/qemu_launch.sh"   # kill_and_reap, vm_cleanup, vm_install_traps, vm_qemu_cmd, ...
 
 usage() {
   cat <<EOF
@@ -173,32 +175,7 @@ kernel=/boot/vmlinuz-$kver
 
 # --- Per-run temp dir, and the cleanup that always runs ----------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run-in-vm.XXXXXX")
-qemu_pid="" sleep_pid="" boot_pid="" cat_pids=()
-kill_and_reap() { # pid...: TERM, up to 5 s, then KILL; each reaped
-  local p i
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "$@"; do
-    for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-}
-# shellcheck disable=SC2317 # called from traps
-cleanup() {
-  trap - EXIT INT TERM HUP
-  local pids=()
-  [ -n "$qemu_pid" ] && pids+=("$qemu_pid")
-  [ -n "$sleep_pid" ] && pids+=("$sleep_pid")
-  [ -n "${boot_pid:-}" ] && pids+=("$boot_pid")
-  pids+=("${cat_pids[@]}")
-  [ ${#pids[@]} -eq 0 ] || kill_and_reap "${pids[@]}"
-  rm -rf -- "$tmp"
-}
-trap cleanup EXIT
-for sig in INT TERM HUP; do
-  # shellcheck disable=SC2064 # the signal's name is meant to be expanded now
-  trap "echo '$prog: SIG$sig: killing the guest' >&2; cleanup; trap - $sig; kill -$sig \$\$" "$sig"
-done
+vm_install_traps   # qemu and the timers (by pid), the output copiers and $tmp go on every exit and signal
 
 # --- The initramfs (cached) ---------------------------------------------------------------------
 # Stage 1 (/init, busybox): modules, the 9p root + tmpfs overlay, the guest's mounts, switch_root.
@@ -401,33 +378,20 @@ fi
 if [ "$verbose" = 1 ]; then touch "$ctl/want-dmesg"; fi
 
 # --- Boot ---------------------------------------------------------------------------------------
-# The guest's stdout/stderr ports write into fifos that cat copies to our stdout/stderr: works
-# whatever our stdout is (pipe, file, tty, socket) and keeps our own file offsets right.
-mkfifo "$tmp/stdout" "$tmp/stderr"
-cat "$tmp/stdout" & cat_pids+=($!)
-cat "$tmp/stderr" >&2 & cat_pids+=($!)
+# The guest's stdout/stderr ports write into fifos that cat copies to our stdout/stderr.
+vm_output_fifos
 
 cmdline="console=ttyS0 panic=-1 rdinit=/init i8042.noaux i8042.nokbd i8042.nopnp"
 cmdline+=" random.trust_cpu=on mitigations=off nowatchdog trace_clock=global"
 if [ "$verbose" = 1 ]; then cmdline+=" loglevel=7"; else cmdline+=" quiet loglevel=0"; fi
-qemu_cmd=(qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot
-  -accel "tcg,thread=multi" -cpu max -smp "$cpus" -m "$memory"
-  -kernel "$boot_kernel" -initrd "$image" -append "$cmdline"
-  -chardev "file,id=serial,path=$tmp/serial.log" -serial chardev:serial
-  -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
-  -virtfs "local,path=$ctl,mount_tag=mallvmctl,security_model=none,multidevs=remap"
+vm_qemu_cmd "$cpus" "$memory" "$boot_kernel" "$image" "$cmdline" \
+  -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
+  -virtfs "local,path=$ctl,mount_tag=mallvmctl,security_model=none,multidevs=remap" \
   "${share_args[@]}"
-  -device virtio-serial-pci
-  -chardev "file,id=gout,path=$tmp/stdout" -device "virtserialport,chardev=gout,name=mall.stdout"
-  -chardev "file,id=gerr,path=$tmp/stderr" -device "virtserialport,chardev=gerr,name=mall.stderr")
 say "booting $boot_kernel (${cpus} cpus, $memory, TCG), timeout ${timeout}s"
-# Should this script die by SIGKILL (no trap runs: e.g. an outer watchdog), qemu and the timer die
-# with it (PR_SET_PDEATHSIG through setpriv, when util-linux has it).
-orphan_guard=()
-if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then orphan_guard=(setpriv --pdeathsig KILL --); fi
 t0=$(date +%s.%N)
-"${orphan_guard[@]}" "${qemu_cmd[@]}" > "$tmp/qemu.log" 2>&1 < /dev/null &
-qemu_pid=$!
+vm_start_qemu
+# The timers die with this script too, should it be SIGKILLed (orphan_guard: vm_start_qemu's).
 "${orphan_guard[@]}" sleep "$timeout" &
 sleep_pid=$!
 # The boot watcher: a plain sleep (no shell whose child could outlive it and hold the caller's
@@ -447,25 +411,13 @@ if [ "$finished" = "$boot_pid" ]; then
   fi
 fi
 timed_out=0
-if [ "$finished" != "$qemu_pid" ]; then
-  timed_out=1
-  kill_and_reap "$qemu_pid"
-else
-  wait "$qemu_pid" 2>/dev/null || true
-fi
-qemu_pid=""
+[ "$finished" = "$qemu_pid" ] || timed_out=1
+vm_stop_qemu "$timed_out"
 kill_and_reap "$sleep_pid" ${boot_pid:+"$boot_pid"}; sleep_pid="" boot_pid=""
 t1=$(date +%s.%N)
-# Unblock a cat whose fifo qemu never opened (an open O_RDWR never blocks), then let both drain.
-for f in "$tmp/stdout" "$tmp/stderr"; do exec {fd}<>"$f"; exec {fd}>&-; done
-for p in "${cat_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-cat_pids=()
+vm_drain_output
 
-print_logs() { # $1 = why
-  echo "$prog: $1; the guest's serial log:" >&2
-  sed 's/^/  serial| /' "$tmp/serial.log" >&2 2>/dev/null || true
-  if [ -s "$tmp/qemu.log" ]; then echo "$prog: qemu's output:" >&2; sed 's/^/  qemu| /' "$tmp/qemu.log" >&2; fi
-}
+print_logs() { vm_print_logs "$1"; } # print_logs WHY
 if [ "$timing" = 1 ] && [ -e "$ctl/started" ]; then
   started=$(stat -c %.9Y "$ctl/started")
   done_at=$(stat -c %.9Y "$ctl/status" 2>/dev/null || echo "$t1")
@@ -482,7 +434,7 @@ if [ "$boot_stalled" = 1 ]; then
       again+=("$a")
     done
     echo "$prog: booting again ($((boot_retries - 1)) more retries after this one)" >&2
-    cleanup
+    vm_cleanup
     exec "$0" --boot-retries "$((boot_retries - 1))" "${again[@]}"
   fi
   echo "$prog: TIMEOUT: the boot stalled (exit $EXIT_TIMEOUT)" >&2

@@ -11,6 +11,8 @@ set -euo pipefail
 readonly EXIT_SKIP=77 EXIT_TIMEOUT=124 EXIT_HARNESS=125
 prog=${0##*/}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../qemu_launch.sh
+. "$here/../qemu_launch.sh"   # kill_and_reap, vm_cleanup, vm_install_traps, vm_qemu_cmd, vm_start_qemu, ...
 
 usage() {
   cat <<EOF
@@ -130,30 +132,7 @@ command -v mkfs.ext4 >/dev/null && command -v debugfs >/dev/null || skip "mkfs.e
 
 # --- Per-run folder and the cleanup that always runs ----------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run-in-site-vm.XXXXXX")
-qemu_pid="" cat_pids=()
-kill_and_reap() { # pid...: TERM, up to 5 s, then KILL; each reaped
-  local p i
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "$@"; do
-    for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-}
-# shellcheck disable=SC2317 # called from traps
-cleanup() {
-  trap - EXIT INT TERM HUP
-  local pids=()
-  [ -n "$qemu_pid" ] && pids+=("$qemu_pid")
-  pids+=("${cat_pids[@]}")
-  [ ${#pids[@]} -eq 0 ] || kill_and_reap "${pids[@]}"
-  rm -rf -- "$tmp"
-}
-trap cleanup EXIT
-for sig in INT TERM HUP; do
-  # shellcheck disable=SC2064 # the signal's name is meant to be expanded now
-  trap "echo '$prog: SIG$sig: killing the guest' >&2; cleanup; trap - $sig; kill -$sig \$\$" "$sig"
-done
+vm_install_traps   # qemu (by pid), the output copiers and $tmp go on every exit and signal
 
 # --- The root's image and boot files (cached per root) --------------------------------------------
 t_prep=$(date +%s.%N)
@@ -225,29 +204,17 @@ mkfs.ext4 -q -F -L MALLSITE -d "$data" "$tmp/data.ext4" "${size_mb}M" >"$tmp/mkf
   { cat "$tmp/mkfs-data.log" >&2; die "mkfs.ext4 -d of the data disk"; }
 
 # --- Boot -----------------------------------------------------------------------------------------
-mkfifo "$tmp/stdout" "$tmp/stderr"
-cat "$tmp/stdout" & cat_pids+=($!)
-cat "$tmp/stderr" >&2 & cat_pids+=($!)
+vm_output_fifos
 : >"$tmp/control"
 cmdline="root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1"
 cmdline+=" random.trust_cpu=on mitigations=off nowatchdog i8042.noaux i8042.nokbd i8042.nopnp"
 cmdline+=" systemd.show_status=error"
-qemu_cmd=(qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot
-  -accel "tcg,thread=multi" -cpu max -smp "$cpus" -m "$memory"
-  -kernel "$kernel" -initrd "$initrd" -append "$cmdline"
-  -drive "file=$image,format=raw,if=virtio,snapshot=on,cache=unsafe"
+vm_qemu_cmd "$cpus" "$memory" "$kernel" "$initrd" "$cmdline" \
+  -drive "file=$image,format=raw,if=virtio,snapshot=on,cache=unsafe" \
   -drive "file=$tmp/data.ext4,format=raw,if=virtio,cache=writeback"
-  -chardev "file,id=serial,path=$tmp/serial.log" -serial chardev:serial
-  -device virtio-serial-pci
-  -chardev "file,id=gout,path=$tmp/stdout" -device "virtserialport,chardev=gout,name=mall.stdout"
-  -chardev "file,id=gerr,path=$tmp/stderr" -device "virtserialport,chardev=gerr,name=mall.stderr"
-  -chardev "file,id=gctl,path=$tmp/control" -device "virtserialport,chardev=gctl,name=mall.control")
-orphan_guard=()
-if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then orphan_guard=(setpriv --pdeathsig KILL --); fi
+qemu_cmd+=(-chardev "file,id=gctl,path=$tmp/control" -device "virtserialport,chardev=gctl,name=mall.control")
 t0=$(date +%s.%N)
-# TMPDIR: qemu keeps the snapshot=on overlay there (removed with $tmp).
-TMPDIR=$tmp "${orphan_guard[@]}" "${qemu_cmd[@]}" >"$tmp/qemu.log" 2>&1 </dev/null &
-qemu_pid=$!
+vm_start_qemu   # with TMPDIR=$tmp: qemu keeps the snapshot=on overlay there (removed with $tmp)
 t_started="" timed_out=0 boot_stalled=0
 start_s=$SECONDS
 while kill -0 "$qemu_pid" 2>/dev/null; do
@@ -256,20 +223,12 @@ while kill -0 "$qemu_pid" 2>/dev/null; do
   if [ $((SECONDS - start_s)) -ge "$timeout" ]; then timed_out=1; break; fi
   sleep 0.5
 done
-if [ "$timed_out" = 1 ] || [ "$boot_stalled" = 1 ]; then kill_and_reap "$qemu_pid"; else wait "$qemu_pid" 2>/dev/null || true; fi
-qemu_pid=""
+if [ "$timed_out" = 1 ] || [ "$boot_stalled" = 1 ]; then vm_stop_qemu 1; else vm_stop_qemu 0; fi
 t1=$(date +%s.%N)
 [ -n "$t_started" ] || ! grep -qx started "$tmp/control" || t_started=$t1
-# Unblock a cat whose fifo qemu never opened, then let both drain.
-for f in "$tmp/stdout" "$tmp/stderr"; do exec {fd}<>"$f"; exec {fd}>&-; done
-for p in "${cat_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-cat_pids=()
+vm_drain_output
 
-print_logs() { # $1 = why
-  echo "$prog: $1; the guest's serial console:" >&2
-  sed 's/^/  serial| /' "$tmp/serial.log" >&2 2>/dev/null || true
-  if [ -s "$tmp/qemu.log" ]; then echo "$prog: qemu's output:" >&2; sed 's/^/  qemu| /' "$tmp/qemu.log" >&2; fi
-}
+print_logs() { vm_print_logs "$1" "serial console"; } # print_logs WHY
 if [ "$timing" = 1 ]; then
   awk -v p="$prog" -v pr="$t_prep" -v a="$t0" -v b="${t_started:-$t1}" -v d="$t1" 'BEGIN {
     printf "%s: timing: preparing %.1f s, boot to the first script %.1f s, scripts %.1f s, total %.1f s\n",
