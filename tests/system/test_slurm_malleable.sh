@@ -419,7 +419,7 @@ fi
 
 # ---- 11. a wedged malld (SIGSTOPped, backlog full): a --malleable job starts non-malleable in time --
 # The plugin bounds each callback's time with malld (ack_timeout_ms + 3 s = 5 s here; see
-# mall_spank.cpp): the job prolog's and the step's reclaims and the task's registration each give
+# slurm_plugin/spank_malld.cpp): the job prolog's and the step's reclaims and the task's registration each give
 # up after that, so the task starts after at most ~2 x 5 s + 0.5 s of plugin time. The check below
 # allows 40 s on top for Slurm itself: it catches a hang, it does not time the plugin.
 malld_pid=$(cat "$MALL_CLUSTER_DIR/run/malld.pid" 2>/dev/null)
