@@ -272,7 +272,7 @@ std::optional<proto::ReplyOutcome> pending_refusal(int fd) {
 
 std::string resolve_socket_path(const std::string &option_value) {
     if (!option_value.empty()) return option_value;
-    const char *env = std::getenv("MALL_SOCKET");
+    const char *env = std::getenv(kSocketEnv);
     if (env && *env) return env;
     return kDefaultSocketPath;
 }

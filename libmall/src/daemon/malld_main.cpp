@@ -132,7 +132,7 @@ void raise_open_file_limit() {
 
 int main(int argc, char **argv) {
     std::string default_socket = MALL_DEFAULT_SOCKET;
-    if (const char *env = std::getenv("MALL_SOCKET"); env && *env) default_socket = env;
+    if (const char *env = std::getenv(mall::kSocketEnv); env && *env) default_socket = env;
 
     std::string socket_path, cpus_text, state_dir, backend_text, policy_text, topology_spec;
     std::string cgroup_parent, log_level_text, socket_mode_text;
