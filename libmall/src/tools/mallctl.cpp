@@ -248,7 +248,11 @@ int run(int argc, char **argv) {
             return usage_error(command,
                                std::string("--socket needs a path, e.g. --socket ") + mall::kDefaultSocketPath);
     }
-    return handler->second(g, rest);
+    try {
+        return handler->second(g, rest);
+    } catch (const po::error &e) {  // a command's own options, read by parse_command()
+        return usage_error(command, e.what());
+    }
 }
 
 }  // namespace

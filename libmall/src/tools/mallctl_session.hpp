@@ -48,7 +48,8 @@ private:
     std::optional<mall::CtlClient> client_;
 };
 
-// Parses a command's own arguments; throws boost::program_options::error on bad ones.
+// Parses a command's own arguments; throws boost::program_options::error on bad ones, which
+// mallctl's dispatch (mallctl.cpp) turns into the command's usage error.
 boost::program_options::variables_map parse_command(
     const std::vector<std::string> &args, const boost::program_options::options_description &options,
     const boost::program_options::positional_options_description &positional);
