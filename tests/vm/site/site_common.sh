@@ -179,6 +179,32 @@ stop_mall_slices() {
   done
 }
 
+# check_mall_slice_gone: mall.slice goes with its last job (a container scenario's end).
+check_mall_slice_gone() {
+  wait_until "$wait_s" "mall.slice to go" sh -c '[ ! -d /sys/fs/cgroup/mall.slice ]' && pass "mall.slice is gone with its last job" ||
+    fail "mall.slice is left: $(ls /sys/fs/cgroup/mall.slice 2>&1)"
+}
+# check_foreground_run JOB ENGINE RUN_ARGS...: `mallrun --container --malleable=1:1 --job JOB --
+# ENGINE run --rm RUN_ARGS... /usr/bin/sh -c '...; exit 7'` in the foreground: exit status 7 comes
+# back, the container ran on one core, and the job and its slice mall-JOB.slice are gone after.
+check_foreground_run() {
+  local job=$1 engine=$2 slice=mall-$1.slice out=$work/mallrun-$1.txt t=$SECONDS rc=0 allowed
+  shift 2
+  env -u INVOCATION_ID mallrun --container --malleable=1:1 --job "$job" --require -- \
+    "$engine" run --rm "$@" /usr/bin/sh -c \
+    'grep Cpus_allowed_list /proc/self/status; cat /proc/self/cgroup; exit 7' >"$out" 2>&1 </dev/null || rc=$?
+  allowed=$(awk '/^Cpus_allowed_list/ {print $2}' "$out")
+  [ "$rc" = 7 ] && pass "a foreground mallrun --container -- $engine run --rm: exit status 7 comes back ($((SECONDS - t)) s)" ||
+    fail "the foreground run exited $rc, not 7: $(cat "$out")"
+  case $allowed in
+    0|1) pass "the container ran on its one core ($allowed, cgroup $(grep '^0::' "$out"))" ;;
+    *) fail "the container ran on '$allowed', not on one core: $(cat "$out")" ;;
+  esac
+  wait_until "$wait_s" "job $job to end" job_gone "$job" && wait_until "$wait_s" "$slice to go" no_slice "$slice" &&
+    pass "job $job and $slice are gone after the run" ||
+    fail "job $job or $slice is left: $(status_json | jq -c .jobs), $(systemctl show -p ActiveState --value "$slice")"
+}
+
 # --- Workloads -----------------------------------------------------------------------------------
 # make_tiny_root DIR: a container root without a registry: a few folders, root in passwd and
 # group, the guest's merged-/usr links; the container gets /usr (read-only) by a bind mount.

@@ -155,25 +155,10 @@ note "docker ps -a after the kill: $(dk ps -a --filter "name=$name" --format '{{
 dk rm -f "$name" >/dev/null 2>&1
 [ ! -e "/run/systemd/system.control/$slice.d" ] && pass "the slice's set-property drop-in is gone" ||
   fail "/run/systemd/system.control/$slice.d is left"
-wait_until "$wait_s" "mall.slice to go" sh -c '[ ! -d /sys/fs/cgroup/mall.slice ]' && pass "mall.slice is gone with its last job" ||
-  fail "mall.slice is left: $(ls /sys/fs/cgroup/mall.slice 2>&1)"
+check_mall_slice_gone
 
 # --- (5) a foreground run ---------------------------------------------------------------------------
-job=dk2 slice=mall-dk2.slice
-t=$SECONDS
-env -u INVOCATION_ID mallrun --container --malleable=1:1 --job "$job" --require -- \
-  docker run --rm --name "$prefix-dk2" "${run_opts[@]}" "$image" /usr/bin/sh -c \
-  'grep Cpus_allowed_list /proc/self/status; cat /proc/self/cgroup; exit 7' >"$work/mallrun-dk2.txt" 2>&1 </dev/null
-rc=$?
-allowed=$(awk '/^Cpus_allowed_list/ {print $2}' "$work/mallrun-dk2.txt")
-[ "$rc" = 7 ] && pass "a foreground mallrun --container -- docker run --rm: exit status 7 comes back ($((SECONDS - t)) s)" ||
-  fail "the foreground run exited $rc, not 7: $(cat "$work/mallrun-dk2.txt")"
-case $allowed in
-  0|1) pass "the container ran on its one core ($allowed, cgroup $(grep '^0::' "$work/mallrun-dk2.txt"))" ;;
-  *) fail "the container ran on '$allowed', not on one core: $(cat "$work/mallrun-dk2.txt")" ;;
-esac
-wait_until "$wait_s" "job $job to end" job_gone "$job" && wait_until "$wait_s" "$slice to go" no_slice "$slice" &&
-  pass "job $job and $slice are gone after the run" || fail "job $job or $slice is left: $(status_json | jq -c .jobs), $(systemctl show -p ActiveState --value "$slice")"
+check_foreground_run dk2 docker --name "$prefix-dk2" "${run_opts[@]}" "$image"
 
 # --- (6) nothing left ------------------------------------------------------------------------------
 left=$(

@@ -144,25 +144,10 @@ wait_until "$wait_s" "the scopes to go" sh -c "! systemctl list-units --plain --
   pass "the container's scopes are gone" || fail "scopes left: $(systemctl list-units --plain --no-legend "*$cid*")"
 [ ! -e "/run/systemd/system.control/$slice.d" ] && pass "the slice's set-property drop-in is gone (systemctl revert)" ||
   fail "/run/systemd/system.control/$slice.d is left: $(ls "/run/systemd/system.control/$slice.d" 2>&1)"
-wait_until "$wait_s" "mall.slice to go" sh -c '[ ! -d /sys/fs/cgroup/mall.slice ]' && pass "mall.slice is gone with its last job" ||
-  fail "mall.slice is left: $(ls /sys/fs/cgroup/mall.slice 2>&1)"
+check_mall_slice_gone
 
 # --- (5) a foreground run: its status comes back, inside the job's cpus ----------------------------
-job=pc2 slice=mall-pc2.slice
-t=$SECONDS
-env -u INVOCATION_ID mallrun --container --malleable=1:1 --job "$job" --require -- \
-  podman run --rm --name "$prefix-pc2" "${run_opts[@]}" /usr/bin/sh -c \
-  'grep Cpus_allowed_list /proc/self/status; cat /proc/self/cgroup; exit 7' >"$work/mallrun-pc2.txt" 2>&1 </dev/null
-rc=$?
-allowed=$(awk '/^Cpus_allowed_list/ {print $2}' "$work/mallrun-pc2.txt")
-[ "$rc" = 7 ] && pass "a foreground mallrun --container -- podman run --rm: exit status 7 comes back ($((SECONDS - t)) s)" ||
-  fail "the foreground run exited $rc, not 7: $(cat "$work/mallrun-pc2.txt")"
-case $allowed in
-  0|1) pass "the container ran on its one core ($allowed, cgroup $(grep '^0::' "$work/mallrun-pc2.txt"))" ;;
-  *) fail "the container ran on '$allowed', not on one core: $(cat "$work/mallrun-pc2.txt")" ;;
-esac
-wait_until "$wait_s" "job $job to end" job_gone "$job" && wait_until "$wait_s" "$slice to go" no_slice "$slice" &&
-  pass "job $job and $slice are gone after the run" || fail "job $job or $slice is left: $(status_json | jq -c .jobs), $(systemctl show -p ActiveState --value "$slice")"
+check_foreground_run pc2 podman --name "$prefix-pc2" "${run_opts[@]}"
 
 # --- (6) the OCI hook with crun and systemd: in place in crun's container cgroup -------------------
 hooks=$work/hooks.d
