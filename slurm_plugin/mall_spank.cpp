@@ -174,7 +174,7 @@ MALL_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char **av) {
         spank_setenv(sp, mall::kJobIdEnv, malld_job_name(*id).c_str(), 1);
         // The most cores this task may grow to: what a framework sizes its pools for
         // (mall.tensorflow.size_pools() reads it).
-        if (auto max = task_max_cpus()) spank_setenv(sp, "MALL_MAX", std::to_string(*max).c_str(), 1);
+        if (auto max = task_max_cpus()) spank_setenv(sp, mall::kMaxEnv, std::to_string(*max).c_str(), 1);
         return 0;
     } catch (...) {
         return 0;

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/rules.hpp"
+
 namespace mall::client {
 
 namespace {
@@ -68,7 +70,7 @@ void finish_change(mall_handle *m, uint64_t generation) {
 
 void tell_user(mall_handle *m, const char *what) {
     static const bool quiet = [] {
-        const char *q = std::getenv("MALL_QUIET");
+        const char *q = std::getenv(mall::kQuietEnv);
         return q != nullptr && q[0] == '1';
     }();
     if (quiet) return;

@@ -97,12 +97,12 @@ int read_open_config(const mall_open_options_t *options, OpenConfig *config, mal
             return MALL_ERR_INVAL;
         }
     } else if (options->notify_signal == 0) {
-        const char *env = std::getenv("MALL_NOTIFY_SIGNAL");
+        const char *env = std::getenv(mall::kNotifySignalEnv);
         if (env && *env) {
             std::string why;
             notify_signal = parse_notify_signal(env, &why);
             if (notify_signal == 0) {
-                set_error(err, "MALL_NOTIFY_SIGNAL: %s; unset it or name one of those", why.c_str());
+                set_error(err, "%s: %s; unset it or name one of those", mall::kNotifySignalEnv, why.c_str());
                 return MALL_ERR_INVAL;
             }
         }
@@ -117,7 +117,7 @@ int read_open_config(const mall_open_options_t *options, OpenConfig *config, mal
         if (options->control_signal > 0) {
             text = std::to_string(options->control_signal);
         } else if (options->control_signal == 0) {
-            const char *env = std::getenv("MALL_SIGNAL_CONTROL");
+            const char *env = std::getenv(mall::kSignalControlEnv);
             text = env ? env : "";
             if (text == "0") text.clear();
             if (text == "1") text = "SIGRTMAX-7";
@@ -133,7 +133,7 @@ int read_open_config(const mall_open_options_t *options, OpenConfig *config, mal
                 why = "'" + text + "' is not a real-time signal (a standard signal would drop queued values)";
             }
             if (control_signal == 0) {
-                set_error(err, "MALL_SIGNAL_CONTROL (or control_signal): %s; use 1 for SIGRTMAX-7", why.c_str());
+                set_error(err, "%s (or control_signal): %s; use 1 for SIGRTMAX-7", mall::kSignalControlEnv, why.c_str());
                 return MALL_ERR_INVAL;
             }
             if (control_signal == notify_signal) {
@@ -146,22 +146,22 @@ int read_open_config(const mall_open_options_t *options, OpenConfig *config, mal
     const char *job = std::getenv(mall::kJobIdEnv);
     if (job && *job) {
         if (auto bad = mall::proto::invalid_job_name(job)) {
-            set_error(err, "MALL_JOB_ID is not a valid job name: %s", bad->c_str());
+            set_error(err, "%s is not a valid job name: %s", mall::kJobIdEnv, bad->c_str());
             return MALL_ERR_INVAL;
         }
         config->attach_body["job"] = job;
     } else {
         long min = 1, max = 0;
-        if (!env_int("MALL_MIN", 1, MALL_MAX_CPUS, 1, &min)) {
-            set_error(err, "MALL_MIN must be a whole number from 1 to %d (or unset)", MALL_MAX_CPUS);
+        if (!env_int(mall::kMinEnv, 1, MALL_MAX_CPUS, 1, &min)) {
+            set_error(err, "%s must be a whole number from 1 to %d (or unset)", mall::kMinEnv, MALL_MAX_CPUS);
             return MALL_ERR_INVAL;
         }
-        if (!env_int("MALL_MAX", 0, MALL_MAX_CPUS, 0, &max)) {
-            set_error(err, "MALL_MAX must be a whole number from 0 (whole pool) to %d (or unset)", MALL_MAX_CPUS);
+        if (!env_int(mall::kMaxEnv, 0, MALL_MAX_CPUS, 0, &max)) {
+            set_error(err, "%s must be a whole number from 0 (whole pool) to %d (or unset)", mall::kMaxEnv, MALL_MAX_CPUS);
             return MALL_ERR_INVAL;
         }
         if (max != 0 && max < min) {
-            set_error(err, "MALL_MAX (%ld) is below MALL_MIN (%ld)", max, min);
+            set_error(err, "%s (%ld) is below %s (%ld)", mall::kMaxEnv, max, mall::kMinEnv, min);
             return MALL_ERR_INVAL;
         }
         config->attach_body["min"] = min;
@@ -169,10 +169,10 @@ int read_open_config(const mall_open_options_t *options, OpenConfig *config, mal
     }
 
     long attach_timeout_ms = 0;
-    if (!env_int("MALL_ATTACH_TIMEOUT_MS", 0, kMaxAttachTimeoutMs, kDefaultAttachTimeout.count(),
+    if (!env_int(mall::kAttachTimeoutEnv, 0, kMaxAttachTimeoutMs, kDefaultAttachTimeout.count(),
                  &attach_timeout_ms)) {
-        set_error(err, "MALL_ATTACH_TIMEOUT_MS must be a whole number of milliseconds from 0 to %ld (or unset)",
-                  kMaxAttachTimeoutMs);
+        set_error(err, "%s must be a whole number of milliseconds from 0 to %ld (or unset)",
+                  mall::kAttachTimeoutEnv, kMaxAttachTimeoutMs);
         return MALL_ERR_INVAL;
     }
     config->attach_timeout = milliseconds(attach_timeout_ms);

@@ -19,6 +19,16 @@ inline constexpr const char *kDefaultSocketPath = MALL_DEFAULT_SOCKET;
 // plugin and the OCI hook set them; libmall, mallctl and malld read them.
 inline constexpr const char *kSocketEnv = "MALL_SOCKET";  // malld's socket
 inline constexpr const char *kJobIdEnv = "MALL_JOB_ID";   // the job's registered name
+// Without $MALL_JOB_ID, libmall registers the process itself with cores from MIN to MAX; mallrun and
+// the Slurm plugin also set MAX for the frameworks that size their pools once (mall.tensorflow).
+inline constexpr const char *kMinEnv = "MALL_MIN";
+inline constexpr const char *kMaxEnv = "MALL_MAX";
+// libmall's own settings (docs/c-api.md): its lines on stderr off (1), the notification signal,
+// control by signal (1 or a real-time signal), how long mall_open waits for malld's answer.
+inline constexpr const char *kQuietEnv = "MALL_QUIET";
+inline constexpr const char *kNotifySignalEnv = "MALL_NOTIFY_SIGNAL";
+inline constexpr const char *kSignalControlEnv = "MALL_SIGNAL_CONTROL";
+inline constexpr const char *kAttachTimeoutEnv = "MALL_ATTACH_TIMEOUT_MS";
 
 // How long malld waits for a job's processes to acknowledge a smaller allocation before it
 // enforces anyway (malld --ack-timeout-ms; the plugin's plugstack.conf ack_timeout_ms= mirrors it).

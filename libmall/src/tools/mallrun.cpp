@@ -157,7 +157,7 @@ int run_malleable(const Options &o, mall::CtlClient &client, const std::string &
         const std::string socket = absolute_path(socket_path);
         setenv(mall::kSocketEnv, socket.c_str(), 1);
         setenv(mall::kJobIdEnv, o.job.c_str(), 1);
-        setenv("MALL_MAX", std::to_string(max).c_str(), 1);  // what a framework sizes its pools for
+        setenv(mall::kMaxEnv, std::to_string(max).c_str(), 1);  // what a framework sizes its pools for
         if (o.container) {
             const auto command =
                 container_command(o.command, o.engine, o.driver, word.substr(1), socket, o.job, max);
