@@ -4,91 +4,46 @@
 // bounded `podman info` / `docker info`.
 #include "tools/mallrun_container.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "tools/exit_codes.hpp"
+#include "common/run_bounded.hpp"
 #include "tools/mallrun_child.hpp"
 
 namespace mall::tools::mallrun {
 
 namespace {
 
-// Runs `words` (no shell) with stdin from /dev/null and stderr kept, bounded by `limit`: its stdout,
-// or nullopt with *error when it could not run, failed or took too long.
+// Runs `words` (no shell, looked up in PATH) with stdin from /dev/null and stderr kept, bounded by
+// `limit` (common/run_bounded): its stdout, or nullopt with *error when it could not run, failed or
+// took too long.
 std::optional<std::string> capture_output(const std::vector<std::string> &words, std::chrono::seconds limit,
                                           std::string *error) {
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0) {
-        *error = std::string("pipe failed: ") + std::strerror(errno);
+    BoundedCommand command;
+    command.argv = words;
+    command.search_path = true;
+    command.limit = limit;
+    BoundedResult result = run_bounded(command);
+    if (result.spawn_error != 0) {
+        *error = "it could not be run (" + std::string(std::strerror(result.spawn_error)) + ")";
         return std::nullopt;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        *error = std::string("fork failed: ") + std::strerror(errno);
-        close(out[0]);
-        close(out[1]);
-        return std::nullopt;
-    }
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (null >= 0) dup2(null, STDIN_FILENO);
-        dup2(out[1], STDOUT_FILENO);
-        std::vector<char *> args;
-        for (const auto &w : words) args.push_back(const_cast<char *>(w.c_str()));
-        args.push_back(nullptr);
-        execvp(args[0], args.data());
-        _exit(kExitCannotRun);
-    }
-    close(out[1]);
-    std::string text;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    bool timed_out = false;
-    for (;;) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            timed_out = true;
-            break;
-        }
-        pollfd p{out[0], POLLIN, 0};
-        int ready = poll(&p, 1, static_cast<int>(left.count()));
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready <= 0) {
-            timed_out = ready == 0;
-            break;
-        }
-        char buf[4096];
-        ssize_t n = read(out[0], buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        text.append(buf, static_cast<size_t>(n));
-    }
-    close(out[0]);
-    if (timed_out) kill(pid, SIGKILL);
-    int status = wait_child(pid);
-    if (timed_out) {
+    if (result.timed_out) {
         *error = "it did not answer within " + std::to_string(limit.count()) + " s";
         return std::nullopt;
     }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        *error = WIFEXITED(status) && WEXITSTATUS(status) == kExitCannotRun
-                     ? std::string("it could not be run")
-                     : "it ended with status " + std::to_string(exit_code_of(status));
+    if (!result.exited_zero()) {
+        *error = "it ended with status " + std::to_string(exit_code_of(result.status));
         return std::nullopt;
     }
-    return text;
+    return std::move(result.output);
 }
 
 // True when /sys/fs/cgroup is the unified cgroup v2 hierarchy (where systemd sets cpusets).
