@@ -267,7 +267,7 @@ if [ $do_build = 1 ]; then
   with_mpi=AUTO
   [[ " $groups " == *" mpi "* ]] && with_mpi=ON
   cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMALL_SANITIZE=thread \
-        -DMALL_BUILD_TESTS=ON -DMALL_BUILD_EXAMPLES=ON -DMALL_BUILD_BENCHMARKS=OFF \
+        -DMALL_BUILD_TESTS=ON -DMALL_BUILD_EXAMPLES=ON -DMALL_BUILD_BENCHMARKS=OFF -DMALL_TEST_CODE_FLAGS=-O0 \
         -DMALL_WITH_SLURM=AUTO -DMALL_WITH_MPI=$with_mpi -DMALL_WITH_LIBTORCH=OFF \
         -DMALL_WITH_TENSORFLOW=OFF >/dev/null
 elif [ ! -f "$build/CMakeCache.txt" ]; then
