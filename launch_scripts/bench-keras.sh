@@ -13,6 +13,8 @@
 # Then one copy alone, twice: "shrunk", started malleable on 2 cpus (pools of 2) and shrunk by
 # `mallctl set --cpus 0` before its timed fit, against "small", started with one thread on one cpu;
 # each one's rate and the cores it used (its cpu time over its fit's wall time).
+# With --second-steps M the second copy trains M steps instead (fewer: it leaves early): the total
+# then also shows what each way does with the cores the leaving copy frees.
 # Last line: "mall_vs_default=X.XX mall_vs_confined=Y.YY shrunk_vs_small=Z.ZZ shrunk_cores=C.CC"
 # (total images/s; the shrunk copy's rate over the small one's, and its cores). A benchmark, not a
 # test: figures vary with the machine's load. Everything it starts (malld, copies, cgroups,
@@ -28,13 +30,15 @@ hidden=128
 model=mlp
 jobs=2
 repeat=1
+second_steps=
 
 usage() {
   cat <<EOF
 bench-keras.sh — co-located Keras trainings: TensorFlow's defaults, confinement at start, and
 mall's callback
 
-Usage: launch_scripts/bench-keras.sh [--steps N] [--batch B] [--hidden H] [--model M] [--jobs J] [--repeat R]
+Usage: launch_scripts/bench-keras.sh [--steps N] [--second-steps M] [--batch B] [--hidden H] [--model M]
+                                     [--jobs J] [--repeat R]
 
 Runs J copies of examples/keras_digits.py (a 64-H-10 MLP trained with model.fit on sklearn's
 digits) at once, three ways:
@@ -51,6 +55,10 @@ Options:
   --steps N    timed training steps per copy (default $steps), after 20 untimed warm-up steps;
                with the other defaults a step takes ~1.4 ms alone on two cores, and a run of
                two copies ~25 s here (~8 s of it TensorFlow's import)
+  --second-steps M
+               the second copy's timed steps (default: N). With M below N it leaves early, and
+               the first copy trains on alone: TensorFlow's defaults and mall then use the freed
+               cores (mall releases the pools it parked), confinement leaves them idle
   --batch B    images per step (default $batch)
   --hidden H   hidden units (default $hidden)
   --model M    keras_digits.py's --model: mlp, conv or gru (default $model)
@@ -89,16 +97,17 @@ EOF
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --steps|--batch|--hidden|--model|--jobs|--repeat)
+    --steps|--second-steps|--batch|--hidden|--model|--jobs|--repeat)
       [ $# -ge 2 ] || { echo "bench-keras.sh: $1 needs a value (see --help)" >&2; exit 2; }
-      printf -v "${1#--}" '%s' "$2"; shift 2 ;;
+      name=${1#--}; printf -v "${name//-/_}" '%s' "$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-keras.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 ncpu=$(nproc)
-for v in steps batch hidden jobs repeat; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --$v must be a positive integer" >&2; exit 2; }
+second_steps=${second_steps:-$steps}
+for v in steps second_steps batch hidden jobs repeat; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
 case $model in mlp|conv|gru) ;; *) echo "bench-keras.sh: --model takes mlp, conv or gru (got '$model')" >&2; exit 2 ;; esac
 if [ "$jobs" -gt "$ncpu" ]; then
@@ -160,8 +169,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-train=("$python" "$repo/examples/keras_digits.py" --steps "$steps" --batch "$batch" --hidden "$hidden"
-       --model "$model" --go-file "$tmp/go")
+train=("$python" "$repo/examples/keras_digits.py" --batch "$batch" --hidden "$hidden" --model "$model"
+       --go-file "$tmp/go")
+# The timed steps of copy $1: --second-steps for the second, --steps for the others.
+copy_steps() { if [ "$1" = 1 ]; then echo "$second_steps"; else echo "$steps"; fi; }
 
 # Starts the timed fits together: once every copy has printed "ready" (imported TensorFlow and
 # warmed up), creates $tmp/go, which they wait for. Then samples the copies' runnable threads every
@@ -217,7 +228,7 @@ run_copies() {
   end=$(date +%s.%N)
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
-  local first=0 last=0 threads=0 line fit cpus rate k names accuracy
+  local first=0 last=0 threads=0 images=0 n line fit cpus rate k names accuracy
   for ((i = 0; i < jobs; i++)); do
     line=$(grep '^done ' "$tmp/job$i.out") || { echo "bench-keras.sh: copy $i printed no done line:" >&2; cat "$tmp/job$i.err" >&2; exit 1; }
     fit=$(grep '^fit ' "$tmp/job$i.out")
@@ -229,10 +240,12 @@ run_copies() {
     printf '    copy %d  cpus at start %-5s %9.1f images/s  threads %2d (%s)  accuracy %s\n' \
       "$i" "$cpus" "$rate" "$k" "$names" "$accuracy" >> "$tmp/copies"
     threads=$((threads + k))
+    n=$(copy_steps "$i")
+    images=$((images + (n > 1 ? n - 1 : 1) * batch))
     first=$(awk -v a="$first" -v b="$(awk '{print $3}' <<<"$fit")" 'BEGIN {print (a == 0 || b < a) ? b : a}')
     last=$(awk -v a="$last" -v b="$(awk '{print $5}' <<<"$fit")" 'BEGIN {print (b > a) ? b : a}')
   done
-  total_rate=$(awk -v images=$((jobs * (steps > 1 ? steps - 1 : 1) * batch)) -v f="$first" -v l="$last" 'BEGIN {printf "%.1f", images / (l - f)}')
+  total_rate=$(awk -v images="$images" -v f="$first" -v l="$last" 'BEGIN {printf "%.1f", images / (l - f)}')
   makespan=$(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.3f", e - s}')
   threads_per_cpu=$(awk -v t="$threads" -v n="$ncpu" 'BEGIN {printf "%.2f", t / n}')
   runnable_per_cpu=$(awk -v n="$ncpu" '{s += $1; c++} END {if (c) printf "%.2f", s / c / n; else print "n/a"}' "$tmp/samples")
@@ -240,9 +253,9 @@ run_copies() {
 }
 
 command=()
-default_command() { command=("${train[@]}"); }
-confined_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}" --no-mall); }
-mall_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}"); }
+default_command() { command=("${train[@]}" --steps "$(copy_steps "$1")"); }
+confined_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}" --steps "$(copy_steps "$1")" --no-mall); }
+mall_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable="1:$ncpu" --job "keras$1" -- "${train[@]}" --steps "$(copy_steps "$1")"); }
 
 backend=affinity
 [ "$(id -u)" -eq 0 ] && [ -d /sys/fs/cgroup/cpuset ] && backend=auto
@@ -258,7 +271,9 @@ done
 
 tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))' 2>/dev/null ||
              "$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null || echo '?')
-echo "bench-keras.sh: $jobs copies of keras_digits.py (model $model, $steps steps of $batch images, $hidden hidden units)," \
+steps_text="$steps steps"
+[ "$jobs" -ge 2 ] && [ "$second_steps" != "$steps" ] && steps_text="$steps steps (the second copy $second_steps)"
+echo "bench-keras.sh: $jobs copies of keras_digits.py (model $model, $steps_text of $batch images, $hidden hidden units)," \
   "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status")"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
@@ -305,10 +320,10 @@ run_single() {
 declare -A single
 if [ "$ncpu" -ge 2 ]; then
   for ((round = 1; round <= repeat; round++)); do
-    run_single shrink "$bin/mallrun" --socket "$tmp/malld.sock" --malleable=1:2 --job shrunk -- "${train[@]}" --log-changes
+    run_single shrink "$bin/mallrun" --socket "$tmp/malld.sock" --malleable=1:2 --job shrunk -- "${train[@]}" --steps "$steps" --log-changes
     printf '  round %d shrunk: %9.1f images/s  cores %s\n' "$round" "$single_rate" "$single_cores"
     single[shrunk_rate]+="$single_rate " single[shrunk_cores]+="$single_cores "
-    run_single taskset -c 0 "${train[@]}" --threads 1 --no-mall
+    run_single taskset -c 0 "${train[@]}" --steps "$steps" --threads 1 --no-mall
     printf '  round %d small:  %9.1f images/s  cores %s\n' "$round" "$single_rate" "$single_cores"
     single[small_rate]+="$single_rate " single[small_cores]+="$single_cores "
   done
