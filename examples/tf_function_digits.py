@@ -11,9 +11,11 @@ TensorFlow's own intra-op and inter-op pools park or release workers to the new 
 every thread is pinned to the new cpus before malld gets the ack. The lines a program adds:
 
     mall.tensorflow.size_pools()                        # before TensorFlow's first op
-    malleable = mall.tensorflow.Malleable(mall.Client(required=False))
+    client = mall.Client(required=False)
+    malleable = mall.tensorflow.Malleable(client)
     dataset = mall.tensorflow.on_pools(dataset)         # tf.data's functions on the parked pools
     malleable.step()                                    # in the loop, outside the tf.function
+    client.report_progress(1)                           # after each step: for --policy throughput
 
 Run from a checkout with the project's venv (launch_scripts/install-deps.sh makes it):
   .venv/bin/python examples/tf_function_digits.py [--steps N] [--model mlp|conv|gru] ...
@@ -78,11 +80,12 @@ def main() -> int:
     import tensorflow as tf
     import keras
     keras_digits.size_tensorflow_pools(args.threads, under_malld)
-    malleable = None
+    client = malleable = None
     if under_malld:
         import mall
         import mall.tensorflow
-        malleable = mall.tensorflow.Malleable(mall.Client(required=False))
+        client = mall.Client(required=False)
+        malleable = mall.tensorflow.Malleable(client)
 
     print(f"start pid {os.getpid()} cpus {keras_digits.cpu_list(os.sched_getaffinity(0))}")
     model = keras_digits.build_model(args.model, args.hidden, args.seed)
@@ -106,6 +109,8 @@ def main() -> int:
             log.changed(step, malleable.allocation.text)
         x, y = next(batches)
         loss = train_step(x, y)
+        if client is not None:
+            client.report_progress(1)  # one step done: malld's throughput policy measures steps/s
         if args.print_every and (step % args.print_every == 0 or step == 1):
             print(log.step_line(step, float(loss)))
     seconds = time.time() - start

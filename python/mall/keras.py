@@ -6,7 +6,11 @@
 At the end of each training batch it calls the step of mall.tensorflow.Malleable: when malld
 changed the job's allocation, TensorFlow's own intra-op and inter-op pools park or release workers
 to the new thread count (and every thread is pinned to the new cpus) before malld gets the ack;
-otherwise it costs one ctypes call. client=None opens a mall.Client the usual way ($MALL_SOCKET,
+otherwise it costs one ctypes call. It also reports each batch as one unit of work
+(mall.Client.report_progress: two more ctypes calls' worth, no system call), which malld's
+throughput policy (`malld --policy throughput`, `mallctl policy throughput`) measures at each core
+count the job runs on, to give cores where they add speed; `mallctl status --json` shows the
+job's work_units. report_progress=False leaves that to the program. client=None opens a mall.Client the usual way ($MALL_SOCKET,
 $MALL_JOB_ID, as mallrun and the Slurm plugin set them) with required=False: without malld it
 prints one warning and training runs on, unchanged. Keras and TensorFlow are imported only when
 this module is.
@@ -26,11 +30,12 @@ class Malleable(keras.callbacks.Callback):
     """Follows the allocation at every batch end of fit(). `changes` counts the allocations
     applied, `threads` is the running intra-op count after the last one."""
 
-    def __init__(self, client: Client | None = None):
+    def __init__(self, client: Client | None = None, *, report_progress: bool = True):
         super().__init__()
         self._own_client = client is None
         self.client = client if client is not None else Client(required=False)
         self._malleable = mall_tensorflow.Malleable(self.client)
+        self._report_progress = report_progress
         self.changes = 0
 
     @property
@@ -46,4 +51,6 @@ class Malleable(keras.callbacks.Callback):
         return threads
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._report_progress:
+            self.client.report_progress(1)  # one training step: the unit malld measures rates in
         self.step()

@@ -7,8 +7,9 @@
 //    `mallctl set` 0 -> 0-1 -> 1 -> auto: their own resize lines with TensorFlow's running intra-op
 //    count, every thread's Cpus_allowed_list, the parked workers idle and the process on about one
 //    core while it trains at one, exit 0, and the loss curve of a plain run (--no-mall) within
-//    float rounding (the largest difference is printed); with --threads 1 (pools TensorFlow made
-//    with one worker) the masks follow and nothing is ever parked;
+//    float rounding (the largest difference is printed), their steps counted as work in the status;
+//    with --threads 1 (pools TensorFlow made with one worker) the masks follow and nothing is
+//    ever parked;
 //  - a Conv2D and a GRU model survive 2,000 steps with the allocation changing every few steps;
 //  - a job parked at exit ends 0, Ctrl-C while parked ends the job, and malld SIGKILLed mid-fit
 //    leaves it training with one warning and re-attached (it follows a set) after the restart.
@@ -101,6 +102,16 @@ TEST_P(FollowsMallctlSet, OnTensorFlowsOwnPools) {
     Child trainer(mallrun_argv(malld.socket(), "1:2", "tf", argv));
     ASSERT_TRUE(trainer.wait_for_line_starting("step 1 ", 90s)) << joined_lines(trainer.all_lines());
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "tf", "0-1", 1); }, 30s)) << status_text(malld);
+    // The trainer reports each step as a unit of work (the Keras callback does it itself; the
+    // custom loop calls report_progress): malld's status shows its work_units rising, never above
+    // the steps it can have run (10,000 timed, and keras_digits.py's 20 warm-up steps).
+    uint64_t units = 0;
+    EXPECT_TRUE(wait_until([&] {
+        auto job = job_status(malld.socket(), "tf");
+        units = job ? job->value("work_units", uint64_t{0}) : 0;
+        return units >= 100;
+    }, 30s)) << "work_units " << units << "\n" << status_text(malld);
+    EXPECT_LE(units, 10020u) << status_text(malld);
 
     for (const std::string cpus : {"0", "0-1", "1", "auto"}) {
         const std::string expected_cpus = cpus == "auto" ? "0-1" : cpus;
