@@ -5,7 +5,7 @@
 # training rate, the total throughput, the threads per core and the ratios:
 #   default   every copy as TensorFlow starts it by default: it sees the whole node and sizes its
 #             intra-op and inter-op pools to all the cpus (oversubscription)
-#   confined  every copy under a private malld (mallrun --malleable=1:NCPU, policy equal), plain
+#   confined  every copy under a private malld (mallrun --malleable=1:NCPU, policy equal or --policy), plain
 #             Keras (--no-mall): malld confines it to its cores before it runs, so TensorFlow sizes
 #             its pools to them and keeps them (confinement at start, not malleability)
 #   mall      the same with mall's Keras callback (mall.keras.Malleable): TensorFlow's pools are
@@ -31,6 +31,7 @@ model=mlp
 jobs=2
 repeat=1
 second_steps=
+policy=equal
 
 usage() {
   cat <<EOF
@@ -38,14 +39,14 @@ bench-keras.sh — co-located Keras trainings: TensorFlow's defaults, confinemen
 mall's callback
 
 Usage: launch_scripts/bench-keras.sh [--steps N] [--second-steps M] [--batch B] [--hidden H] [--model M]
-                                     [--jobs J] [--repeat R]
+                                     [--jobs J] [--repeat R] [--policy P]
 
 Runs J copies of examples/keras_digits.py (a 64-H-10 MLP trained with model.fit on sklearn's
 digits) at once, three ways:
   default   each copy sees the whole node; TensorFlow sizes its pools to every cpu
   confined  each copy runs as
               mallrun --socket S --malleable=1:NCPU --job kerasI -- python examples/keras_digits.py --no-mall
-            under a private malld (policy equal), which confines it to its share of the cores
+            under a private malld (policy equal, or --policy), which confines it to its share of the cores
             before it starts; TensorFlow sizes its pools to that share and keeps them fixed
   mall      the same without --no-mall: mall's Keras callback parks TensorFlow's own pools (made
             as large as the node) to the copy's share at each batch end, and releases them when
@@ -64,6 +65,9 @@ Options:
   --model M    keras_digits.py's --model: mlp, conv or gru (default $model)
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
   --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
+  --policy P   the private malld's policy: equal (default) or throughput (cores where a job's
+               measured steps/s say they add the most; the callback reports each step, the
+               confined way's copies report nothing and are split evenly)
   -h, --help   this text
 
 Environment:
@@ -97,7 +101,7 @@ EOF
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --steps|--second-steps|--batch|--hidden|--model|--jobs|--repeat)
+    --steps|--second-steps|--batch|--hidden|--model|--jobs|--repeat|--policy)
       [ $# -ge 2 ] || { echo "bench-keras.sh: $1 needs a value (see --help)" >&2; exit 2; }
       name=${1#--}; printf -v "${name//-/_}" '%s' "$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -110,6 +114,7 @@ for v in steps second_steps batch hidden jobs repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
 case $model in mlp|conv|gru) ;; *) echo "bench-keras.sh: --model takes mlp, conv or gru (got '$model')" >&2; exit 2 ;; esac
+case $policy in equal|throughput) ;; *) echo "bench-keras.sh: --policy takes equal or throughput (got '$policy')" >&2; exit 2 ;; esac
 if [ "$jobs" -gt "$ncpu" ]; then
   echo "bench-keras.sh: --jobs $jobs is more than the $ncpu cpus (each copy needs at least one core under mall)" >&2
   exit 2
@@ -260,7 +265,7 @@ mall_command() { command=("$bin/mallrun" --socket "$tmp/malld.sock" --malleable=
 backend=affinity
 [ "$(id -u)" -eq 0 ] && [ -d /sys/fs/cgroup/cpuset ] && backend=auto
 "$bin/malld" --socket "$tmp/malld.sock" --state-dir "$tmp" --cgroup-parent "mall_bench_keras$$" \
-  --backend "$backend" --policy equal --log-level warn 2> "$tmp/malld.log" &
+  --backend "$backend" --policy "$policy" --log-level warn 2> "$tmp/malld.log" &
 malld_pid=$!
 for _ in $(seq 100); do
   "$bin/mallctl" --socket "$tmp/malld.sock" status > "$tmp/status" 2>&1 && break
@@ -274,7 +279,7 @@ tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tens
 steps_text="$steps steps"
 [ "$jobs" -ge 2 ] && [ "$second_steps" != "$steps" ] && steps_text="$steps steps (the second copy $second_steps)"
 echo "bench-keras.sh: $jobs copies of keras_digits.py (model $model, $steps_text of $batch images, $hidden hidden units)," \
-  "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status")"
+  "TensorFlow $tf_version, $ncpu cpus, $repeat round(s), malld backend $(awk '$1 == "BACKEND" {print $2}' "$tmp/status"), policy $policy"
 declare -A results
 for ((round = 1; round <= repeat; round++)); do
   for way in default confined mall; do
