@@ -54,20 +54,21 @@ digits) at once, three ways:
 
 Options:
   --steps N    timed training steps per copy (default $steps), after 20 untimed warm-up steps;
-               with the other defaults a step takes ~1.4 ms alone on two cores, and a run of
+               with the other defaults a step takes ~1 ms alone on two cores, and a run of
                two copies ~25 s here (~8 s of it TensorFlow's import)
   --second-steps M
                the second copy's timed steps (default: N). With M below N it leaves early, and
-               the first copy trains on alone: TensorFlow's defaults and mall then use the freed
-               cores (mall releases the pools it parked), confinement leaves them idle
+               the first copy trains on alone: TensorFlow's defaults and mall can then use the
+               freed cores (mall releases the workers it parked), while a confined copy keeps
+               the pools it started with, however many cpus malld gives it
   --batch B    images per step (default $batch)
   --hidden H   hidden units (default $hidden)
   --model M    keras_digits.py's --model: mlp, conv or gru (default $model)
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
   --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
   --policy P   the private malld's policy: equal (default) or throughput (cores where a job's
-               measured steps/s say they add the most; the callback reports each step, the
-               confined way's copies report nothing and are split evenly)
+               measured steps/s say they add the most: the callback reports each step; the
+               confined way's copies report nothing, so malld has no rates for them)
   -h, --help   this text
 
 Environment:
