@@ -309,8 +309,24 @@ last_change() { change_lines | grep "^rank $1 " | tail -n1; }
 threads_now() { last_change "$1" | sed -n 's/.* -> \([0-9]*\) share .*/\1/p'; }
 ranks_at() { [ "$(threads_now 0)" = "$1" ] && [ "$(threads_now 1)" = "$1" ]; }
 stop_file=$work/stop
-jm=$(submit mpi -N 2 --ntasks-per-node=1 --malleable=1:2 \
-       --wrap "export OMPI_MCA_btl_tcp_if_include=$subnet.0/24; srun --mpi=pmix $trainer --steps 100000000 --print-every 0 --log-changes --stop-file $stop_file --max-seconds 150; echo srun-rc=\$?") ||
+# The ranks run in $work/mpi-cores with cores allowed: a rank that crashes leaves its core there,
+# and mpi_cores_backtrace prints where (a rank once died at start with SIGSEGV at address 0, which
+# Open MPI's own handler cannot unwind past).
+mkdir -p "$work/mpi-cores"
+mpi_cores_backtrace() {
+  local core
+  for core in "$work"/mpi-cores/core*; do
+    [ -f "$core" ] || continue
+    if command -v gdb >/dev/null; then
+      note "--- backtrace of $core:"
+      gdb -batch -ex 'bt 15' "$trainer" "$core" 2>&1 | grep -E '^#' | sed 's/^/        /'
+    else
+      note "--- $core kept no backtrace: gdb is not installed"
+    fi
+  done
+}
+jm=$(submit mpi -N 2 --ntasks-per-node=1 --malleable=1:2 --chdir="$work/mpi-cores" \
+       --wrap "ulimit -c unlimited 2>/dev/null; export OMPI_MCA_btl_tcp_if_include=$subnet.0/24; srun --mpi=pmix $trainer --steps 100000000 --print-every 0 --log-changes --stop-file $stop_file --max-seconds 150; echo srun-rc=\$?") ||
   { fail "(2) sbatch refused the MPI job: $(cat "$work/mpi.sbatch.err")"; jm=''; }
 if [ -n "$jm" ]; then
   jobm=slurm-$jm
@@ -365,7 +381,7 @@ if [ -n "$jm" ]; then
       fail "(2) after shrinking node1's rank: '$(last_change 0)' / '$(last_change 1)'; node1 $(job_view node1 "$jobm"), node2 $(job_view node2 "$jobm")"
     fi
   else
-    fail "(2) the ranks of job $jm did not attach at both nodes on 0-1 with 2 threads"; dump_job mpi "$jm"
+    fail "(2) the ranks of job $jm did not attach at both nodes on 0-1 with 2 threads"; dump_job mpi "$jm"; mpi_cores_backtrace
   fi
 
   touch "$stop_file"
@@ -380,7 +396,7 @@ if [ -n "$jm" ]; then
       fail "(2) MPI job $jm's AdminComment lacks a node's figures: '$comment'"
     fi
   else
-    fail "(2) MPI job $jm did not complete cleanly ($(job_state "$jm"))"; dump_job mpi "$jm"
+    fail "(2) MPI job $jm did not complete cleanly ($(job_state "$jm"))"; dump_job mpi "$jm"; mpi_cores_backtrace
   fi
   # Every change at the same step on both ranks, with the same thread count (balanced).
   steps_of() { change_lines | awk -v r="$1" '$2 == r { print $5 ":" $9 }' | tr '\n' ' '; }
@@ -395,7 +411,7 @@ if [ -n "$jm" ]; then
   if [ "$finals" -eq 2 ] && [ "$(wc -w <<<"$sums")" -eq 1 ]; then
     pass "(2) both ranks trained to the same weights (checksum $sums): $(grep '^rank [0-9]* done ' "$work/mpi.out" | tr '\n' '|')"
   else
-    fail "(2) final lines: $finals, distinct checksums: '$sums'"; dump_job mpi "$jm"
+    fail "(2) final lines: $finals, distinct checksums: '$sums'"; dump_job mpi "$jm"; mpi_cores_backtrace
   fi
   if wait_for $wait_default_s nothing_on node1 && wait_for $wait_default_s nothing_on node2; then
     pass "(4) after MPI job $jm: both mallds list no job and reserve nothing, no cgroup below ${MALL_CLUSTER_CGROUP}_node1/_node2"
