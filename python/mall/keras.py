@@ -7,12 +7,12 @@ At the end of each training batch it calls the step of mall.tensorflow.Malleable
 changed the job's allocation, TensorFlow's own intra-op and inter-op pools park or release workers
 to the new thread count (and every thread is pinned to the new cpus) before malld gets the ack;
 otherwise it costs one ctypes call. It also reports each batch as one unit of work
-(mall.Client.report_progress: two more ctypes calls' worth, no system call), which malld's
-throughput policy (`malld --policy throughput`, `mallctl policy throughput`) measures at each core
-count the job runs on, to give cores where they add speed; `mallctl status --json` shows the
-job's work_units. report_progress=False leaves that to the program. client=None opens a mall.Client the usual way ($MALL_SOCKET,
-$MALL_JOB_ID, as mallrun and the Slurm plugin set them) with required=False: without malld it
-prints one warning and training runs on, unchanged. Keras and TensorFlow are imported only when
+(mall.Client.report_progress: one more ctypes call, an atomic add in libmall, no system call),
+which malld's throughput policy (`malld --policy throughput`, `mallctl policy throughput`)
+measures at each core count the job runs on, to give cores where they add speed; `mallctl status
+--json` shows the job's work_units. report_progress=False leaves that to the program. client=None
+opens a mall.Client the usual way ($MALL_SOCKET, $MALL_JOB_ID, as mallrun and the Slurm plugin set
+them) with required=False: without malld it prints one warning and training runs on, unchanged. Keras and TensorFlow are imported only when
 this module is.
 """
 

@@ -313,10 +313,13 @@ stop_file=$work/stop
 # and mpi_cores_backtrace prints where (a rank once died at start with SIGSEGV at address 0, which
 # Open MPI's own handler cannot unwind past).
 mkdir -p "$work/mpi-cores"
+mpi_cores_shown=''   # each core's backtrace is printed once, whichever check failed first
 mpi_cores_backtrace() {
   local core
   for core in "$work"/mpi-cores/core*; do
     [ -f "$core" ] || continue
+    case " $mpi_cores_shown " in *" $core "*) continue ;; esac
+    mpi_cores_shown+=" $core"
     if command -v gdb >/dev/null; then
       note "--- backtrace of $core:"
       gdb -batch -ex 'bt 15' "$trainer" "$core" 2>&1 | grep -E '^#' | sed 's/^/        /'

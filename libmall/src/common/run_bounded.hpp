@@ -4,8 +4,8 @@
 // (at most max_output bytes kept, the rest read and dropped so the child never blocks); a child
 // still running at the limit is SIGKILLed and reaped; the caller decides what an exit status
 // means. Used by malld's systemctl calls (daemon/systemd_slice.cpp), mallrun's `podman info` /
-// `docker info` (tools/mallrun_container.cpp) and mall-help2man, which
-// compiles this file in itself (it links no mall library).
+// `docker info` (tools/mallrun_container.cpp) and mall-help2man, which compiles this file in
+// itself (it links no mall library).
 #pragma once
 
 #include <sys/types.h>

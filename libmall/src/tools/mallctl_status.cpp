@@ -256,11 +256,11 @@ void print_status_table(const json &s, std::ostream &out) {
 
 }  // namespace
 
-int cmd_status(const Globals &g, const std::vector<std::string> &args, const UsageError & /*usage_error: options are checked by parse_command*/) {
+int cmd_status(const Globals &g, const std::vector<std::string> &args, const UsageError & /*usage_error: a bad option is the dispatch's (parse_command)*/) {
     po::options_description opts;
     opts.add_options()("json", po::bool_switch(), "");
     po::positional_options_description pos;
-    po::variables_map vm = parse_command(args, opts, pos);  // a bad option: mallctl's dispatch says so
+    po::variables_map vm = parse_command(args, opts, pos);
     int rc = kExitOk;
     auto body = status_fetcher(g)(&rc);
     if (!body) return rc;
@@ -276,7 +276,7 @@ int cmd_watch(const Globals &g, const std::vector<std::string> &args, const Usag
     opts.add_options()("json", po::bool_switch(), "")("count", po::value<long>(), "")(
         "timeout-s", po::value<double>(), "");
     po::positional_options_description pos;
-    po::variables_map vm = parse_command(args, opts, pos);  // a bad option: mallctl's dispatch says so
+    po::variables_map vm = parse_command(args, opts, pos);
     long count = -1;
     if (vm.count("count")) {
         count = vm["count"].as<long>();

@@ -150,7 +150,7 @@ int cmd_reclaim_or_release(const Globals &g, const std::vector<std::string> &arg
     if (reclaim) opts.add_options()("timeout-ms", po::value<long>()->default_value(30000), "");
     po::positional_options_description pos;
     pos.add("cpus", 1);
-    po::variables_map vm = parse_command(args, opts, pos);  // a bad option: mallctl's dispatch says so
+    po::variables_map vm = parse_command(args, opts, pos);
     std::optional<std::string> owner;
     if (vm.count("owner")) {
         owner = vm["owner"].as<std::string>();
@@ -195,7 +195,7 @@ int cmd_set(const Globals &g, const std::vector<std::string> &args, const UsageE
         "signal-control", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("job", 1);
-    po::variables_map vm = parse_command(args, opts, pos);  // a bad option: mallctl's dispatch says so
+    po::variables_map vm = parse_command(args, opts, pos);
     if (!vm.count("job")) return usage_error("name the job to set, e.g. mallctl set train-42 --cpus 0-3");
     if (!vm.count("cpus") && !vm.count("weight") && !vm.count("threads") && !vm.count("signal-control"))
         return usage_error(
@@ -276,7 +276,7 @@ int cmd_policy(const Globals &g, const std::vector<std::string> &args, const Usa
     opts.add_options()("name", po::value<std::string>(), "");
     po::positional_options_description pos;
     pos.add("name", 1);
-    po::variables_map vm = parse_command(args, opts, pos);  // a bad option: mallctl's dispatch says so
+    po::variables_map vm = parse_command(args, opts, pos);
     if (!vm.count("name") || vm["name"].as<std::string>().empty())
         return usage_error("name the policy: equal, static, weighted or throughput");
     Session s(g.socket);
