@@ -61,7 +61,16 @@ bool FakeDaemon::start(uint64_t generation, const std::string &cpus, std::string
     page_ = static_cast<SharedPage *>(mapped);
     page_init(page_);
     if (generation != 0) write_allocation(page_, generation, cpus);
-    fcntl(page_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    bool seal;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        seal = seal_page_;
+    }
+    if (seal && fcntl(page_fd_, F_ADD_SEALS, kPageSeals) != 0) {
+        if (error) *error = std::string("sealing the page: ") + std::strerror(errno);
+        stop();
+        return false;
+    }
 
     std::string why;
     listen_fd_ = unix_listen(path_, 0600, &why);
@@ -127,6 +136,19 @@ void FakeDaemon::set_job(std::string job) {
 void FakeDaemon::set_forget_jobs(bool forget) {
     std::lock_guard<std::mutex> lock(mu_);
     forget_jobs_ = forget;
+}
+
+void FakeDaemon::set_seal_page(bool seal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seal_page_ = seal;
+}
+
+bool FakeDaemon::truncate_page() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (page_fd_ < 0 || ftruncate(page_fd_, 0) != 0) return false;
+    munmap(page_, kSharedPageSize);  // the fake's own mapping would fault as well
+    page_ = nullptr;
+    return true;
 }
 
 uint64_t FakeDaemon::publish(const std::string &cpus, bool notify, uint32_t flags) {

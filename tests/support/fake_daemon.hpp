@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // fake_daemon.hpp — an in-process stand-in for malld, for libmall's tests and benchmarks: one
-// thread listens on a private socket, answers Attach with a memfd page (written with page_write),
-// records Acks and Progress, and can refuse, stay silent, send Notify, or hang up and restart.
+// thread listens on a private socket, answers Attach with a memfd page (written with page_write and
+// sealed as malld seals it: kPageSeals), records Acks and Progress, and can refuse, stay silent,
+// send Notify, or hang up and restart. As a hostile server it can also pass an unsealed page and
+// truncate it under its clients.
 #pragma once
 
 #include <chrono>
@@ -42,6 +44,11 @@ public:
     // When set, an Attach that names a job is refused with MALL_ERR_NOJOB (as a malld restarted
     // without its state would); self-registrations are still served.
     void set_forget_jobs(bool forget);
+    // Off: the next start() passes an unsealed page (what malld never does). On by default.
+    void set_seal_page(bool seal);
+    // Truncates the page to 0 bytes (possible only when unsealed): a client still mapping it would
+    // take SIGBUS at its next read. The fake publishes nothing afterwards. True when it shrank.
+    bool truncate_page();
 
     // Writes `cpus` to the page at generation + 1; with notify, sends Notify to attached clients.
     // flags: the page's kPageFlag* word (e.g. signal control allowed). Returns the new generation.
@@ -89,6 +96,7 @@ private:
     std::string refuse_text_;
     std::string job_ = "fake-job";
     bool forget_jobs_ = false;
+    bool seal_page_ = true;
     uint64_t generation_ = 0;
     uint64_t last_ack_ = 0;
     int attaches_ = 0;

@@ -2,13 +2,15 @@
 // attach.hpp — the handle's connection to malld: one attach attempt (connect, Attach request,
 // reply, the job's shared page), detach, and sending on the connection without blocking.
 // Contract: an attempt never blocks longer than its timeout (the connect itself never waits: a full
-// backlog fails at once) and ends early when mall_close() writes the stop eventfd. Only a checked
-// page (magic, layout version, size) replaces the live one, moved to the handle's fixed address
-// under conn_mu, so mall_step() reads a valid page at every instant, attached or not; a failure
-// leaves the previous page (or a zero page) there. A detached handle keeps its page: its frozen
-// generation keeps mall_step() on the fast path. Every failure comes back as a MALL_ERR_* code with
-// words in *why that say what to fix. Called by mall_open() and the monitor thread, never on the
-// fast path.
+// backlog fails at once) and ends early when mall_close() writes the stop eventfd. A server that
+// runs as neither root, nor this process's user, nor the socket file's owner is refused before
+// anything is sent (SO_PEERCRED). Only a checked page (sealed against shrinking, growing and
+// writing: page_fd_problem; its magic and layout version) replaces the live one, moved to the
+// handle's fixed address under conn_mu, so mall_step() reads a valid page at every instant,
+// attached or not; a failure leaves the previous page (or a zero page) there. A detached handle
+// keeps its page: its frozen generation keeps mall_step() on the fast path. Every failure comes
+// back as a MALL_ERR_* code with words in *why that say what to fix. Called by mall_open() and the
+// monitor thread, never on the fast path.
 #pragma once
 
 #include <chrono>

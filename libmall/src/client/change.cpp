@@ -13,6 +13,11 @@
 namespace mall::client {
 
 int apply_change(mall_handle *m) {
+    // A forked child's copy whose zero page could not be mapped: the parent's page is not its to act on.
+    if (m->forked_copy) {
+        m->seen_generation.store(page_generation(m->page), std::memory_order_relaxed);
+        return MALL_NOUPDT;
+    }
     std::lock_guard<std::mutex> step_lock(m->step_mu);
     mall_alloc_t &snapshot = m->scratch;
     bool consistent;

@@ -153,6 +153,14 @@ struct mall_handle {
     // Under step_mu: a signal request pinned every thread; malld's next allocation re-pins them all.
     bool control_overrode = false;
 
+    // --- fork: a handle belongs to the process that opened it ---
+    // The open handles of the process, linked under lifecycle.cpp's registry lock, so that its
+    // pthread_atfork child handler finds every handle a forked child inherited.
+    mall_handle *prev_open = nullptr;
+    mall_handle *next_open = nullptr;
+    pid_t opener_pid = 0;      // getpid() at open; set once
+    bool forked_copy = false;  // this is a forked child's copy (set there while single-threaded)
+
     // --- the monitor thread and its private state ---
     std::thread monitor;
     uint32_t next_request_id = 1;

@@ -8,6 +8,13 @@
 // monitor, releases the control signal, unmaps the page, closes the descriptors, calls each resize
 // callback's release function, and frees the handle, unless a control-signal handler may still
 // run on it (then the handle and its mall_fd() eventfd are leaked, never freed under the handler).
+// Fork: every open handle is listed; in a forked child (pthread_atfork) each becomes a detached
+// copy that never follows malld: no monitor thread (there is none in the child), no connection,
+// a private zero page (mall_step() says "no change"), a mall_fd() eventfd of its own, and locks
+// free again. Its mall_close() frees only the child's state: it writes nothing the parent shares
+// (no stop eventfd write, no message to malld), joins nothing, so the parent's handle keeps
+// following malld. A copy made without the fork handlers (raw clone) is recognised at close by its
+// pid and treated the same way.
 #pragma once
 
 #include "handle.hpp"

@@ -3,11 +3,15 @@
 // Contract: page_read returns a consistent, validated snapshot or false (never spins unboundedly);
 // page_write is the single writer's publish. Payload words are copied with relaxed atomic accesses
 // so that a concurrent reader and writer are well-defined (and quiet under ThreadSanitizer).
+// page_fd_problem is the one rule a reader applies to a page's descriptor before mapping it.
 #include "common/shared_page.hpp"
 
 #include <sched.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 
 namespace mall {
@@ -47,6 +51,24 @@ struct PayloadCopy {
 };
 
 }  // namespace
+
+std::string page_fd_problem(int fd) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return std::string("cannot inspect it: ") + std::strerror(errno);
+    if (!S_ISREG(st.st_mode)) return "not a regular file (a memfd)";
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    const int needed = F_SEAL_SHRINK | F_SEAL_GROW;
+    if (seals < 0 || (seals & needed) != needed || !(seals & (F_SEAL_FUTURE_WRITE | F_SEAL_WRITE)))
+        return "not sealed against shrinking, growing and writing (F_SEAL_SHRINK|GROW|FUTURE_WRITE)";
+    if (::fstat(fd, &st) != 0) return std::string("cannot inspect it: ") + std::strerror(errno);
+    if (st.st_size < static_cast<off_t>(kSharedPageSize)) {
+        char text[96];
+        std::snprintf(text, sizeof text, "%lld bytes, expected at least %zu",
+                      static_cast<long long>(st.st_size), kSharedPageSize);
+        return text;
+    }
+    return "";
+}
 
 bool page_read(const SharedPage *page, mall_alloc_t *out, uint32_t *flags) {
     if (!page || !out) return false;

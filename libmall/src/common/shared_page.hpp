@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // shared_page.hpp — layout of the per-job page that malld publishes allocations through.
-// malld creates a memfd per job, maps it read-write, seals it against future writable mappings
-// (F_SEAL_FUTURE_WRITE) and passes it to each attached process, which maps it read-only.
+// malld creates a memfd per job, maps it read-write, seals it (kPageSeals: no shrinking, no
+// growing, no writable mapping but malld's own) and passes it to each attached process, which
+// checks it (page_fd_problem) and maps it read-only.
 // Writer (malld only): seq odd -> payload -> generation -> seq even (a seqlock).
 // Reader fast path: one acquire load of `generation`; on change, read the payload under the seqlock.
 #pragma once
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "mall/mall.h"
 
@@ -37,6 +41,24 @@ constexpr uint32_t kPageFlagSignalControl = 0x1u;
 constexpr size_t kSharedPageSize = 8192;
 static_assert(sizeof(SharedPage) <= kSharedPageSize, "SharedPage must fit its mapping");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "lock-free 64-bit atomics required");
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010  // Linux 5.1; older C libraries lack the name
+#endif
+// The seals malld puts on a job's page once it has mapped it read-write, before it passes it on.
+// F_SEAL_WRITE cannot be: malld keeps writing through its own mapping; F_SEAL_FUTURE_WRITE
+// refuses every later writable mapping and write(2), so only malld writes the page.
+constexpr int kPageSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+
+// Reader side: "" when fd is fit to be mapped as a job's page, else a few words on what is wrong
+// (kept short: they end up in mall_error_t's 160 bytes).
+// A page must be a regular file of at least kSharedPageSize bytes that carries F_SEAL_SHRINK (a
+// server that truncated a mapped page would kill the reader with SIGBUS at its next read),
+// F_SEAL_GROW, and F_SEAL_FUTURE_WRITE or F_SEAL_WRITE (no process the page was passed to can
+// write it for the job's other processes). F_SEAL_SEAL is not required: seals are never removed,
+// so one added later can only restrict the server further. The seals are read before the size:
+// with them the size cannot change any more.
+std::string page_fd_problem(int fd);
 
 // Writer side (malld). The page must be mapped read-write.
 inline void page_init(SharedPage *page) {
