@@ -95,7 +95,12 @@ const std::vector<Metric> &metrics() {
         {{"mall_reclaimed_cpus", "gauge", "Cpus taken out of the pool by mallctl reclaim (e.g. a Slurm prolog)."},
          Scope::Node, cpus_of("reclaimed")},
         {{"mall_jobs", "gauge", "Malleable jobs registered with malld."}, Scope::Node,
-         [](const json &s) -> std::optional<double> { return static_cast<double>(s["jobs"].size()); }},
+         [](const json &s) -> std::optional<double> {
+             // A non-admin's status lists other users' jobs apart, in "other_jobs" (status_view.hpp).
+             auto others = s.find("other_jobs");
+             return static_cast<double>(s["jobs"].size() +
+                                        (others != s.end() && others->is_array() ? others->size() : 0));
+         }},
         {{"mall_ack_timeout_seconds", "gauge", "How long malld waits for a job's processes to acknowledge a change."},
          Scope::Node,
          [](const json &s) -> std::optional<double> {

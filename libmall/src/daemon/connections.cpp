@@ -186,7 +186,9 @@ void Connections::notify_attached(const std::string &job, uint64_t generation) {
 void Connections::broadcast_event(const nlohmann::json &event) {
     for (auto &[id, c] : connections_) {
         if (!c.watcher || c.closing) continue;
-        if (!send_message(c, proto::Type::Event, 0, event, -1, true) && !c.closing) {
+        const std::optional<nlohmann::json> seen = event_view_ ? event_view_(c, event) : event;
+        if (!seen) continue;
+        if (!send_message(c, proto::Type::Event, 0, *seen, -1, true) && !c.closing) {
             log_warn_limited("slow-watcher", "watcher uid " + std::to_string(c.peer.uid) + " pid " +
                                                  std::to_string(c.peer.pid) +
                                                  " does not keep up with events; dropping it");

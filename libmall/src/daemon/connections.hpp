@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -76,8 +77,14 @@ public:
     // A wake-up to every connection attached to `job`: dropped when its socket is full (the
     // client then has unread notifications already, and the page holds the truth).
     void notify_attached(const std::string &job, uint64_t generation);
-    // An event to every watcher; a watcher whose socket is full is dropped.
+    // An event to every watcher, as the event view lets it see it; a watcher whose socket is
+    // full is dropped.
     void broadcast_event(const nlohmann::json &event);
+    // What a watcher may see of an event: the event to send it, or none (status_view.hpp's rule,
+    // installed by RequestHandlers). Unset: every watcher gets every event.
+    using EventView = std::function<std::optional<nlohmann::json>(const Connection &watcher,
+                                                                   const nlohmann::json &event)>;
+    void set_event_view(EventView view) { event_view_ = std::move(view); }
     // The job is gone: its attached connections are detached and hung up (the processes learn by
     // the hang-up that they are no longer managed).
     void hang_up_job(const std::string &job);
@@ -104,6 +111,7 @@ private:
     uint64_t next_id_ = 1;
     std::map<uint64_t, Connection> connections_;
     std::map<uid_t, int> per_uid_;  // open connections of each peer uid
+    EventView event_view_;
 };
 
 }  // namespace mall

@@ -33,7 +33,28 @@ RequestHandlers::RequestHandlers(std::chrono::milliseconds ack_timeout, const Cp
       effects_(effects),
       pids_(pids),
       backend_(backend),
-      slurm_(slurm) {}
+      slurm_(slurm) {
+    // Watch: each watcher gets only what it may see of each event (status_view.hpp).
+    connections_.set_event_view(
+        [this](const Connection &c, const nlohmann::json &event) { return event_for_watcher(c, event); });
+}
+
+RequestHandlers::~RequestHandlers() { connections_.set_event_view(nullptr); }
+
+StatusViewer RequestHandlers::viewer_of(const Connection &c) const {
+    const bool admin = access_ ? access_->is_admin(c.peer.uid) : AccessRules{}.is_admin(c.peer.uid);
+    return StatusViewer{c.peer.uid, admin};
+}
+
+std::optional<nlohmann::json> RequestHandlers::event_for_watcher(const Connection &c,
+                                                                 const nlohmann::json &event) const {
+    const StatusViewer viewer = viewer_of(c);
+    std::optional<uid_t> owner;
+    if (!viewer.admin && event.is_object())
+        if (auto job = event.find("job"); job != event.end() && job->is_string())
+            if (const Job *j = manager_.find(job->get<std::string>())) owner = j->spec.uid;
+    return event_seen_by(event, viewer, owner);
+}
 
 std::chrono::milliseconds RequestHandlers::reply_wait() const {
     return ack_timeout_ + std::chrono::duration_cast<std::chrono::milliseconds>(kDeferredReplySlack);
@@ -281,7 +302,8 @@ void RequestHandlers::handle_usage(Connection &c, const proto::Message &msg) {
 }
 
 void RequestHandlers::handle_status(Connection &c, const proto::Message &msg) {
-    connections_.reply(c, msg.request_id, proto::ok_reply(full_status()));
+    // Admins see every job in full, others their own jobs and a summary of the rest.
+    connections_.reply(c, msg.request_id, proto::ok_reply(status_seen_by(full_status(), viewer_of(c))));
 }
 
 void RequestHandlers::handle_set(Connection &c, const proto::Message &msg) {
@@ -435,6 +457,7 @@ void RequestHandlers::handle_release(Connection &c, const proto::Message &msg) {
 }
 
 void RequestHandlers::handle_watch(Connection &c, const proto::Message &msg) {
+    // From now on c gets the events it may see (event_for_watcher, at each broadcast).
     c.watcher = true;
     connections_.reply(c, msg.request_id, proto::ok_reply());
 }

@@ -23,10 +23,12 @@
 #include "kernel_effects.hpp"
 #include "pid_watch.hpp"
 #include "slurm_jobs.hpp"
+#include "status_view.hpp"
 
 namespace mall {
 
 class SlurmReconciler;
+struct AccessRules;
 
 class RequestHandlers {
 public:
@@ -34,6 +36,12 @@ public:
     RequestHandlers(std::chrono::milliseconds ack_timeout, const CpuSet &pool, NodeManager &manager,
                     Connections &connections, KernelEffects &effects, PidWatcher &pids,
                     CpusetBackend &backend, SlurmReconciler *slurm);
+    ~RequestHandlers();
+    RequestHandlers(const RequestHandlers &) = delete;
+    RequestHandlers &operator=(const RequestHandlers &) = delete;
+    // Who is an admin (--admin-uid) for what Status and Watch show (status_view.hpp); until it is
+    // set, root and malld's own uid only. `rules` must outlive the handlers.
+    void set_access_rules(const AccessRules *rules) { access_ = rules; }
 
     // --- one per request type (access.cpp's table names them) ---
     void handle_register(Connection &c, const proto::Message &msg);
@@ -58,8 +66,8 @@ public:
     // Slurm has answered, or fail with its words.
     void resolve_lookups(const std::string &owner, const SlurmJobState &state);
 
-    // The object `mallctl status --json` prints: the core's status plus the backend, and each
-    // job's pids and cgroup.
+    // The status an admin sees (`mallctl status --json` as root): the core's status plus the
+    // backend, and each job's pids and cgroup. Others see status_seen_by() of it (handle_status).
     nlohmann::json full_status() const;
     // Fields malld adds to every status (where its metrics and history files are).
     void set_status_extras(nlohmann::json extras) { status_extras_ = std::move(extras); }
@@ -92,6 +100,10 @@ private:
     bool finish_reclaim(const PendingReply &p, Connection *asker, TimePoint now);
     std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
     TimePoint reply_deadline() const;              // now + reply_wait()
+    // The peer of `c` as status_view.hpp judges it (its uid, whether it is an admin).
+    StatusViewer viewer_of(const Connection &c) const;
+    // What watcher `c` may see of `event` (status_view.hpp); none: it is not sent to c.
+    std::optional<nlohmann::json> event_for_watcher(const Connection &c, const nlohmann::json &event) const;
 
     std::chrono::milliseconds ack_timeout_;
     const CpuSet &pool_;
@@ -101,6 +113,7 @@ private:
     PidWatcher &pids_;
     CpusetBackend &backend_;
     SlurmReconciler *slurm_;
+    const AccessRules *access_ = nullptr;
     uint64_t next_attach_id_ = 1;
     std::vector<PendingReply> pending_;
     nlohmann::json status_extras_ = nlohmann::json::object();

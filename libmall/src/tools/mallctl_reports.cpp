@@ -4,9 +4,11 @@
 
 #include <time.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -48,7 +50,8 @@ const char *const kMetricsDetails =
     "The node's counters include the jobs that ended; malld's state file keeps them across\n"
     "restarts.\n"
     "\n"
-    "Anyone may read the metrics.\n"
+    "Anyone may read the metrics. Root and malld's admins get every job's series; other users\n"
+    "get their own jobs' series and the node's (mall_jobs counts every job).\n"
     "\n"
     "Examples:\n"
     "  mallctl metrics\n"
@@ -78,7 +81,7 @@ const char *const kHistoryDetails =
     "  --file PATH    read this history file instead of asking malld where its file is (works\n"
     "                 while malld is down)\n"
     "\n"
-    "Anyone who may read the history file may run it (malld writes it with mode 0644).\n"
+    "Anyone who may read the history file may run it (malld writes it with mode 0600: root).\n"
     "\n"
     "Examples:\n"
     "  mallctl history\n"
@@ -191,6 +194,9 @@ int cmd_history(const std::vector<std::string> &args, const StatusFetcher &fetch
     auto history = read_history(path, &error);
     if (!history) {
         std::cerr << "mallctl: " << error << "\n";
+        if (error.find(std::strerror(EACCES)) != std::string::npos)
+            std::cerr << "  (the history names every user's jobs, so malld keeps its file from other users: run\n"
+                         "   mallctl history as root; your running jobs' figures are in mallctl status)\n";
         return kExitRefused;
     }
     if (history->skipped_lines > 0)

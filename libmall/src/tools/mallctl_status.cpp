@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallctl_status.cpp — `mallctl status` and `mallctl watch` (see mallctl_status.hpp): their help,
-// the status table (one row per job, then where each job's cgroups are) and one human line per
-// event.
+// the status table (one row per job, then where each job's cgroups are, then a line on other
+// users' jobs when malld shows this user only its own) and one human line per event.
 #include "tools/mallctl_status.hpp"
 
 #include <sys/time.h>
@@ -20,6 +20,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/cpuset.hpp"
 #include "tools/exit_codes.hpp"
 
 namespace po = boost::program_options;
@@ -48,7 +49,9 @@ const char *const kStatusDetails =
     "Options:\n"
     "  --json   print malld's status object as JSON (2-space indent) instead of the table\n"
     "\n"
-    "Anyone may ask for the status.\n"
+    "Anyone may ask for the status. Root and malld's admins (malld --admin-uid) see every job;\n"
+    "other users see their own jobs in full and of other users' jobs only the cpus they hold\n"
+    "(OTHERS; \"other_jobs\" in --json, and \"view\": \"own\" instead of \"all\").\n"
     "\n"
     "Examples:\n"
     "  mallctl status\n"
@@ -69,7 +72,9 @@ const char *const kWatchDetails =
     "  --count N       stop after N events\n"
     "  --timeout-s S   stop after S seconds (exit 0)\n"
     "\n"
-    "Anyone may watch.\n"
+    "Anyone may watch. Root and malld's admins see every event; other users see every event of\n"
+    "their own jobs and of other users' jobs only register, publish (with the cpus) and end, as\n"
+    "JOB \"(other)\" (\"other_job\": true in --json, without the job's name, uid or pids).\n"
     "\n"
     "Examples:\n"
     "  mallctl watch\n"
@@ -117,6 +122,9 @@ std::string format_event(const json &e) {
     const std::string event = field_string(e, "event");
     double when = e.contains("time") && e["time"].is_number() ? e["time"].get<double>() : 0.0;
     std::string job = field_string(e, "job");
+    // Another user's job, which malld names to its owner and admins only.
+    if (job.empty() && e.contains("other_job") && e["other_job"].is_boolean() && e["other_job"].get<bool>())
+        job = "(other)";
     std::ostringstream out;
     out << clock_text(when) << "  " << pad(event.empty() ? "?" : event, 11) << "  "
         << pad(text_or_dash(job), 12);
@@ -166,7 +174,7 @@ std::string format_event(const json &e) {
                                   "weight", "cpus", "ncpus", "growing", "latency_us", "reason", "policy",
                                   "duration_seconds", "core_seconds", "lent_core_seconds",
                                   "oversubscribed_seconds", "resizes", "ack_timeouts", "acks",
-                                  "ack_latency_seconds_sum"};
+                                  "ack_latency_seconds_sum", "other_job"};
     for (auto it = e.begin(); it != e.end(); ++it) {
         if (it->is_null() || (it->is_string() && it->get<std::string>().empty())) continue;
         if (std::find_if(std::begin(known), std::end(known),
@@ -178,6 +186,21 @@ std::string format_event(const json &e) {
     std::string line = out.str();
     while (!line.empty() && line.back() == ' ') line.pop_back();
     return line;
+}
+
+// Other users' jobs, which malld shows a non-admin only as the cpus they hold ("other_jobs"):
+// "OTHERS   2 jobs of other users hold cpus 2-5 (4 cpus)"; "" when the status has none.
+std::string other_jobs_line(const json &s) {
+    auto it = s.find("other_jobs");
+    if (it == s.end() || !it->is_array() || it->empty()) return "";
+    CpuSet held;
+    for (const auto &j : *it)
+        if (j.is_object() && j.contains("cpus") && j["cpus"].is_string())
+            if (auto cpus = CpuSet::parse(j["cpus"].get<std::string>())) held |= *cpus;
+    const size_t n = it->size();
+    std::string line = "OTHERS   " + std::to_string(n) + (n == 1 ? " job" : " jobs") + " of other users hold ";
+    line += held.empty() ? std::string("no cpus") : "cpus " + held.to_string() + " (" + std::to_string(held.count()) + ")";
+    return line + "; only their owners and admins see more";
 }
 
 void print_status_table(const json &s, std::ostream &out) {
@@ -193,9 +216,11 @@ void print_status_table(const json &s, std::ostream &out) {
     out << "FREE     " << str("free") << "\n";
 
     const json jobs = s.contains("jobs") && s["jobs"].is_array() ? s["jobs"] : json::array();
+    const std::string others = other_jobs_line(s);
     out << "\n";
     if (jobs.empty()) {
-        out << "no jobs registered\n";
+        out << (others.empty() ? "no jobs registered\n" : "none of your jobs is registered\n");
+        if (!others.empty()) out << "\n" << others << "\n";
         return;
     }
     const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS", "THREADS",
@@ -249,9 +274,11 @@ void print_status_table(const json &s, std::ostream &out) {
                                    (container ? "  (container)" : ""));
         }
     }
-    if (cgroup_lines.empty()) return;
-    out << "\nCGROUPS\n";
-    for (const auto &line : cgroup_lines) out << line << "\n";
+    if (!cgroup_lines.empty()) {
+        out << "\nCGROUPS\n";
+        for (const auto &line : cgroup_lines) out << line << "\n";
+    }
+    if (!others.empty()) out << "\n" << others << "\n";
 }
 
 }  // namespace

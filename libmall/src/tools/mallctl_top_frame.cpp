@@ -136,6 +136,21 @@ JobRow job_row(const json &j) {
     return r;
 }
 
+std::optional<JobRow> others_row(const json &s) {
+    auto it = s.find("other_jobs");
+    if (it == s.end() || !it->is_array() || it->empty()) return std::nullopt;
+    JobRow r;
+    r.others = true;
+    r.name = "(others)";
+    r.threads = "-";
+    for (const json &j : *it)
+        if (j.is_object()) r.cpus |= CpuSet::parse(str_field(j, "cpus", "")).value_or(CpuSet());
+    r.ncpus = r.cpus.count();
+    r.cpus_text = r.cpus.to_string();
+    r.state = std::to_string(it->size()) + (it->size() == 1 ? " job" : " jobs") + " of other users";
+    return r;
+}
+
 void sort_rows(std::vector<JobRow> &rows, SortKey key, bool reversed) {
     auto by = [key](const JobRow &a, const JobRow &b) {
         switch (key) {  // largest first for the figures; ties by name
@@ -198,7 +213,9 @@ std::string pool_line(const json &s) {
     std::string line = "POOL " + pool + " (" + cpu_count_field(s, "pool") + " cpus)";
     line += "  FREE " + cpu_count_field(s, "free");
     line += "  RECLAIMED " + (reclaimed == "-" ? std::string("0") : cpu_count_field(s, "reclaimed") + " (" + reclaimed + ")");
-    line += "  JOBS " + std::to_string(jobs.size());
+    // A non-admin's status lists its own jobs in "jobs" and the rest in "other_jobs".
+    const size_t others = s.contains("other_jobs") && s["other_jobs"].is_array() ? s["other_jobs"].size() : 0;
+    line += "  JOBS " + std::to_string(jobs.size() + others);
     line += "  ENDED " + str_field(node, "jobs_ended", "0");
     line += "  LENT core-s total " + format("%.1f", num_field(node, "lent_core_seconds", 0));
     return line;
@@ -231,11 +248,13 @@ Frame render_frame(const FrameInput &in) {
     if (s.contains("jobs") && s["jobs"].is_array())
         for (const json &j : s["jobs"])
             if (j.is_object()) rows.push_back(job_row(j));
-    if (rows.empty()) {
+    const std::optional<JobRow> other_users = others_row(s);
+    if (rows.empty() && !other_users) {
         lines.push_back("no jobs registered");
         return frame;
     }
     sort_rows(rows, in.sort, in.reversed);
+    if (other_users) rows.push_back(*other_users);  // last, whatever the sort
 
     const std::vector<int> pool = CpuSet::parse(str_field(s, "pool", "")).value_or(CpuSet()).to_vector();
     // Columns: every one but CORES sized to its widest cell; CORES gets one cell per cpu, or
@@ -243,9 +262,14 @@ Frame render_frame(const FrameInput &in) {
     enum { kJob, kUid, kCpus, kCores, kThreads, kAck, kLent, kState, kColumns };
     const char *titles[kColumns] = {"JOB", "UID", "CPUS", "CORES", "THREADS", "ACK", "LENT-S", "STATE"};
     std::vector<std::vector<std::string>> cells;
-    for (const JobRow &r : rows)
+    for (const JobRow &r : rows) {
+        if (r.others) {  // their cpus only: malld shows nothing else of other users' jobs
+            cells.push_back({r.name, "-", std::to_string(r.ncpus), "", "-", "-", "-", r.state});
+            continue;
+        }
         cells.push_back({r.name, r.uid, std::to_string(r.ncpus) + "/" + std::to_string(r.min) + "-" + std::to_string(r.max),
                          "", r.threads, ack_text(r.ack_us, in.glyphs), format("%.1f", r.lent), r.state});
+    }
     size_t width[kColumns];
     size_t others = 0;
     for (int c = 0; c < kColumns; ++c) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,13 @@ struct JobRow {
     CpuSet cpus;
     int ncpus = 0, min = 0, max = 0;
     double ack_us = -1, lent = 0;
+    bool others = false;  // the one row of other users' jobs (others_row), shown last
 };
 
 JobRow job_row(const nlohmann::json &job);
+// Other users' jobs, which malld shows a non-admin only as the cpus they hold ("other_jobs"),
+// as one row "(others)": their cpus, "N jobs of other users"; none when the status lists none.
+std::optional<JobRow> others_row(const nlohmann::json &status);
 // name: A to Z; cpus, lent, ack: largest first, ties by name; reversed: the whole order reversed.
 void sort_rows(std::vector<JobRow> &rows, SortKey key, bool reversed);
 // The job's cores in `cells` cells over the pool's cpus (ascending): one cell per cpu when they
