@@ -11,6 +11,10 @@ background and changes apply from then on.
 libmall.so is looked for in: $MALL_LIBRARY; the library folder of the install this package came
 with; ctypes.util.find_library("mall"); <checkout>/build/lib for a source checkout.
 The PyTorch helper is mall.torch.Malleable (imports torch only when used).
+
+A Client belongs to the process that opened it: in a forked child (DataLoader workers,
+multiprocessing) it never changes, and closing it there (or the child's exit) leaves the parent's
+client following malld.
 """
 
 from __future__ import annotations
@@ -131,9 +135,14 @@ class _ResizeDispatch:
                 self.error = exc
 
 
-def _close_handle(api, handle, _keepalive):
+def _close_handle(api, handle, _keepalive, opener_pid):
     # Runs at close() or when the Client is collected / at interpreter exit. _keepalive holds the
-    # ctypes trampoline until libmall no longer can call it.
+    # ctypes trampoline until libmall no longer can call it. In a forked child (a DataLoader worker,
+    # a multiprocessing process) the handle is the parent's: nothing is closed there, so the
+    # child's exit never touches what it shares with the parent (libmall also detaches the child's
+    # copy at the fork; a copy left open costs the child nothing).
+    if os.getpid() != opener_pid:
+        return
     api.mall_close(handle)
 
 
@@ -184,7 +193,7 @@ class Client:
             self._handle = ctypes.c_void_p(raw_handle.value)
             self._step_fn = api.mall_step
             self._finalizer = weakref.finalize(self, _close_handle, api, self._handle,
-                                               self._dispatch.trampoline)
+                                               self._dispatch.trampoline, os.getpid())
         if rc != MALL_SUCCESS:
             detail = error.text.decode("utf-8", "replace")
             text = api.strerror(rc) + (f": {detail}" if detail else "")
@@ -300,7 +309,8 @@ class Client:
     # -- lifetime -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the handle (idempotent). Threads keep their last cpus."""
+        """Closes the handle (idempotent). Threads keep their last cpus. In a forked child the
+        client only becomes closed there: the parent's handle is left alone."""
         self._closed = True
         self._step_fn = _closed_step
         self._handle = None
