@@ -148,8 +148,12 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * holds as many connections as malld --max-connections-per-user allows), MALL_ERR_NOJOB,
  * MALL_ERR_PROTOCOL, MALL_ERR_VERSION or MALL_ERR_SYSTEM; err (may be NULL) receives words on
  * failure.
- * A handle belongs to the process that opened it: after fork(), the child must not use the
- * parent's handle (its background thread does not exist there); it opens its own. */
+ * A handle belongs to the process that opened it: in a forked child the parent's handle is
+ * detached (mall_step() reports no change, mall_attached() MALL_ERR_DETACHED), and mall_close()
+ * there frees only the child's copy: the parent's handle keeps following malld. A child that is to
+ * be malleable opens its own. libmall refuses a server that runs as neither root, this user nor
+ * the socket file's owner, and a page that is not sealed as malld seals it (MALL_ERR_NODAEMON,
+ * MALL_ERR_PROTOCOL, with words). */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
 
 /* Since API 0.3.0: mall_open() with options. Set the struct up with MALL_OPEN_OPTIONS_INIT, then
@@ -255,7 +259,8 @@ MALL_EXPORT const char *mall_job_id(mall_t *m);
 
 /* Closes the handle: stops the background thread, unmaps the page, closes the socket, and calls
  * the release function of each mall_on_resize_with_release() callback. Bound threads keep their
- * last mask. NULL is accepted. The handle's last call (see "Threads" above). */
+ * last mask. NULL is accepted. The handle's last call (see "Threads" above). In a forked child it
+ * frees only the child's copy (see mall_open()). */
 MALL_EXPORT void mall_close(mall_t *m);
 
 #ifdef __cplusplus
