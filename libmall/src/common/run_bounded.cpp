@@ -1,24 +1,108 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // run_bounded.cpp — the one bounded child-process capture loop (see run_bounded.hpp): posix_spawn
-// with stdin on /dev/null, a pipe for stdout (and stderr), poll until the deadline, SIGKILL past it.
+// with stdin on /dev/null, a pipe for stdout (and stderr), poll until the deadline, then wait for
+// the child's end until the same deadline, SIGKILL past it; and the trusted-program lookup for root.
 #include "run_bounded.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 extern char **environ;
 
 namespace mall {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Children killed at their deadline that were not reaped within kReapGrace (stuck in the kernel):
+// each later call reaps those that have ended meanwhile, so none stays a zombie for long.
+std::mutex g_unreaped_mutex;
+std::vector<pid_t> g_unreaped;
+
+void reap_leftovers() {
+    std::lock_guard<std::mutex> lock(g_unreaped_mutex);
+    g_unreaped.erase(std::remove_if(g_unreaped.begin(), g_unreaped.end(),
+                                    [](pid_t pid) {
+                                        int status = 0;
+                                        const pid_t got = ::waitpid(pid, &status, WNOHANG);
+                                        return got == pid || (got < 0 && errno != EINTR);
+                                    }),
+                     g_unreaped.end());
+}
+
+// Waits for `pid` to end, at most until `deadline`: true with *status once reaped (or when it is
+// no longer ours to reap), false when it still runs at the deadline.
+bool reap_by(pid_t pid, int *status, Clock::time_point deadline) {
+    auto pause = std::chrono::microseconds(500);
+    for (;;) {
+        const pid_t got = ::waitpid(pid, status, WNOHANG);
+        if (got == pid) return true;
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return true;  // ECHILD: someone else reaped it
+        const auto now = Clock::now();
+        if (now >= deadline) return false;
+        std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+        pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    }
+}
+
+std::string octal_mode(mode_t mode) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+    return text;
+}
+
+// "" when `st` (of `what`, "file X" or "folder X") is owned by root and writable by neither its
+// group nor others; else what is wrong.
+std::string ownership_problem(const struct stat &st, const std::string &what) {
+    if (st.st_uid != 0) return what + " is owned by uid " + std::to_string(st.st_uid) + ", not root";
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return what + " is writable by " + ((st.st_mode & S_IWOTH) ? "others" : "its group") + " (mode " +
+               octal_mode(st.st_mode) + ")";
+    return "";
+}
+
+// The folders above an absolute path, nearest first: "/a/b/c" -> "/a/b", "/a", "/".
+std::vector<std::string> folders_above(const std::string &path) {
+    std::vector<std::string> out;
+    std::string p = path;
+    while (p.size() > 1) {
+        const size_t slash = p.find_last_of('/');
+        p = slash == 0 ? "/" : p.substr(0, slash);
+        out.push_back(p);
+    }
+    return out;
+}
+
+std::string folder_chain_problem(const std::string &path) {
+    for (const std::string &dir : folders_above(path)) {
+        struct stat st{};
+        if (::stat(dir.c_str(), &st) != 0) return "cannot read folder " + dir + ": " + std::strerror(errno);
+        if (!S_ISDIR(st.st_mode)) return dir + " is not a folder";
+        if (std::string problem = ownership_problem(st, "folder " + dir); !problem.empty()) return problem;
+    }
+    return "";
+}
+
+}  // namespace
+
 bool BoundedResult::exited_zero() const {
-    return spawn_error == 0 && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return spawn_error == 0 && !timed_out && reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::string command_text(const std::vector<std::string> &argv) {
@@ -29,6 +113,7 @@ std::string command_text(const std::vector<std::string> &argv) {
 
 BoundedResult run_bounded(const BoundedCommand &command) {
     BoundedResult result;
+    reap_leftovers();
     int out[2];
     if (::pipe2(out, O_CLOEXEC) != 0) {
         result.spawn_error = errno;
@@ -52,6 +137,7 @@ BoundedResult run_bounded(const BoundedCommand &command) {
     }
     char **envp = command.environment ? env.data() : environ;
     pid_t pid = 0;
+    const auto deadline = Clock::now() + command.limit;
     const int spawned = command.search_path
                             ? posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp)
                             : posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp);
@@ -62,10 +148,10 @@ BoundedResult run_bounded(const BoundedCommand &command) {
         result.spawn_error = spawned;
         return result;
     }
-    const auto deadline = std::chrono::steady_clock::now() + command.limit;
+    result.pid = pid;
+    // Its output until end-of-file (or the deadline)...
     for (;;) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         if (left.count() <= 0) {
             result.timed_out = true;
             break;
@@ -85,10 +171,68 @@ BoundedResult run_bounded(const BoundedCommand &command) {
             result.output.append(buf, std::min(static_cast<size_t>(n), command.max_output - result.output.size()));
     }
     ::close(out[0]);
-    if (result.timed_out) ::kill(pid, SIGKILL);
-    while (::waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {
+    // ...then its end, by the same deadline: a child that closed its output and hangs (a stuck
+    // systemctl) is killed like one that still prints.
+    if (!result.timed_out && !reap_by(pid, &result.status, deadline)) result.timed_out = true;
+    if (result.timed_out) {
+        ::kill(pid, SIGKILL);
+        result.status = 0;
+        result.reaped = reap_by(pid, &result.status, Clock::now() + kReapGrace);
+        if (!result.reaped) {
+            std::lock_guard<std::mutex> lock(g_unreaped_mutex);
+            g_unreaped.push_back(pid);
+        }
     }
     return result;
+}
+
+std::string untrusted_program_problem(const std::string &path) {
+    if (path.empty() || path[0] != '/') return "'" + path + "' is not an absolute path";
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr)
+        return "cannot resolve " + path + ": " + std::strerror(errno);
+    struct stat st{};
+    if (::stat(resolved, &st) != 0) return "cannot read " + std::string(resolved) + ": " + std::strerror(errno);
+    const std::string file = path == resolved ? "file " + path : "file " + path + " (" + resolved + ")";
+    if (!S_ISREG(st.st_mode)) return file + " is not a regular file";
+    if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) return file + " is not executable";
+    if (std::string problem = ownership_problem(st, file); !problem.empty()) return problem;
+    // The folders as written (where a symlink on the way lives) and as resolved.
+    if (std::string problem = folder_chain_problem(path); !problem.empty()) return problem;
+    if (std::string problem = folder_chain_problem(resolved); !problem.empty()) return problem;
+    return "";
+}
+
+std::optional<std::string> trusted_program_path(const std::string &name, std::string *why,
+                                                const std::vector<std::string> &dirs) {
+    std::string looked;
+    for (const auto &d : dirs) looked += (looked.empty() ? "" : ", ") + d;
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        if (why) *why = "'" + name + "' is not a program name (a name without '/', found in " + looked + ")";
+        return std::nullopt;
+    }
+    std::string problems;
+    for (const auto &dir : dirs) {
+        const std::string candidate = dir + "/" + name;
+        struct stat st{};
+        if (::lstat(candidate.c_str(), &st) != 0) continue;
+        const std::string problem = untrusted_program_problem(candidate);
+        if (problem.empty()) return candidate;
+        problems += "; " + problem;
+    }
+    if (why)
+        *why = (problems.empty() ? "no " + name + " in " + looked
+                                 : "no " + name + " that root may run in " + looked + problems) +
+               " (as root, mall runs programs only from these folders, owned by root and writable by "
+               "neither group nor others, never through $PATH)";
+    return std::nullopt;
+}
+
+std::optional<ProgramChoice> program_to_run(const std::string &name, bool as_root, std::string *why) {
+    if (!as_root) return ProgramChoice{name, true};
+    auto path = trusted_program_path(name, why);
+    if (!path) return std::nullopt;
+    return ProgramChoice{*path, false};
 }
 
 }  // namespace mall

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -89,9 +90,16 @@ bool systemd_booted() {
 
 bool run_systemctl(const std::vector<std::string> &args, std::string *error, std::chrono::milliseconds limit) {
     BoundedCommand command;
-    command.argv = {"systemctl", "--no-ask-password"};
+    // As root, systemctl is taken from the system folders only, never through $PATH.
+    std::string lookup_error;
+    auto program = program_to_run("systemctl", ::geteuid() == 0, &lookup_error);
+    if (!program) {
+        if (error) *error = "cannot run systemctl: " + lookup_error;
+        return false;
+    }
+    command.argv = {program->program, "--no-ask-password"};
     command.argv.insert(command.argv.end(), args.begin(), args.end());
-    command.search_path = true;
+    command.search_path = program->search_path;
     command.capture_stderr = true;
     command.limit = limit;
     command.max_output = 4096;
@@ -100,13 +108,16 @@ bool run_systemctl(const std::vector<std::string> &args, std::string *error, std
         if (error) *error = "`" + shown + "` " + why;
         return false;
     };
+    if (limit.count() <= 0) return fail("not run: the operation's " + std::to_string(kSystemctlBudget.count()) +
+                                     " ms are spent (is systemd busy?)");
     BoundedResult run = run_bounded(command);
     if (run.spawn_error != 0)
         return fail(std::string("could not run: ") + std::strerror(run.spawn_error) +
                     " (is systemd's systemctl installed?)");
     std::string text = std::move(run.output);
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (run.timed_out) return fail("did not finish within " + std::to_string(limit.count() / 1000) + " s (is systemd busy?)");
+    if (run.timed_out)
+        return fail("did not finish within " + std::to_string(limit.count()) + " ms and was killed (is systemd busy?)");
     if (run.exited_zero()) return true;
     return fail((WIFEXITED(run.status) ? "failed with status " + std::to_string(WEXITSTATUS(run.status))
                                        : std::string("was killed")) +
@@ -118,9 +129,13 @@ bool set_allowed_cpus(const std::string &unit, const CpuSet &cpus, std::string *
 }
 
 bool stop_and_forget(const std::string &unit, std::string *error) {
+    // Both calls share one budget: malld's loop waits at most kSystemctlBudget here too.
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + kSystemctlBudget;
+    auto left = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()); };
     std::string stop_error, revert_error;
-    const bool stopped = run_systemctl({"stop", "--", unit}, &stop_error);
-    const bool reverted = run_systemctl({"revert", "--", unit}, &revert_error);
+    const bool stopped = run_systemctl({"stop", "--", unit}, &stop_error, left());
+    const bool reverted = run_systemctl({"revert", "--", unit}, &revert_error, left());
     if (error) *error = !stopped ? stop_error : revert_error;
     return stopped && reverted;
 }

@@ -47,16 +47,24 @@ std::string parent_cgroup_path();
 // sd_booted(): systemd is PID 1 and manages units here.
 bool systemd_booted();
 
-// Runs `systemctl ARGS...` without a shell, bounded by `limit` (common/run_bounded.hpp). True on
-// exit 0; otherwise false with *error holding the command and what it printed.
+// What one systemctl operation (one call, or stop_and_forget's two) may take of malld's event loop,
+// which waits for it: a systemd too busy to answer in that time is reported, not waited for.
+constexpr std::chrono::milliseconds kSystemctlBudget{5000};
+
+// Runs `systemctl ARGS...` without a shell, bounded by `limit` (common/run_bounded.hpp: the output
+// and the exit together; a systemctl still running then is killed). As root systemctl is taken
+// from the system folders only (common/run_bounded.hpp's trusted_program_path), never through
+// $PATH; as another user through $PATH. True on exit 0; otherwise false with *error holding the
+// command and what it printed.
 bool run_systemctl(const std::vector<std::string> &args, std::string *error,
-                   std::chrono::milliseconds limit = std::chrono::seconds(15));
+                   std::chrono::milliseconds limit = kSystemctlBudget);
 
 // The systemd way to resize a unit's cpuset: AllowedCPUs, for this boot only. Works on a slice that
 // is not started yet (systemd keeps the setting and applies it when the engine starts a scope in it).
 bool set_allowed_cpus(const std::string &unit, const CpuSet &cpus, std::string *error);
 
-// Stops an (empty) slice, which removes its cgroup, and drops what set-property wrote for it.
+// Stops an (empty) slice, which removes its cgroup, and drops what set-property wrote for it; both
+// systemctl calls together within kSystemctlBudget.
 bool stop_and_forget(const std::string &unit, std::string *error);
 
 }  // namespace mall::systemd_slice

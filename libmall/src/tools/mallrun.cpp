@@ -257,6 +257,11 @@ int run(int argc, char **argv) {
     Options o;
     if (auto done = parse_command_line(argc, argv, &o)) return *done;
     std::string error;
+    // As root the engine comes from the system folders, never $PATH (also for the fallback run).
+    if (!pin_engine_program(&o, &error)) {
+        std::cerr << "mallrun: " << error << "\n";
+        return kExitCannotRun;
+    }
     const std::string socket_path = mall::resolve_socket_path(o.socket);
 
     mall::ConnectFailure failure;

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallrun_container.cpp — what `mallrun --container` asks of the host before it registers the job
 // (see mallrun_container.hpp): which cgroup driver the engine will use, asked of the engine with a
-// bounded `podman info` / `docker info`.
+// bounded `podman info` / `docker info`; and, for root, the engine's path in the system folders.
 #include "tools/mallrun_container.hpp"
 
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -21,14 +22,14 @@ namespace mall::tools::mallrun {
 
 namespace {
 
-// Runs `words` (no shell, looked up in PATH) with stdin from /dev/null and stderr kept, bounded by
+// Runs `words` (no shell; a program without '/' looked up in PATH) with stdin from /dev/null and stderr kept, bounded by
 // `limit` (common/run_bounded): its stdout, or nullopt with *error when it could not run, failed or
 // took too long.
 std::optional<std::string> capture_output(const std::vector<std::string> &words, std::chrono::seconds limit,
                                           std::string *error) {
     BoundedCommand command;
     command.argv = words;
-    command.search_path = true;
+    command.search_path = words[0].find('/') == std::string::npos;
     command.limit = limit;
     BoundedResult result = run_bounded(command);
     if (result.spawn_error != 0) {
@@ -63,6 +64,20 @@ std::string quoted_command(const std::vector<std::string> &command) {
         text += plain ? a : "'" + a + "'";
     }
     return text;
+}
+
+bool pin_engine_program(Options *o, std::string *why) {
+    if (!o->container || o->command.empty() || o->command[0].find('/') != std::string::npos) return true;
+    if (::geteuid() != 0) return true;
+    std::string error;
+    auto path = mall::trusted_program_path(o->command[0], &error);
+    if (!path) {
+        *why = "as root, mallrun --container runs " + o->command[0] + " only from the system folders: " + error +
+               "; or name the engine by its full path in CMD";
+        return false;
+    }
+    o->command[0] = *path;
+    return true;
 }
 
 // The cgroup driver the engine will use for this run. Without systemd running here both engines
