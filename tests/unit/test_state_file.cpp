@@ -1,16 +1,31 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's state file round-trips every saved field, is replaced atomically, and that
 // corrupt, foreign or newer files are rejected with a clear error while a missing one is a fresh start.
+// Issue 37: nothing planted in the state folder is followed or truncated (the temp file has an
+// unpredictable name, created O_EXCL|O_NOFOLLOW; the state file is read O_NOFOLLOW), the state and
+// history files are 0600, saved cgroup paths must be plain, and /proc/PID/cgroup paths with "/.."
+// are refused.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/magic.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "common/files.hpp"
+#include "common/job_history.hpp"
+#include "daemon/procfs.hpp"
 #include "daemon/state_file.hpp"
 #include "support/watchdog.h"
 
@@ -402,3 +417,215 @@ TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
     EXPECT_FALSE(mall::state_from_json(bad, &error));
     EXPECT_NE(error.find("lent_core_seconds"), std::string::npos) << error;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 37: the state folder, its files and the paths read from them.
+
+namespace {
+
+std::string read_text(const std::string &path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+unsigned file_mode(const std::string &path) {
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0) return 0;
+    return st.st_mode & 07777;
+}
+
+// Root inside a container that had the socket folder (then also the state folder) planted
+// malld.state.json.tmp -> a host file: malld's next save replaced the host file's content.
+TEST_F(StateFileTest, Issue37StateTempFileIsNotFollowedThroughASymlink) {
+    const std::string victim = dir_ + "/victim";
+    { std::ofstream(victim) << "host file\n"; }
+    ASSERT_EQ(::symlink(victim.c_str(), (path() + ".tmp").c_str()), 0);
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, sample(), &error)) << error;
+    EXPECT_EQ(read_text(victim), "host file\n") << "the save wrote through the planted link";
+    struct stat st{};
+    ASSERT_EQ(::lstat(path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode)) << "the state file is not a regular file of malld's";
+    auto loaded = mall::load_state(dir_, &error);
+    ASSERT_TRUE(loaded) << error;
+    EXPECT_EQ(loaded->jobs.size(), 2u);
+}
+
+// A symlink at the state file's own name: a save replaces the link (never writes its target), and
+// a start refuses to read through one.
+TEST_F(StateFileTest, Issue37StateFileSymlinkIsNeitherWrittenThroughNorRead) {
+    const std::string victim = dir_ + "/victim";
+    ASSERT_TRUE(mall::save_state(dir_, sample(), nullptr));
+    ASSERT_EQ(::rename(path().c_str(), victim.c_str()), 0);  // a valid state file elsewhere
+    const std::string victim_text = read_text(victim);
+    ASSERT_EQ(::symlink(victim.c_str(), path().c_str()), 0);
+    std::string error;
+    EXPECT_FALSE(mall::load_state(dir_, &error)) << "a state file read through a symlink";
+    EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+    EXPECT_NE(error.find(path()), std::string::npos) << error;
+
+    mall::SavedState other = sample();
+    other.policy = "static";
+    ASSERT_TRUE(mall::save_state(dir_, other, &error)) << error;
+    EXPECT_EQ(read_text(victim), victim_text) << "the save wrote through the link at the state file";
+    auto loaded = mall::load_state(dir_, &error);
+    ASSERT_TRUE(loaded) << error;
+    EXPECT_EQ(loaded->policy, "static");
+}
+
+// The temp file's name cannot be guessed: two saves create two different names (watched with
+// inotify), neither the old fixed "malld.state.json.tmp", and files planted under the old names
+// are left alone (the old code truncated and renamed "malld.state.json.tmp").
+TEST_F(StateFileTest, Issue37StateTempFileNamesAreUnpredictable) {
+    const std::string planted = path() + ".tmp";
+    { std::ofstream(planted) << "planted\n"; }
+    const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ASSERT_GE(watch, 0);
+    ASSERT_GE(::inotify_add_watch(watch, dir_.c_str(), IN_CREATE), 0);
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, sample(), &error)) << error;
+    ASSERT_TRUE(mall::save_state(dir_, sample(), &error)) << error;
+    std::vector<std::string> created;
+    alignas(inotify_event) char buf[8192];
+    for (;;) {
+        const ssize_t n = ::read(watch, buf, sizeof buf);
+        if (n <= 0) break;
+        for (ssize_t at = 0; at < n;) {
+            const auto *ev = reinterpret_cast<const inotify_event *>(buf + at);
+            if (ev->len > 0) created.emplace_back(ev->name);
+            at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+        }
+    }
+    ::close(watch);
+    ASSERT_EQ(created.size(), 2u) << "expected one temp file per save";
+    EXPECT_NE(created[0], created[1]) << "two saves used the same temp name " << created[0];
+    for (const auto &name : created) {
+        EXPECT_EQ(name.rfind("malld.state.json.tmp.", 0), 0u) << name;
+        EXPECT_GE(name.size(), std::string("malld.state.json.tmp.").size() + 16) << "a short suffix: " << name;
+    }
+    EXPECT_EQ(read_text(planted), "planted\n") << "a file planted at the old temp name was used";
+}
+
+TEST_F(StateFileTest, Issue37TempFilesAreCreatedExclusivelyWithRandomNames) {
+    const std::string prefix = dir_ + "/metrics.prom";
+    // The old metrics writer's name ("<file>.tmp.<pid>") was removed and recreated: a planted file
+    // there stays as it is now.
+    const std::string old_name = prefix + ".tmp." + std::to_string(::getpid());
+    { std::ofstream(old_name) << "planted\n"; }
+    std::string first, second;
+    const int a = mall::create_temp_file(prefix, 0600, &first);
+    const int b = mall::create_temp_file(prefix, 0600, &second);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(b, 0);
+    ::close(a);
+    ::close(b);
+    EXPECT_NE(first, second);
+    EXPECT_EQ(file_mode(first), 0600u);
+    std::string error;
+    ASSERT_TRUE(mall::replace_file_atomically(prefix, "metrics\n", 0644, &error)) << error;
+    EXPECT_EQ(read_text(prefix), "metrics\n");
+    EXPECT_EQ(file_mode(prefix), 0644u) << "node_exporter reads the metrics file";
+    EXPECT_EQ(read_text(old_name), "planted\n") << "the metrics writer touched a planted file";
+}
+
+TEST_F(StateFileTest, Issue37StateAndHistoryFilesAreReadableByRootOnly) {
+    std::string error;
+    ASSERT_TRUE(mall::save_state(dir_, sample(), &error)) << error;
+    EXPECT_EQ(file_mode(path()), 0600u);
+
+    const std::string history = dir_ + "/malld.history.jsonl";
+    const nlohmann::json record = {{"format", mall::kHistoryFormat}, {"job", "a"}, {"time", 1.0}};
+    ASSERT_TRUE(mall::append_history(history, record, 1 << 20, &error)) << error;
+    EXPECT_EQ(file_mode(history), 0600u);
+    // A history file an older malld made 0644 is narrowed at the next append.
+    ASSERT_EQ(::chmod(history.c_str(), 0644), 0);
+    ASSERT_TRUE(mall::append_history(history, record, 1 << 20, &error)) << error;
+    EXPECT_EQ(file_mode(history), 0600u);
+    // Rotation: the new file is 0600 too.
+    ASSERT_TRUE(mall::append_history(history, record, 10, &error)) << error;
+    EXPECT_EQ(file_mode(history + ".1"), 0600u);
+    EXPECT_EQ(file_mode(history), 0600u);
+}
+
+TEST_F(StateFileTest, Issue37HistoryFileSymlinksAreNotFollowed) {
+    const std::string victim = dir_ + "/victim";
+    { std::ofstream(victim) << "host file\n"; }
+    const std::string history = dir_ + "/malld.history.jsonl";
+    ASSERT_EQ(::symlink(victim.c_str(), history.c_str()), 0);
+    const nlohmann::json record = {{"format", mall::kHistoryFormat}, {"job", "a"}, {"time", 1.0}};
+    std::string error;
+    EXPECT_FALSE(mall::append_history(history, record, 1 << 20, &error));
+    EXPECT_NE(error.find(history), std::string::npos) << error;
+    EXPECT_EQ(read_text(victim), "host file\n");
+    // A link at the rotated name is replaced by the rotation, its target untouched.
+    ASSERT_EQ(::unlink(history.c_str()), 0);
+    ASSERT_EQ(::symlink(victim.c_str(), (history + ".1").c_str()), 0);
+    ASSERT_TRUE(mall::append_history(history, record, 1 << 20, &error)) << error;
+    ASSERT_TRUE(mall::append_history(history, record, 10, &error)) << error;
+    EXPECT_EQ(read_text(victim), "host file\n");
+    EXPECT_EQ(file_mode(history + ".1"), 0600u) << "the rotation did not replace the link";
+}
+
+TEST_F(StateFileTest, Issue37SavedCgroupPathsMustBePlain) {
+    for (const std::string &bad : std::vector<std::string>{"/sys/fs/cgroup/cpuset//x", "/sys/fs/cgroup/cpuset/./x", "/sys/fs/cgroup/cpuset/x/",
+                                  "/sys/fs/cgroup/cpuset/../../etc", "/..", "", "relative/x",
+                                  "/sys/fs/cgroup/" + std::string(5000, 'a')}) {
+        nlohmann::json j = mall::state_to_json(sample());
+        j["jobs"][0]["cgroups"][0]["path"] = bad;
+        std::string error;
+        EXPECT_FALSE(mall::state_from_json(j, &error)) << "accepted cgroup path '" << bad.substr(0, 60) << "'";
+        EXPECT_NE(error.find("path"), std::string::npos) << error;
+    }
+    // Form only here: whether a path lies below the mount is the backend's check at adoption.
+    nlohmann::json j = mall::state_to_json(sample());
+    j["jobs"][0]["cgroups"][0]["path"] = "/etc";
+    std::string error;
+    EXPECT_TRUE(mall::state_from_json(j, &error)) << error;
+}
+
+TEST(Issue37Paths, AbsolutePathProblemNamesTheFault) {
+    EXPECT_EQ(mall::absolute_path_problem("/"), "");
+    EXPECT_EQ(mall::absolute_path_problem("/sys/fs/cgroup/a.b/..c"), "");
+    EXPECT_NE(mall::absolute_path_problem("/a/.."), "");
+    EXPECT_NE(mall::absolute_path_problem("/a//b"), "");
+    EXPECT_NE(mall::absolute_path_problem(std::string("/a\0b", 4)), "");
+}
+
+// A process in a cgroup namespace reads other processes' cgroups above its namespace's root as
+// "/../..": malld (in a container's cgroup namespace, say) must not join such a path to its mount.
+// Here a child moves into a fresh cgroup-v2 folder, unshares its cgroup namespace there, and reads
+// its parent's cgroup, which lies above: refused.
+TEST(Issue37ProcCgroup, PathsWithDotDotFromAnotherCgroupNamespaceAreRefused) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (a cgroup folder and a cgroup namespace)";
+    std::string v2;
+    for (const char *mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        struct statfs fs{};
+        if (::statfs(mount, &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC) v2 = mount;
+    }
+    if (v2.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted";
+    auto mine = mall::process_cgroup(0, true);
+    ASSERT_TRUE(mine);
+    const std::string folder = v2 + (*mine == "/" ? "" : *mine) + "/mall_test_cgns_" + std::to_string(::getpid());
+    if (::mkdir(folder.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << folder << ": " << std::strerror(errno);
+    const pid_t parent = ::getpid();
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        std::ofstream(folder + "/cgroup.procs") << ::getpid() << std::endl;
+        if (mall::process_cgroup(0, true).value_or("") == *mine) _exit(3);  // did not move
+        if (::unshare(CLONE_NEWCGROUP) != 0) _exit(4);
+        std::string raw;
+        mall::read_text_file("/proc/" + std::to_string(parent) + "/cgroup", &raw);
+        if (raw.find("0::/..") == std::string::npos) _exit(5);  // the kernel shows no "/.."
+        _exit(mall::process_cgroup(parent, true).has_value() ? 1 : 0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ::rmdir(folder.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3 || WEXITSTATUS(status) == 4 || WEXITSTATUS(status) == 5)
+        GTEST_SKIP() << "this kernel gives no cgroup namespace view to test with (" << WEXITSTATUS(status) << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "a '/..' cgroup path from /proc/PID/cgroup was accepted";
+}
+
+}  // namespace

@@ -34,14 +34,33 @@ bool append_history(const std::string &path, const nlohmann::json &record, uint6
         if (error) *error = what + ": " + std::strerror(errno);
         return false;
     };
+    // O_NOFOLLOW: a symlink planted at the file's name is refused (ELOOP), never written through.
+    auto open_file = [&] {
+        return ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    };
+    int fd = open_file();
+    if (fd < 0) return fail("cannot open " + path);
     struct stat st{};
-    if (::stat(path.c_str(), &st) == 0 && st.st_size > 0 &&
-        static_cast<uint64_t>(st.st_size) + line.size() > max_bytes) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        errno = EINVAL;
+        return fail("cannot append to " + path + " (not a regular file)");
+    }
+    // A file an older malld made 0644: its records (uids, jobs, figures) are for root only now.
+    if ((st.st_mode & 077) != 0) (void)::fchmod(fd, 0600);
+    if (st.st_size > 0 && static_cast<uint64_t>(st.st_size) + line.size() > max_bytes) {
+        ::close(fd);
+        // rename() moves the name: a symlink planted at "<path>.1" is replaced, not followed.
         const std::string older = path + ".1";
         if (::rename(path.c_str(), older.c_str()) != 0) return fail("cannot rotate " + path + " to " + older);
+        fd = open_file();
+        if (fd < 0) return fail("cannot open " + path);
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            ::close(fd);
+            errno = EINVAL;
+            return fail("cannot append to " + path + " (not a regular file)");
+        }
     }
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) return fail("cannot open " + path);
     const off_t before = ::lseek(fd, 0, SEEK_END);
     const ssize_t n = ::write(fd, line.data(), line.size());
     if (n != static_cast<ssize_t>(line.size())) {

@@ -10,7 +10,7 @@
 // Rotation: before an append that would take the file past max_bytes it is renamed to
 // "<path>.1" (replacing an older one), so at most about twice max_bytes is kept. Readers take
 // "<path>.1" then "<path>", skip lines that are not records (a torn line after a crash) and
-// count them.
+// count them. The file is root's (mode 0600): `mallctl history` reads it as root.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +28,10 @@ inline constexpr uint64_t kDefaultHistoryMaxBytes = 16ull << 20;
 // The record for an "end" event: the event's fields plus host, started and format.
 nlohmann::json history_record(const nlohmann::json &end_event, const std::string &host);
 
-// Appends one record as one line (one write(2) on an O_APPEND file, mode 0644), rotating first
-// when the file would grow past max_bytes. False with *error on failure (nothing half-written
-// stays: a short write is cut back).
+// Appends one record as one line (one write(2) on an O_APPEND file, mode 0600: the records name
+// every job's owner; opened O_NOFOLLOW, so a symlink at `path` is refused, never followed; a file
+// of an older malld's 0644 is narrowed to 0600), rotating first when the file would grow past
+// max_bytes. False with *error on failure (nothing half-written stays: a short write is cut back).
 bool append_history(const std::string &path, const nlohmann::json &record, uint64_t max_bytes,
                     std::string *error);
 

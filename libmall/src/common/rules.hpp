@@ -15,6 +15,11 @@ namespace mall {
 // Where malld listens and clients look when neither --socket nor $MALL_SOCKET says otherwise.
 inline constexpr const char *kDefaultSocketPath = MALL_DEFAULT_SOCKET;
 
+// malld's own folder for its state file and the history of finished jobs (malld --state-dir):
+// root's, mode 0700 when malld creates it, never shared with the socket's folder (which containers
+// may mount): malld refuses a state folder that is a symlink, not its own or writable by others.
+inline constexpr const char *kDefaultStateDir = "/var/lib/mall";
+
 // The environment a job's processes find malld and their registration by: mallrun, the Slurm
 // plugin and the OCI hook set them; libmall, mallctl and malld read them.
 inline constexpr const char *kSocketEnv = "MALL_SOCKET";  // malld's socket

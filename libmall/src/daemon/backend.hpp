@@ -86,6 +86,14 @@ public:
     // recorded without any write.
     virtual void adopt(const std::string &job, const std::vector<pid_t> &pids,
                        const std::vector<JobCgroup> &saved, const CpuSet &enforced) = 0;
+    // Why a cgroup the state file saved for `job` is not one this backend could have saved (the
+    // cgroup backends: not strictly below their cgroup mount, not a plain path, an in-place one
+    // in malld's own folders), or "" when it may be adopted. A crafted file must not steer root's
+    // cgroup writes. Affinity keeps no cgroups and adopts none: "".
+    virtual std::string saved_cgroup_problem(const std::string &job, const JobCgroup &saved) const {
+        (void)job, (void)saved;
+        return "";
+    }
     // The cgroups the job is enforced on now (empty for affinity or before the first apply).
     virtual std::vector<JobCgroup> cgroups_of(const std::string &job) const = 0;
     // True when pid lives in one of the job's cgroups or below one (membership by cgroup: a

@@ -110,6 +110,18 @@ void CgroupBackend::adopt(const std::string &job, const std::vector<pid_t> &pids
     classify(job, state, pids);
 }
 
+// A saved path must name a folder below the mount as classify() would have recorded it; a crafted
+// one (outside the mount, "..", shorter than the mount) is refused before any write to it.
+std::string CgroupBackend::saved_cgroup_problem(const std::string &job, const JobCgroup &saved) const {
+    (void)job;
+    if (auto why = absolute_path_problem(saved.path); !why.empty()) return why;
+    if (saved.path == mount_ || !is_path_prefix(mount_, saved.path))
+        return "does not lie below the cgroup hierarchy malld uses (" + mount_ + ")";
+    if (saved.in_place && is_path_prefix(parent_rel_, saved.path.substr(mount_.size())))
+        return "is one of malld's own folders (" + parent_dir_ + "), never a cgroup resized in place";
+    return "";
+}
+
 std::vector<JobCgroup> CgroupBackend::cgroups_of(const std::string &job) const {
     // No file system access: malld saves this after every batch of events.
     std::vector<JobCgroup> list;

@@ -36,6 +36,7 @@ public:
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) override;
     void adopt(const std::string &job, const std::vector<pid_t> &pids, const std::vector<JobCgroup> &saved,
                const CpuSet &enforced) override;
+    std::string saved_cgroup_problem(const std::string &job, const JobCgroup &saved) const override;
     std::vector<JobCgroup> cgroups_of(const std::string &job) const override;
     std::string engine_cgroup_parent(const std::string &job) const override;
     void tidy() override;

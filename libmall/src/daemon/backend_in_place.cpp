@@ -78,6 +78,8 @@ bool CgroupBackend::write_cpus(const std::string &dir, const CpuSet &cpus, std::
 // The folders between the mount (excluded) and dir (excluded), outermost first.
 std::vector<std::string> CgroupBackend::ancestors(const std::string &dir) const {
     std::vector<std::string> out;
+    // A path not below the mount (a crafted state file's; adoption refuses those) has none here.
+    if (dir.size() <= mount_.size() || !cgroup_tree::is_path_prefix(mount_, dir)) return out;
     std::string rel = dir.substr(mount_.size());
     for (size_t slash = rel.find('/', 1); slash != std::string::npos; slash = rel.find('/', slash + 1))
         out.push_back(mount_ + rel.substr(0, slash));

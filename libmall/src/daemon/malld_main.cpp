@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "../common/files.hpp"
 #include "../common/rules.hpp"
 #include "backend.hpp"
 #include "mall/mall.h"
@@ -73,7 +74,7 @@ const char *kEpilog =
     "Examples:\n"
     "  malld                                   serve the whole node on " MALL_DEFAULT_SOCKET "\n"
     "  malld --cpus 4-31 --policy equal        lend only cpus 4-31\n"
-    "  malld --socket /tmp/m/s.sock --backend affinity --log-level debug\n"
+    "  malld --socket /tmp/m/s.sock --state-dir /tmp/m/state --backend affinity\n"
     "                                          a private malld for an ordinary user\n"
     "  malld --topology 'pack:2 core:16 pu:2' --backend affinity --cpus 0-1\n"
     "                                          model a larger node (tests)\n"
@@ -83,10 +84,13 @@ const char *kEpilog =
     "                                          metrics for node_exporter's textfile collector\n"
     "\n"
     "Files:\n"
+    "  <state-dir>                      /var/lib/mall by default: malld's own folder (mode 0700\n"
+    "                                   when malld creates it; refused if writable by others)\n"
     "  <state-dir>/malld.state.json     the jobs, reservations, policy and accounting a restart\n"
-    "                                   re-adopts (rewritten at every change and every\n"
+    "                                   re-adopts (mode 0600; rewritten at every change and every\n"
     "                                   --checkpoint-interval while jobs run)\n"
-    "  <state-dir>/malld.history.jsonl  finished jobs, one JSON line each (--history-file)\n"
+    "  <state-dir>/malld.history.jsonl  finished jobs, one JSON line each (--history-file;\n"
+    "                                   mode 0600)\n"
     "  /etc/default/malld               MALLD_OPTIONS: this node's options, read by malld.service\n"
     "                                   (not by malld itself)\n"
     "\n"
@@ -151,8 +155,11 @@ int main(int argc, char **argv) {
          "is created if missing; a stale socket is replaced, one a live malld serves is not")
         ("cpus", po::value(&cpus_text),
          "the malleable pool as a Linux cpu list, e.g. 0-3,8 (default: every cpu of the topology)")
-        ("state-dir", po::value(&state_dir),
-         "folder of malld.state.json (default: the socket's folder)")
+        ("state-dir", po::value(&state_dir)->default_value(mall::kDefaultStateDir),
+         "malld's own folder for malld.state.json and the history of finished jobs (default: "
+         "/var/lib/mall); created mode 0700 if missing; refused when it is a symlink, not owned "
+         "by malld's user or writable by group or others (never the socket's folder, which "
+         "containers may mount)")
         ("backend", po::value(&backend_text)->default_value("auto"),
          "how cpus are enforced: auto|cgroup-v1|cgroup-v2|affinity; auto takes cgroup-v1, then "
          "cgroup-v2, then affinity, and logs why")
@@ -285,7 +292,14 @@ int main(int argc, char **argv) {
                                topology->all_cpus().to_string() + ")");
         pool = *parsed;
     }
-    if (state_dir.empty()) state_dir = folder_of(socket_path);
+    // The state file is trusted at the next start (cgroup paths, pids) and root writes into the
+    // folder: nobody else may write there or swap it for a link.
+    if (state_dir.empty()) return usage_error("--state-dir must not be empty");
+    bool state_dir_missing = false;
+    if (auto why = mall::private_folder_problem(state_dir, ::geteuid(), &state_dir_missing); !why.empty())
+        return usage_error("--state-dir: " + why + "; malld keeps its state in a folder of its own: chown " +
+                           (::geteuid() == 0 ? std::string("root:") : std::to_string(::geteuid())) +
+                           " and chmod 0700 it, or pass another --state-dir");
 
     // Integer options with bounds: one check and one message for each.
     auto out_of_range = [&](const char *option, int low, int high) -> std::string {
@@ -369,6 +383,7 @@ int main(int argc, char **argv) {
         std::cout << "malld: the options are valid: pool " << pool.to_string() << " (" << pool.count()
                   << " cpus), policy " << mall::policy_name(*policy) << ", backend " << backend_text
                   << ", socket " << socket_path << ", state in " << state_dir
+                  << (state_dir_missing ? " (created mode 0700 at start)" : "")
                   << (slurm_query ? ", Slurm checks" : "") << "\n";
         return kExitOk;
     }

@@ -3,6 +3,9 @@
 // itself, so it can never leave out a field the file holds.
 #include "persistence.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -107,11 +110,25 @@ Persistence::Persistence(std::string state_dir) : dir_(std::move(state_dir)) {}
 Persistence::~Persistence() = default;
 
 std::optional<SavedState> Persistence::open(std::string *error) {
-    if (!make_directories(dir_)) {
+    // The folder's parents as mkdir -p makes them; the folder itself is malld's alone.
+    const size_t slash = dir_.find_last_of('/');
+    std::string failed;
+    if ((slash != std::string::npos && slash > 0 && !make_directories(dir_.substr(0, slash), 0755, &failed)) ||
+        (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)) {
         *error = "cannot create the state folder " + dir_ + ": " + std::strerror(errno) +
-                 "; create it or pass another --state-dir";
+                 "; create it (mode 0700) or pass another --state-dir";
         return std::nullopt;
     }
+    // malld_main checked it already; checked again now that it exists (it may have been made
+    // or swapped in between), as the reader of the file malld trusts.
+    if (auto why = private_folder_problem(dir_, ::geteuid()); !why.empty()) {
+        *error = "the state folder " + why + "; malld keeps its state in a folder of its own: chown " +
+                 (::geteuid() == 0 ? std::string("root:") : std::to_string(::geteuid())) +
+                 " and chmod 0700 it, or pass another --state-dir";
+        return std::nullopt;
+    }
+    if (int removed = remove_stale_state_temp_files(dir_))
+        log_info("removed " + std::to_string(removed) + " temporary state file(s) a stopped malld left in " + dir_);
     writer_ = std::make_unique<StateWriter>(dir_);
     return load_state(dir_, error);
 }
@@ -127,6 +144,7 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
     manager.set_reclaimed(saved.reclaimed & pool, std::move(reserved));
     manager.set_totals(saved.totals);
     bool dropped_any = saved.pool != pool.to_string();
+    bool narrowing_any = false;  // a job the kernel lets run wider than the file says (see below)
     for (const SavedJob &sj : saved.jobs) {
         const std::string &id = sj.job.spec.id;
         // Only the very processes that registered: a pid whose start time differs was reused.
@@ -171,6 +189,21 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
                      ", the largest weight allowed (" + kWeightRule + ")");
             job.spec.weight = kMaxWeight;
         }
+        // A cgroup path the backend would never have saved (outside its cgroup mount, in malld's
+        // own folders): the file was not written by malld. Resizing or giving back such a path
+        // would let the file's author steer root's writes: the job is not re-adopted.
+        std::string foreign;
+        for (const JobCgroup &c : sj.cgroups)
+            if (auto why = backend.saved_cgroup_problem(id, c); !why.empty() && foreign.empty())
+                foreign = "its saved cgroup '" + c.path.substr(0, 256) + "' " + why;
+        if (!foreign.empty()) {
+            manager.close_saved_job(job, "not re-adopted");
+            log_error("cannot re-adopt job " + id + ": " + foreign +
+                      " (a state file malld did not write?); its processes keep running without malleability");
+            backend.remove(id);
+            dropped_any = true;
+            continue;
+        }
         job.spec.pids = live;
         job.attachments.clear();
         job.awaiting_ack = false;
@@ -182,6 +215,26 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
                     std::chrono::duration<double>(job.accounted_until - *job.oversubscribed_since).count();
             job.oversubscribed_since.reset();
         }
+        // A container job made with mallrun --container: its folder is malld's and the engine's
+        // cgroups below it are the job's (an OCI hook's container job is in place instead).
+        const bool own_container = job.spec.container &&
+                                   std::none_of(sj.cgroups.begin(), sj.cgroups.end(),
+                                                [](const JobCgroup &c) { return c.in_place; });
+        if (own_container) backend.set_mode(id, CgroupMode::Container);
+        backend.adopt(id, live, sj.cgroups, job.cpuset);
+        // malld may have been killed after a widening cgroup write but before the state file
+        // caught up: the kernel then lets the job run on cpus the file calls free. Those cpus are
+        // the job's until malld has narrowed it back to its published cpus (the page says those),
+        // as after any shrink, so the policy never gives them to another job meanwhile. Cpus the
+        // file gives another job stay that job's: this job is narrowed off them at once.
+        const auto current = backend.current(id, live);
+        CpuSet others;
+        for (const SavedJob &other : saved.jobs)
+            if (other.job.spec.id != id) others |= other.job.held();
+        for (const auto &[other_id, other] : manager.jobs()) others |= other.held();
+        const CpuSet beyond = current ? (*current & pool) - job.held() : CpuSet();
+        const CpuSet kept = beyond - others, shared = beyond & others;
+        job.cpuset |= kept;
         Outcome outcome = manager.adopt(job);
         if (!outcome.ok) {
             manager.close_saved_job(job, "not re-adopted");  // no longer malld's: the totals keep its figures
@@ -193,13 +246,6 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         }
         for (const SavedPid &p : sj.pids)
             if (std::find(live.begin(), live.end(), p.pid) != live.end()) pids.remember_start(p.pid, p.start_time);
-        // A container job made with mallrun --container: its folder is malld's and the engine's
-        // cgroups below it are the job's (an OCI hook's container job is in place instead).
-        const bool own_container = job.spec.container &&
-                                   std::none_of(sj.cgroups.begin(), sj.cgroups.end(),
-                                                [](const JobCgroup &c) { return c.in_place; });
-        if (own_container) backend.set_mode(id, CgroupMode::Container);
-        backend.adopt(id, live, sj.cgroups, job.cpuset);
         std::string page_error;
         if (KernelEffects::JobPage *page = effects.ensure_page(id, &page_error)) {
             if (job.generation > 0)
@@ -208,25 +254,34 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         } else {
             log_error("job " + id + ": " + page_error);
         }
-        auto current = backend.current(id, live);
-        // malld may have been killed after a widening cgroup write but before the state file
-        // caught up: the job then runs on cpus malld believes free and may lend to another job.
-        if (current && !(*current - job.cpuset).empty())
-            log_warn("job " + id + " can run on cpus '" + (*current - job.cpuset).to_string() +
-                     "' beyond its saved cpuset '" + job.cpuset.to_string() + "' (the kernel enforces '" +
-                     current->to_string() + "'; malld probably stopped between widening it and "
-                     "saving the state)");
-        else if (current && *current != job.cpuset)
+        if (!beyond.empty()) {
+            log_warn("job " + id + " can run on cpus '" + beyond.to_string() + "' beyond its saved cpuset '" +
+                     (job.cpuset - kept).to_string() + "' (the kernel enforces '" + current->to_string() +
+                     "'; malld probably stopped between widening it and saving the state): " +
+                     (kept.empty() ? std::string()
+                                   : "cpus '" + kept.to_string() + "' stay the job's until it is narrowed to its "
+                                     "published cpus '" + job.published.to_string() + "'") +
+                     (kept.empty() || shared.empty() ? "" : "; ") +
+                     (shared.empty() ? std::string()
+                                     : "cpus '" + shared.to_string() + "' are another job's: narrowed to '" +
+                                           job.cpuset.to_string() + "' now"));
+            narrowing_any = true;
+            std::string why;
+            if (!shared.empty() && !backend.apply(id, live, job.cpuset, false, &why))
+                log_error("job " + id + ": cannot narrow it off cpus '" + shared.to_string() + "': " + why);
+        } else if (current && *current != job.cpuset) {
             log_warn("job " + id + ": the kernel enforces '" + current->to_string() +
                      "' but the state file says '" + job.cpuset.to_string() +
                      "'; malld will enforce its own set at the job's next change");
+        }
         log_info("re-adopted job " + id + " (pids " + pid_list_text(live) + ", cpus '" +
-                 job.published.to_string() + "', generation " + std::to_string(job.generation) +
-                 ") without touching its cpuset" +
+                 job.published.to_string() + "', generation " + std::to_string(job.generation) + ")" +
+                 (beyond.empty() ? " without touching its cpuset" : "") +
                  (gone.empty() ? "" : "; " + gone_text));
     }
-    // Cpus of jobs that ended while malld was away are free again: let the policy lend them.
-    if (dropped_any) manager.set_policy(policy_name(manager.policy()), Clock::now());
+    // Cpus of jobs that ended while malld was away are free again, and a job wider in the kernel
+    // than in the file is narrowed now (advance() enforces its published cpus): replan.
+    if (dropped_any || narrowing_any) manager.set_policy(policy_name(manager.policy()), Clock::now());
 }
 
 // Job folders that no adopted job owns are left from a malld that died before its state file

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // persistence.hpp — malld's memory across restarts. At start: loads the state file, re-adopts the
 // jobs whose very processes still run (same pid and start time) without touching their cpusets,
-// drops the rest, and removes job cgroups no adopted job owns. While running: after every batch of
+// drops the rest (and any whose saved cgroups the backend would never have saved: a crafted file),
+// and removes job cgroups no adopted job owns. A job the kernel lets run on more cpus than the file
+// says (malld killed between a widening write and its save) keeps those cpus, lent to nobody else,
+// until malld narrows it to its published cpus right after the adoption. While running: after every batch of
 // events, hands a snapshot to a writer thread when the state's fingerprint changed (the disk's
 // fsync never stalls the loop; snapshots coalesce, the newest wins). At a clean stop: flush().
 #pragma once
@@ -28,8 +31,10 @@ public:
     Persistence(const Persistence &) = delete;
     Persistence &operator=(const Persistence &) = delete;
 
-    // Creates the state folder, starts the writer thread and reads the state file: nullopt with
-    // *error empty on a fresh start, with *error set when the folder or the file is unusable.
+    // Creates the state folder (mode 0700; its parents 0755), refuses one that is a link, not
+    // malld's or writable by others, removes temp files a killed malld left, starts the writer
+    // thread and reads the state file: nullopt with *error empty on a fresh start, with *error set
+    // when the folder or the file is unusable.
     std::optional<SavedState> open(std::string *error);
 
     // Re-adopts the saved jobs into the core (see the file comment); reserved and reclaimed cpus

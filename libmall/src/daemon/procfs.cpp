@@ -258,6 +258,9 @@ std::optional<std::string> process_cgroup(pid_t pid, bool v2) {
         const std::string controllers = line.substr(first + 1, second - first - 1);
         std::string path = line.substr(second + 1);
         if (path.empty()) continue;
+        // A cgroup outside this process's cgroup namespace reads "/../.." (and a path must be
+        // plain to be joined to a mount): such a process has no cgroup malld may use.
+        if (!absolute_path_problem(path).empty()) return std::nullopt;
         if (v2) {
             if (id == "0" && controllers.empty()) return path;
             continue;

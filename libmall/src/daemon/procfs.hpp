@@ -43,7 +43,9 @@ std::vector<MountEntry> read_mountinfo();  // /proc/self/mountinfo
 
 // The cgroup of a process in the hierarchy that holds the cpuset controller, from /proc/PID/cgroup
 // ("/" for the root, "/slurm/uid_0/job_5/step_0" ...): on cgroup v1 the line whose controller list
-// names cpuset, on cgroup v2 the "0::" line. nullopt when the process is gone or has no such line.
+// names cpuset, on cgroup v2 the "0::" line. nullopt when the process is gone or has no such line,
+// and when that line's path is not plain (absolute_path_problem: "/.." where the cgroup lies
+// outside malld's cgroup namespace, empty or "." components).
 // pid 0 reads /proc/self/cgroup.
 std::optional<std::string> process_cgroup(pid_t pid, bool v2);
 

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // state_file.cpp — reads and writes "<dir>/malld.state.json". Writes are atomic (temp file, fsync,
-// rename, fsync of the folder), so a crash leaves either the old or the new file. Reading checks
-// the format name and schema version and every field, and rejects the whole file on any error.
+// rename, fsync of the folder), so a crash leaves either the old or the new file. The temp file
+// has an unpredictable name and is created O_EXCL|O_NOFOLLOW, mode 0600; the file is read with
+// O_NOFOLLOW: nothing planted in the folder is followed (malld also refuses a state folder others
+// can write, see malld_main.cpp). Reading checks the format name and schema version and every
+// field (a saved cgroup path must be a plain absolute path: no '.', '..' or empty components; the
+// backend checks at adoption that it lies under its cgroup mount), and rejects the whole file on
+// any error.
 #include "state_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +22,7 @@
 #include <type_traits>
 #include <map>
 
+#include "../common/files.hpp"
 #include "../common/protocol.hpp"
 
 namespace mall {
@@ -330,8 +337,9 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
             Reader cr{cgroups[i], r.where + " cgroups[" + std::to_string(i) + "]"};
             JobCgroup c;
             c.path = cr.text("path");
-            if (c.path.empty() || c.path[0] != '/' || c.path.find("/..") != std::string::npos)
-                cr.bad("path", "must be an absolute cgroup folder without '..'");
+            if (auto why = absolute_path_problem(c.path); !why.empty())
+                cr.bad("path", "must be an absolute cgroup folder without '.', '..' or empty components (it " +
+                                   why + ")");
             const auto &in_place = cr.field("in_place");
             if (!in_place.is_boolean()) cr.bad("in_place", "must be true or false");
             c.in_place = in_place.get<bool>();
@@ -442,11 +450,12 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
 
 bool save_state(const std::string &dir, const SavedState &state, std::string *error) {
     const std::string path = state_path(dir);
-    const std::string temp = path + ".tmp";
     std::string text = state_to_json(state).dump(2) + "\n";
-    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::string temp;
+    // Readable by root only: the file names every job's owner, pids and cgroups.
+    int fd = create_temp_file(path, 0600, &temp);
     if (fd < 0)
-        return fail(error, "cannot create " + temp + ": " + std::strerror(errno) +
+        return fail(error, "cannot create a temporary file next to " + path + ": " + std::strerror(errno) +
                                "; check that the state folder exists and is writable "
                                "(--state-dir)");
     if (!write_all(fd, text) || ::fsync(fd) != 0) {
@@ -457,6 +466,7 @@ bool save_state(const std::string &dir, const SavedState &state, std::string *er
                                "; check free space on the state folder's file system");
     }
     ::close(fd);
+    // rename() replaces whatever is at `path` (a symlink too, never its target).
     if (::rename(temp.c_str(), path.c_str()) != 0) {
         int err = errno;
         ::unlink(temp.c_str());
@@ -471,15 +481,39 @@ bool save_state(const std::string &dir, const SavedState &state, std::string *er
     return true;
 }
 
+int remove_stale_state_temp_files(const std::string &dir) {
+    DIR *folder = ::opendir(dir.c_str());
+    if (!folder) return 0;
+    const std::string prefix = std::string(kStateFileName) + ".tmp";
+    int removed = 0;
+    while (dirent *entry = ::readdir(folder)) {
+        const std::string name = entry->d_name;
+        if (name != prefix && name.rfind(prefix + ".", 0) != 0) continue;
+        if (::unlinkat(::dirfd(folder), name.c_str(), 0) == 0) ++removed;  // never follows a link
+    }
+    ::closedir(folder);
+    return removed;
+}
+
 std::optional<SavedState> load_state(const std::string &dir, std::string *error) {
     if (error) error->clear();
     const std::string path = state_path(dir);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return std::nullopt;  // a fresh start
         if (error)
-            *error = "cannot open the state file " + path + ": " + std::strerror(errno) +
+            *error = "cannot open the state file " + path + ": " +
+                     (errno == ELOOP ? std::string("it is a symbolic link, which malld does not follow")
+                                     : std::string(std::strerror(errno))) +
                      "; fix its permissions or move it away to start without re-adopting jobs";
+        return std::nullopt;
+    }
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        if (error)
+            *error = "the state file " + path + " is not a regular file; move it away to start without "
+                     "re-adopting jobs";
         return std::nullopt;
     }
     std::string text;

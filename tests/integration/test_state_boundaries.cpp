@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Proves malld's state stays root's and cannot steer it (issue 37, defects 1 and 8, point 11):
+// malld refuses a --state-dir that is a link, not a folder, not its own or writable by others
+// (exit 2, words naming --state-dir, nothing started); it makes a missing one 0700 and its state
+// and history files 0600; a crafted state file whose cgroup path lies outside the cgroup mount (or
+// is shorter than it) is not adopted and malld runs on; and a job the kernel lets run on more cpus
+// than the state file says (malld SIGKILLed between a widening cgroup write and its save) keeps
+// them, so no other job is given them, until malld has narrowed it back.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/malld_fixture.hpp"
+
+MALL_TEST_WATCHDOG(240);
+
+namespace mall::test {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+unsigned mode_of(const std::string &path) {
+    struct stat st{};
+    return ::lstat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+json read_json(const std::string &path) { return json::parse(read_file(path), nullptr, false); }
+
+void write_text(const std::string &path, const std::string &text) {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+}
+
+// malld answers status now and a moment later (it did not die at its first loop turn).
+bool keeps_answering(const PrivateMalld &malld) {
+    for (int i = 0; i < 5; ++i) {
+        if (!status_json(malld.socket())) return false;
+        std::this_thread::sleep_for(200ms);
+    }
+    return true;
+}
+
+// Each unsafe state folder: malld (a real start, not only --check) exits 2 before it serves,
+// saying what is wrong with --state-dir and how to fix it.
+TEST(Issue37StateBoundaries, MalldRefusesAStateDirThatIsALinkNotItsOwnOrWritableByOthers) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld scratch;  // its temp dir holds the folders (removed with it)
+    const std::string base = scratch.dir();
+    const std::string socket = base + "/refused.sock";
+    const std::string good = base + "/good";
+    ASSERT_EQ(::mkdir(good.c_str(), 0700), 0);
+    struct Case {
+        std::string what, dir;
+    };
+    std::vector<Case> cases;
+    const std::string open_to_all = base + "/mode0777";
+    ASSERT_EQ(::mkdir(open_to_all.c_str(), 0700), 0);
+    ASSERT_EQ(::chmod(open_to_all.c_str(), 0777), 0);
+    cases.push_back({"mode 0777", open_to_all});
+    const std::string group_writable = base + "/mode0770";
+    ASSERT_EQ(::mkdir(group_writable.c_str(), 0700), 0);
+    ASSERT_EQ(::chmod(group_writable.c_str(), 0770), 0);
+    cases.push_back({"mode 0770", group_writable});
+    const std::string foreign = base + "/foreign";
+    ASSERT_EQ(::mkdir(foreign.c_str(), 0700), 0);
+    ASSERT_EQ(::chown(foreign.c_str(), 61001, 61001), 0);
+    cases.push_back({"owned by uid 61001", foreign});
+    const std::string link = base + "/link";
+    ASSERT_EQ(::symlink(good.c_str(), link.c_str()), 0);
+    cases.push_back({"a symlink", link});
+    const std::string file = base + "/file";
+    write_text(file, "");
+    cases.push_back({"a file", file});
+
+    for (const auto &c : cases) {
+        for (bool check : {true, false}) {
+            std::vector<std::string> argv{bin_path("malld"), "--socket", socket, "--state-dir", c.dir,
+                                          "--backend", "affinity", "--cpus", "0-1"};
+            if (check) argv.push_back("--check");
+            auto run = run_command(argv, RunOptions{{}, false, 20s});
+            EXPECT_FALSE(run.timed_out) << c.what << ": malld started on an unsafe state folder";
+            EXPECT_EQ(run.exit_code, 2) << c.what << (check ? " (--check)" : "") << ": " << run.err;
+            EXPECT_NE(run.err.find("--state-dir"), std::string::npos) << c.what << ": " << run.err;
+            EXPECT_NE(run.err.find(c.dir), std::string::npos) << c.what << ": " << run.err;
+            EXPECT_NE(run.err.find("chmod 0700"), std::string::npos) << c.what << ": " << run.err;
+            EXPECT_FALSE(fs::exists(socket)) << c.what << ": a refused malld made its socket";
+            ::unlink(socket.c_str());
+        }
+    }
+    EXPECT_EQ(mode_of(open_to_all), 0777u) << "a refused malld changed the folder";
+    EXPECT_TRUE(fs::is_empty(good)) << "a refused malld wrote through the link";
+
+    // A root-owned folder others cannot write is fine, 0755 as `mkdir` makes it, or 0700.
+    auto fine = run_command({bin_path("malld"), "--socket", socket, "--state-dir", good, "--backend", "affinity",
+                             "--cpus", "0-1", "--check"});
+    EXPECT_EQ(fine.exit_code, 0) << fine.err;
+}
+
+// A missing state folder is made 0700; the state file and the history of finished jobs are 0600.
+TEST(Issue37StateBoundaries, MalldMakesItsStateFolder0700AndItsFiles0600) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    ASSERT_EQ(::rmdir(malld.state_dir().c_str()), 0);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    EXPECT_EQ(mode_of(malld.state_dir()), 0700u);
+    {
+        Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
+            << status_text(malld);
+    }  // the job ends: a history record
+    ASSERT_TRUE(wait_until([&] { return fs::exists(malld.state_dir() + "/malld.history.jsonl"); }, 20s))
+        << malld.log();
+    EXPECT_EQ(malld.stop(), 0);
+    EXPECT_EQ(mode_of(malld.state_dir() + "/malld.state.json"), 0600u);
+    EXPECT_EQ(mode_of(malld.state_dir() + "/malld.history.jsonl"), 0600u);
+    for (const auto &entry : fs::directory_iterator(malld.state_dir()))
+        EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left: " << entry.path();
+}
+
+// Starts malld with job "a" (mallrun, min 1, max 2) alone on the pool, SIGKILLs malld, and rewrites
+// the job's saved cgroups as someone with write access to the state file could: one cgroup in
+// place at `path`, saved on cpu 0 only (so the next plan grows it, which resizes the cgroup).
+void crash_with_crafted_cgroup(PrivateMalld &malld, std::unique_ptr<Child> *a, const std::string &path) {
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    *a = std::make_unique<Child>(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+    ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s)) << status_text(malld);
+    malld.kill9();
+    const std::string state_file = malld.state_dir() + "/malld.state.json";
+    json state = read_json(state_file);
+    ASSERT_TRUE(state.is_object() && state["jobs"].size() == 1u) << read_file(state_file);
+    json &job = state["jobs"][0];
+    job["cpuset"] = "0";
+    job["published"] = "0";
+    job["cgroups"] = json::array({{{"path", path}, {"in_place", true}, {"original", "0-1"}}});
+    write_text(state_file, state.dump(2));
+}
+
+// Point 11: an in-place path shorter than the cgroup mount threw std::out_of_range out of the
+// backend at the job's first growth: malld died at every start. The path is outside the mount
+// besides: it must not be adopted at all, nor written.
+TEST(Issue37StateBoundaries, ACraftedCgroupPathShorterThanTheMountIsNotAdoptedAndMalldRunsOn) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    char tmpl[] = "/tmp/mcXXXXXX";  // shorter than any cgroup mount
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string crafted = tmpl;
+    ASSERT_LT(crafted.size(), cpuset_root().size());
+    write_text(crafted + "/cpuset.cpus", "0\n");
+    std::unique_ptr<Child> a;
+    PrivateMalld malld;
+    crash_with_crafted_cgroup(malld, &a, crafted);
+    std::string error;
+    const bool started = !HasFatalFailure() && malld.restart(&error);
+    EXPECT_TRUE(started) << error;
+    if (started) {
+        EXPECT_TRUE(keeps_answering(malld)) << "malld died after adopting the crafted file:\n" << malld.log();
+        EXPECT_FALSE(job_status(malld.socket(), "a")) << "job a was adopted with cgroup " << crafted << ":\n"
+                                                      << status_text(malld);
+        EXPECT_NE(malld.log().find("cannot re-adopt job a"), std::string::npos) << malld.log();
+    }
+    EXPECT_EQ(read_file(crafted + "/cpuset.cpus"), "0\n") << "malld wrote to the crafted cgroup path";
+    a.reset();
+    ::unlink((crafted + "/cpuset.cpus").c_str());
+    ::rmdir(crafted.c_str());
+}
+
+// A cgroup outside the mount (here another hierarchy's folder, long enough): not adopted.
+TEST(Issue37StateBoundaries, ACraftedCgroupPathOutsideTheMountIsNotAdopted) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    std::unique_ptr<Child> a;
+    PrivateMalld malld;
+    const std::string outside = "/proc/sys/kernel/mall_test_not_a_cgroup_folder_at_all";
+    ASSERT_NO_FATAL_FAILURE(crash_with_crafted_cgroup(malld, &a, outside));
+    std::string error;
+    ASSERT_TRUE(malld.restart(&error)) << error;
+    EXPECT_TRUE(keeps_answering(malld)) << malld.log();
+    EXPECT_FALSE(job_status(malld.socket(), "a")) << "job a was adopted with cgroup " << outside << ":\n"
+                                                  << status_text(malld);
+    const std::string log = malld.log();
+    EXPECT_NE(log.find("cannot re-adopt job a: its saved cgroup '" + outside + "'"), std::string::npos) << log;
+}
+
+// Defect 8. malld widens a job's cgroup before it publishes the wider set, and saves its state on
+// a writer thread afterwards: a SIGKILL in between leaves the kernel's cpuset wider than the file.
+// The window is too short to hit on purpose, so this test makes it by hand, as the kernel is left
+// after such a kill: malld is SIGKILLed while job a (min 1, max 1) runs on one cpu, and a's cgroup
+// is then widened to the whole pool, as the lost widening write would have. The restarted malld
+// must count the extra cpu as a's (so the policy lends it to nobody) until it has narrowed a back to
+// what a was told; only then may job b get it. Before the fix it logged a warning and gave b that
+// cpu while a's cgroup still held it.
+TEST(Issue37StateBoundaries, AJobWidenedInTheKernelBeforeTheSaveKeepsThoseCpusUntilMalldNarrowsIt) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    Child a(mallrun_argv(malld.socket(), "1:1", "a", test_client_argv()));
+    std::string a_cpus;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            auto j = job_status(malld.socket(), "a");
+            if (!j || j->value("ncpus", 0) != 1) return false;
+            a_cpus = j->value("cpus", "");
+            return job_settled_on(malld.socket(), "a", a_cpus, 1);
+        },
+        20s))
+        << status_text(malld);
+    const std::string free_cpu = a_cpus == "0" ? "1" : "0";
+    const std::string cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
+    ASSERT_FALSE(cgroup.empty());
+    ASSERT_EQ(cgroup_cpus(cgroup).value_or("?"), a_cpus);
+
+    malld.kill9();
+    write_text(cgroup + "/cpuset.cpus", "0-1");  // the widening write whose save never came
+    ASSERT_EQ(cgroup_cpus(cgroup).value_or("?"), "0-1");
+    ASSERT_TRUE(malld.restart(&error)) << error;
+
+    // Narrowed back to what a was told, by malld, before anything else could happen.
+    EXPECT_TRUE(wait_until([&] { return cgroup_cpus(cgroup).value_or("?") == a_cpus; }, 10s))
+        << "a's cgroup still holds " << cgroup_cpus(cgroup).value_or("?") << "\n" << malld.log();
+    auto ja = job_status(malld.socket(), "a");
+    ASSERT_TRUE(ja) << status_text(malld);
+    EXPECT_EQ(ja->value("cpus", ""), a_cpus);
+    EXPECT_NE(malld.log().find("job a can run on cpus '" + free_cpu + "' beyond its saved cpuset"), std::string::npos)
+        << malld.log();
+
+    // Now b gets the freed cpu, and never while a's cgroup still has it.
+    Child b(mallrun_argv(malld.socket(), "1:2", "b", test_client_argv()));
+    bool overlap = false;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            auto jb = job_status(malld.socket(), "b");
+            const std::string b_cpus = jb ? jb->value("cpuset", "") : "";
+            if (!b_cpus.empty() && cgroup_cpus(cgroup).value_or("") != a_cpus) overlap = true;
+            return job_settled_on(malld.socket(), "b", free_cpu, 1);
+        },
+        20s))
+        << status_text(malld);
+    EXPECT_FALSE(overlap) << "b was given a cpu while a's cgroup still held it";
+    EXPECT_EQ(cgroup_cpus(cgroup).value_or("?"), a_cpus) << "a and b share a cpu";
+}
+
+}  // namespace
+}  // namespace mall::test
