@@ -4,7 +4,8 @@
 // "no crash, leak or sanitizer report": a refusal always says why (the file exists); the answer
 // equals state_from_json() over the same text; an accepted state holds what the reader promises
 // (valid, distinct job names, min <= max, positive finite weights, reserved cpus among the
-// reclaimed, pids in range) and survives state_to_json -> state_from_json unchanged (same JSON,
+// reclaimed, pids in range, cgroup paths plain: absolute, no '.', '..' or empty components, at
+// most 4096 bytes; the seeds hold hostile ones, issue 37) and survives state_to_json -> state_from_json unchanged (same JSON,
 // same fingerprint). The temporary folder is made once per process and removed at exit.
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/files.hpp"
 #include "common/protocol.hpp"
 #include "daemon/state_file.hpp"
 #include "fuzz_check.hpp"
@@ -66,6 +68,9 @@ void check_promises(const mall::SavedState &state) {
         MALL_FUZZ_CHECK(saved.pids.size() == spec.pids.size(), "job " + spec.id + ": pid lists differ");
         for (const auto &p : saved.pids)
             MALL_FUZZ_CHECK(p.pid >= 1 && p.pid <= mall::proto::kMaxPid, "job " + spec.id + ": pid");
+        for (const auto &c : saved.cgroups)
+            MALL_FUZZ_CHECK(mall::absolute_path_problem(c.path).empty(),
+                            "job " + spec.id + ": cgroup path " + shown(c.path.substr(0, 200)) + " accepted");
     }
 }
 
