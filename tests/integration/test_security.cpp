@@ -177,7 +177,7 @@ TEST_F(Security, StatusWorksForAnyone) {
     auto table = run_command(mallctl_argv(malld_->socket(), {"status"}), as_nobody());
     EXPECT_EQ(table.exit_code, 0) << table.err;
     EXPECT_EQ(table.out.find("rootjob"), std::string::npos) << table.out;
-    EXPECT_NE(table.out.find("OTHERS   1 job of other users hold cpus 0-1"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find("OTHERS   1 job of other users holds cpus 0-1 (2 cpus)"), std::string::npos) << table.out;
 
     // Watching is allowed too: one event within the time it takes root to cause one (a policy
     // change: an event about the node, which everyone sees).

@@ -170,7 +170,7 @@ TEST_F(StatusPrivacy, AnotherUserSeesOnlyTheCpusOfAJobThatIsNotHis) {
     EXPECT_EQ(table.exit_code, 0) << table.err;
     EXPECT_EQ(table.out.find(kAliceJob), std::string::npos) << table.out;
     EXPECT_NE(table.out.find(kBobJob), std::string::npos) << table.out;
-    EXPECT_NE(table.out.find("OTHERS   1 job of other users hold cpus"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find("OTHERS   1 job of other users holds cpus"), std::string::npos) << table.out;
     auto top = mallctl_as(kBob, {"top", "--once"});
     EXPECT_EQ(top.exit_code, 0) << top.err;
     EXPECT_EQ(top.out.find(kAliceJob), std::string::npos) << top.out;

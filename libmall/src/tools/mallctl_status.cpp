@@ -189,7 +189,7 @@ std::string format_event(const json &e) {
 }
 
 // Other users' jobs, which malld shows a non-admin only as the cpus they hold ("other_jobs"):
-// "OTHERS   2 jobs of other users hold cpus 2-5 (4 cpus)"; "" when the status has none.
+// "OTHERS   2 jobs of other users hold cpus 2-5 (4 cpus); ..."; "" when the status has none.
 std::string other_jobs_line(const json &s) {
     auto it = s.find("other_jobs");
     if (it == s.end() || !it->is_array() || it->empty()) return "";
@@ -198,8 +198,9 @@ std::string other_jobs_line(const json &s) {
         if (j.is_object() && j.contains("cpus") && j["cpus"].is_string())
             if (auto cpus = CpuSet::parse(j["cpus"].get<std::string>())) held |= *cpus;
     const size_t n = it->size();
-    std::string line = "OTHERS   " + std::to_string(n) + (n == 1 ? " job" : " jobs") + " of other users hold ";
-    line += held.empty() ? std::string("no cpus") : "cpus " + held.to_string() + " (" + std::to_string(held.count()) + ")";
+    std::string line = "OTHERS   " + std::to_string(n) + (n == 1 ? " job of other users holds " : " jobs of other users hold ");
+    line += held.empty() ? std::string("no cpus")
+                         : "cpus " + held.to_string() + " (" + std::to_string(held.count()) + " cpus)";
     return line + "; only their owners and admins see more";
 }
 
