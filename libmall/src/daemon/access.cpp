@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -19,7 +20,8 @@ namespace {
 constexpr int kRefusalLogsPerSecond = 5;  // per connection
 
 // The request table: each message type, its handler, and the role a peer needs to send it.
-//   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs.
+//   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs. Their
+//             Register names only processes a job may hold (register_pids_allowed).
 //   owner:    Attach. The peer's uid owns the job (or is an admin) and the peer process is one of
 //             the job's registered processes or descends from one.
 //   attached: Ack, Progress and Usage, only on the connection that attached (so a process can
@@ -105,6 +107,81 @@ bool may_log_refusal(Connection &c) {
     return ++c.refusals_logged <= kRefusalLogsPerSecond;
 }
 
+namespace {
+
+// Register puts processes under malld's control (their cgroup resized in place, or moved into
+// malld's folder with their descendants; their threads' masks set), so even an admin uid's Register
+// names only processes a job may hold. Refused for any peer: pid 1 (every process descends from
+// it), kernel threads, malld itself and its ancestors, and a thread id instead of its process.
+// Refused for an admin uid: a process whose real uid is not the job's uid ("uid"). Two exceptions
+// to that uid rule only: root may name a process that still runs as root (slurmstepd's task
+// between its fork and its setuid to the user, when the Slurm plugin registers it in
+// task_post_fork for the user's uid); and container jobs (the request says "cgroup": "container" or
+// "container-systemd", or "container": true) may name a process of any uid when root registers
+// them or the process runs in another user namespace than malld's (a rootless container), since
+// their processes run as the container's users, mapped: mallrun --container registers the
+// engine's client (never moved nor resized), the OCI hook the container's init while it still
+// runs as the container's root. Fields that are missing or malformed are left to the handler,
+// which refuses them with its own words. True when every pid may be registered; else *why.
+bool register_pids_allowed(const Connection &c, const proto::Message &msg, std::string *why) {
+    const nlohmann::json &body = msg.body;
+    auto pids = body.find("pids");
+    if (pids == body.end() || !pids->is_array()) return true;
+    std::optional<uid_t> job_uid;
+    if (auto u = body.find("uid"); u != body.end() && u->is_number_integer() && u->get<int64_t>() >= 0 &&
+                                   u->get<int64_t>() <= proto::kMaxUid)
+        job_uid = static_cast<uid_t>(u->get<int64_t>());
+    bool container = false;
+    if (auto mode = body.find("cgroup"); mode != body.end() && mode->is_string())
+        if (auto parsed = parse_cgroup_mode(mode->get<std::string>())) container = is_container_mode(*parsed);
+    if (auto flag = body.find("container"); flag != body.end() && flag->is_boolean() && flag->get<bool>())
+        container = true;
+    const pid_t self = ::getpid();
+    const std::vector<pid_t> malld_ancestors = ancestors_of(self);
+    for (const auto &p : *pids) {
+        if (!p.is_number_integer() || p.get<int64_t>() <= 0 || p.get<int64_t>() > proto::kMaxPid) continue;
+        const pid_t pid = static_cast<pid_t>(p.get<int64_t>());
+        const std::string text = "pid " + std::to_string(pid);
+        if (!process_alive(pid)) continue;  // the handler says it is not a running process
+        if (pid == 1) {
+            *why = text + " is the init process: every process of the node descends from it, so no "
+                          "job may hold it; register the job's own processes";
+            return false;
+        }
+        if (is_kernel_thread(pid)) {
+            *why = text + " is a kernel thread, which no job may hold; register the job's own processes";
+            return false;
+        }
+        if (pid == self) {
+            *why = text + " is malld itself, which no job may hold";
+            return false;
+        }
+        if (std::find(malld_ancestors.begin(), malld_ancestors.end(), pid) != malld_ancestors.end()) {
+            *why = text + " is an ancestor of malld (malld's parent chain: " + pid_list_text(malld_ancestors) +
+                   "), which no job may hold";
+            return false;
+        }
+        if (auto group = thread_group_of(pid); group && *group != pid) {
+            *why = text + " is a thread of process " + std::to_string(*group) + ": register the process";
+            return false;
+        }
+        if (!job_uid) continue;
+        const auto real = process_real_uid(pid);
+        if (!real || *real == *job_uid) continue;
+        const bool peer_root = c.peer.uid == 0;
+        if (peer_root && *real == 0) continue;  // a launcher's task before it drops to the user
+        if (container && (peer_root || shares_user_namespace(pid) == false)) continue;
+        *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " +
+               std::to_string(*job_uid) + ": a job holds only its owner's processes (register it "
+               "for uid " + std::to_string(*real) + ", or start the job's processes as uid " +
+               std::to_string(*job_uid) + ")";
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
 // Authorization lives here and only here: every request passes through this function before its
 // handler runs, so the request table above is malld's whole access policy and no handler can forget
 // a check. Identities come from SO_PEERCRED (kernel-verified), never from the message body.
@@ -117,10 +194,13 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
         case Role::Any:
             return true;
         case Role::Admin:
-            if (rules.is_admin(c.peer.uid)) return true;
-            *why = type + " needs root or an admin uid (malld --admin-uid); uid " +
-                   std::to_string(c.peer.uid) + " is neither";
-            return false;
+            if (!rules.is_admin(c.peer.uid)) {
+                *why = type + " needs root or an admin uid (malld --admin-uid); uid " +
+                       std::to_string(c.peer.uid) + " is neither";
+                return false;
+            }
+            // What an admin may register: only processes a job may hold.
+            return rule.type != proto::Type::Register || register_pids_allowed(c, msg, why);
         case Role::Attached:
             if (!c.job.empty() && manager.find(c.job)) return true;
             *why = type + " is only accepted on a connection attached to a job (send Attach first)";

@@ -78,6 +78,19 @@ public:
                             std::string *error) const = 0;
     // Records the mode of a job about to register (before its first apply()).
     virtual void set_mode(const std::string &job, CgroupMode mode) = 0;
+    // Self-registration (malld --allow-self-register) of process `pid`, which runs as `uid`: says,
+    // without writing anything, whether it may become a job of its own. The cgroup backends accept
+    // it only where its cgroup is delegated to uid (the folder and its cgroup.procs owned by uid),
+    // holds only uid's processes, overlaps no job's cgroup, and lies in parents that allow malld's
+    // whole pool: such a job is resized in place, nothing is moved and no parent is widened. Else
+    // false with *error in words. Affinity accepts it (a process may set its own threads' masks).
+    virtual bool check_self_registration(pid_t pid, uid_t uid, std::string *error) const {
+        (void)pid, (void)uid, (void)error;
+        return true;
+    }
+    // Records a job about to be self-registered (after check_self_registration): enforced in place
+    // in its delegated cgroup only, never moved, its cgroup's parents never widened.
+    virtual void set_self_registered(const std::string &job) { (void)job; }
     // Takes a registered job's pids under control: records the cgroups they live in and moves
     // those that need malld's own folder into it (once it exists).
     virtual bool add_pids(const std::string &job, const std::vector<pid_t> &pids,
@@ -128,6 +141,10 @@ public:
     virtual std::vector<std::string> jobs_with_cgroups() const = 0;
     virtual std::string describe() const = 0;  // e.g. "cgroup-v1 cpuset at /sys/fs/cgroup/cpuset/mall"
 };
+
+// The names of self-registered jobs ("self-<pid>"), which Register refuses for other jobs: a
+// re-adopted job of that name is enforced as a self-registered one (set_self_registered).
+constexpr const char *kSelfJobPrefix = "self-";
 
 // Creates the backend. Auto picks cgroup-v1, then cgroup-v2, then affinity, and *why tells which
 // and why the better ones were not usable. `parent` is the cgroup folder name (e.g. "mall").

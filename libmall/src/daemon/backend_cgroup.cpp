@@ -72,6 +72,12 @@ void CgroupBackend::set_mode(const std::string &job, CgroupMode mode) {
     if (is_container_mode(mode)) jobs_[job].any_own = true;
 }
 
+void CgroupBackend::set_self_registered(const std::string &job) {
+    JobCgroups &state = jobs_[job];
+    state.mode = CgroupMode::InPlace;
+    state.delegated = true;
+}
+
 bool CgroupBackend::add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) {
     JobCgroups &state = jobs_[job];
     const size_t known = state.in_place.size();
@@ -82,7 +88,8 @@ bool CgroupBackend::add_pids(const std::string &job, const std::vector<pid_t> &p
     if (state.enforced && !state.enforced->empty())
         for (size_t i = known; i < state.in_place.size(); ++i) {
             std::string why;
-            if (!resize_in_place(state.in_place[i].path, *state.enforced, &why) && first_error.empty())
+            if (!resize_in_place(state.in_place[i].path, *state.enforced, &why, !state.delegated) &&
+                first_error.empty())
                 first_error = why;
         }
     const std::string dir = own_dir(job);
@@ -99,6 +106,8 @@ bool CgroupBackend::add_pids(const std::string &job, const std::vector<pid_t> &p
 void CgroupBackend::adopt(const std::string &job, const std::vector<pid_t> &pids, const std::vector<JobCgroup> &saved, const CpuSet &enforced) {
     JobCgroups &state = jobs_[job];
     if (!enforced.empty()) state.enforced = enforced;
+    // A self-registered job stays in its delegated cgroup, as before the restart.
+    if (job.rfind(kSelfJobPrefix, 0) == 0) set_self_registered(job);
     for (const JobCgroup &c : saved)
         if (c.in_place) state.in_place.push_back(c);
     // A container job whose saved folder is its systemd slice (the state file keeps no mode).
@@ -151,7 +160,7 @@ bool CgroupBackend::apply(const std::string &job, const std::vector<pid_t> &pids
     };
     for (const JobCgroup &c : state.in_place) {
         std::string why;
-        if (!resize_in_place(c.path, cpus, &why)) note(why);
+        if (!resize_in_place(c.path, cpus, &why, !state.delegated)) note(why);
     }
     const std::string dir = own_dir(job);
     if (state.mode == CgroupMode::ContainerSystemd) {
@@ -183,7 +192,7 @@ void CgroupBackend::remove(const std::string &job) {
     bool slice = it == jobs_.end() && has_systemd_slices() && is_directory(slice_dir(job));
     std::string dir = own_dir(job);
     if (it != jobs_.end()) {
-        for (const JobCgroup &c : it->second.in_place) give_back(c);
+        for (const JobCgroup &c : it->second.in_place) give_back(c, !it->second.delegated);
         container = is_container_mode(it->second.mode);
         slice = it->second.mode == CgroupMode::ContainerSystemd;
         jobs_.erase(it);
@@ -243,10 +252,17 @@ bool CgroupBackend::needs_own_folder(const std::string &rel) const {
 }
 
 std::string CgroupBackend::own_reason(const std::string &rel) const {
+    std::string reason = never_delegated_reason(rel);
+    return reason.empty() ? session_reason(rel) : reason;
+}
+
+// The cgroups no job may be resized in: the root, malld's own folders, the cgroup malld runs in
+// and its ancestors ("" for any other).
+std::string CgroupBackend::never_delegated_reason(const std::string &rel) const {
     if (rel == "/") return "the hierarchy's root";
     if (is_path_prefix(parent_rel_, rel)) return "a folder of malld's own (" + parent_rel_ + ")";
     if (is_path_prefix(rel, self_rel_)) return "the cgroup malld runs in or one of its ancestors";
-    return session_reason(rel);
+    return "";
 }
 
 // Sorts pids not seen before: a pid in a cgroup made for it records that cgroup (in place),
@@ -262,7 +278,10 @@ std::vector<pid_t> CgroupBackend::classify(const std::string &job, JobCgroups &s
         // which apply() resizes with them; the launcher (mallrun, the engine's client) stays
         // where it is, outside the job's cpus.
         if (is_container_mode(state.mode)) continue;
-        const bool in_own = needs_own_folder(*rel);
+        // A self-registered job's cgroup was checked as delegated to its user (which a v2 login
+        // session's folders may be): it is resized where it is, never left for malld's folder.
+        if (state.delegated && !never_delegated_reason(*rel).empty()) continue;
+        const bool in_own = !state.delegated && needs_own_folder(*rel);
         if (state.mode == CgroupMode::Own || in_own) {
             own.push_back(pid);
             state.any_own = true;

@@ -33,6 +33,7 @@ public:
     // --- backend_cgroup.cpp
     bool start(const CpuSet &pool, std::string *error) override;
     void set_mode(const std::string &job, CgroupMode mode) override;
+    void set_self_registered(const std::string &job) override;
     bool add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) override;
     void adopt(const std::string &job, const std::vector<pid_t> &pids, const std::vector<JobCgroup> &saved,
                const CpuSet &enforced) override;
@@ -50,6 +51,7 @@ public:
     std::string describe() const override;
     // --- backend_in_place.cpp
     bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode, std::string *error) const override;
+    bool check_self_registration(pid_t pid, uid_t uid, std::string *error) const override;
     // --- cgroup_membership.cpp
     bool in_job_cgroups(const std::string &job, pid_t pid) const override;
     std::vector<pid_t> member_pids(const std::string &job) const override;
@@ -104,12 +106,14 @@ private:
         std::set<pid_t> seen;             // pids already classified
         bool any_own = false;             // some process needs malld's own folder
         std::optional<CpuSet> enforced;   // the cpus last applied (for cgroups that join later)
+        bool delegated = false;           // self-registered: in place only, parents never widened
     };
 
     // --- backend_cgroup.cpp
     std::string own_dir(const std::string &job) const;
     bool needs_own_folder(const std::string &rel) const;
     std::string own_reason(const std::string &rel) const;
+    std::string never_delegated_reason(const std::string &rel) const;
     std::vector<pid_t> classify(const std::string &job, JobCgroups &state, const std::vector<pid_t> &pids);
     std::optional<CpuSet> written_cpus(const std::string &dir) const;
     void retry_pending_removals();
@@ -117,9 +121,12 @@ private:
     std::optional<std::string> cannot_write_in_place(const std::string &dir) const;
     bool write_cpus(const std::string &dir, const CpuSet &cpus, std::string *error) const;
     std::vector<std::string> ancestors(const std::string &dir) const;
-    bool resize_in_place(const std::string &dir, const CpuSet &target, std::string *error);
+    // widen_parents false (a self-registered job's delegated cgroup): the cgroups above dir are
+    // never written, so cpus outside its parent's are refused instead of taken.
+    bool resize_in_place(const std::string &dir, const CpuSet &target, std::string *error,
+                         bool widen_parents = true);
     void widen_thread_masks(const std::string &dir, const std::vector<std::string> &below, const CpuSet &cpus) const;
-    void give_back(const JobCgroup &c);
+    void give_back(const JobCgroup &c, bool widen_parents);
     // --- backend_own_folder.cpp
     bool apply_own(const std::string &dir, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing,
                    std::string *error);

@@ -3,9 +3,11 @@
 // resource manager or runtime made for them (Slurm's step, a container's, a systemd scope) and malld
 // resizes that cgroup without moving any process: ancestors widened first, descendants narrowed
 // first, and at the job's end the cgroup gets back the cpus it had at registration. check_pids
-// says beforehand, without writing, whether a registration's processes can be enforced so.
+// says beforehand, without writing, whether a registration's processes can be enforced so, and
+// check_self_registration whether a self-registering process lives in a cgroup delegated to it.
 #include "backend_cgroup.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +23,8 @@ namespace mall {
 using cgroup_tree::descendants;
 using cgroup_tree::errno_text;
 using cgroup_tree::is_directory;
+using cgroup_tree::is_path_prefix;
+using cgroup_tree::pids_in_tree;
 using cgroup_tree::read_pid_list;
 
 bool CgroupBackend::check_pids(const std::vector<pid_t> &pids, CgroupMode mode, std::string *error) const {
@@ -46,6 +50,63 @@ bool CgroupBackend::check_pids(const std::vector<pid_t> &pids, CgroupMode mode, 
         if (auto why = cannot_write_in_place(mount_ + *rel))
             return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel +
                                    ", which malld cannot resize in place: " + *why);
+    }
+    return true;
+}
+
+// A self-registration: the process's cgroup must be one its user was delegated (as systemd's
+// Delegate= or an admin's chown hands a cgroup to a user: the folder and its cgroup.procs owned by
+// the uid), hold only that uid's processes, overlap no job's cgroup (a daemon started inside a
+// Slurm step lives in the step's cgroup although it left the step's process tree), and lie where
+// its parent allows malld's whole pool: malld then resizes it in place and never moves a process
+// out of a cgroup that limits it, nor widens one.
+bool CgroupBackend::check_self_registration(pid_t pid, uid_t uid, std::string *error) const {
+    const std::string p = std::to_string(pid), u = std::to_string(uid);
+    auto rel = cgroup_of(pid);
+    if (!rel) return fail(error, "cannot self-register: cannot read /proc/" + p + "/cgroup");
+    const std::string dir = mount_ + *rel;
+    auto refuse = [&](const std::string &why) {
+        return fail(error, "cannot self-register: " + why +
+                               "; ask an admin to register the job or run it under mallrun/Slurm");
+    };
+    const std::string not_delegated = "process " + p + "'s cgroup " + *rel + " is not delegated to uid " + u;
+    if (std::string shared = never_delegated_reason(*rel); !shared.empty())
+        return refuse(not_delegated + " (it is " + shared + ")");
+    for (const auto &[name, state] : jobs_) {
+        std::vector<std::string> paths;
+        for (const JobCgroup &c : state.in_place) paths.push_back(c.path);
+        if (state.any_own || is_directory(own_dir(name))) paths.push_back(own_dir(name));
+        for (const std::string &path : paths) {
+            if (is_path_prefix(path, dir))
+                return refuse("process " + p + " is in cgroup " + *rel + " of job " + name +
+                              " (it belongs to that job although it left its process tree); attach "
+                              "to it with MALL_JOB_ID=" + name);
+            if (is_path_prefix(dir, path))
+                return refuse("process " + p + "'s cgroup " + *rel + " holds job " + name + "'s cgroup " +
+                              path.substr(mount_.size()));
+        }
+    }
+    struct stat folder {}, procs {};
+    if (::stat(dir.c_str(), &folder) != 0 || ::stat((dir + "/cgroup.procs").c_str(), &procs) != 0)
+        return refuse("cannot read " + dir + ": " + errno_text(errno));
+    if (folder.st_uid != uid || procs.st_uid != uid)
+        return refuse(not_delegated + " (" + dir + " and its cgroup.procs belong to uid " +
+                      std::to_string(folder.st_uid) + " and " + std::to_string(procs.st_uid) + ")");
+    for (pid_t other : pids_in_tree(dir)) {
+        auto other_uid = process_real_uid(other);
+        if (other_uid && *other_uid != uid)
+            return refuse("process " + p + "'s cgroup " + *rel + " (delegated to uid " + u + ") also holds "
+                          "process " + std::to_string(other) + " of uid " + std::to_string(*other_uid) +
+                          ", which resizing it would confine too");
+    }
+    if (auto why = cannot_write_in_place(dir)) return refuse("malld cannot resize cgroup " + *rel + ": " + *why);
+    const std::string parent = dir.substr(0, dir.rfind('/'));
+    if (parent.size() > mount_.size()) {
+        auto allowed = effective_cpus(parent);
+        if (!allowed || !(pool_ - *allowed).empty())
+            return refuse("cgroup " + *rel + "'s parent " + parent.substr(mount_.size()) + " allows cpus " +
+                          (allowed ? allowed->to_string() : std::string("?")) + ", not all of malld's pool " +
+                          pool_.to_string() + ", and malld never widens a cgroup that limits a user");
     }
     return true;
 }
@@ -92,7 +153,8 @@ std::vector<std::string> CgroupBackend::ancestors(const std::string &dir) const 
 // cpus of their own keep them). Narrowing: descendants first (deepest first), then the cgroup;
 // ancestors keep their cpus. A move (some cpus out, some in) is a growth to the union followed
 // by a narrowing, so no write ever asks for a child wider than its parent.
-bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target, std::string *error) {
+bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target, std::string *error,
+                                    bool widen_parents) {
     if (!is_directory(dir)) return true;  // the resource manager removed it: the job is ending
     if (target.empty()) {
         if (read_pid_list(dir + "/cgroup.procs").empty()) return true;
@@ -108,7 +170,7 @@ bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target
     bool grew = false;
     if (!(target - (now ? *now : CpuSet())).empty()) {
         grew = true;
-        for (const std::string &a : ancestors(dir)) {
+        for (const std::string &a : widen_parents ? ancestors(dir) : std::vector<std::string>()) {
             auto held = written_cpus(a);
             if (!held) return fail(error, "cannot read " + a + "/cpuset.cpus (an ancestor of " + dir + ")");
             if (held->empty() && empty_cpus_inherit()) continue;  // inherits: nothing to widen here
@@ -147,7 +209,7 @@ void CgroupBackend::widen_thread_masks(const std::string &dir, const std::vector
 
 // At the job's end an in-place cgroup gets back the cpus it had at registration (its resource
 // manager may be removing it at the same moment: a folder that is gone is fine).
-void CgroupBackend::give_back(const JobCgroup &c) {
+void CgroupBackend::give_back(const JobCgroup &c, bool widen_parents) {
     if (!is_directory(c.path)) return;
     if (c.original.empty()) {
         restore_inherited(c.path);
@@ -155,7 +217,7 @@ void CgroupBackend::give_back(const JobCgroup &c) {
     }
     auto original = CpuSet::parse(c.original);
     std::string why;
-    if (original && !resize_in_place(c.path, *original, &why) && is_directory(c.path))
+    if (original && !resize_in_place(c.path, *original, &why, widen_parents) && is_directory(c.path))
         log_line(LogLevel::Warn, "cannot give " + c.path + " back its cpus '" + c.original + "': " + why);
 }
 

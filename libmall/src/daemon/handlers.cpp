@@ -67,6 +67,9 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     JobSpec spec;
     spec.id = proto::get_string(body, "job");
     if (auto bad = proto::invalid_job_name(spec.id)) throw proto::ProtocolError("bad job name: " + *bad);
+    if (spec.id.rfind(kSelfJobPrefix, 0) == 0)
+        throw proto::ProtocolError("job names starting with '" + std::string(kSelfJobPrefix) +
+                                   "' are kept for self-registered jobs: choose another name");
     spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, proto::kMaxUid));
     spec.min = static_cast<int>(proto::get_int(body, "min", 0, CpuSet::kMaxCpus));
     spec.max = static_cast<int>(proto::get_int(body, "max", 1, CpuSet::kMaxCpus));
@@ -225,13 +228,21 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
                                        std::to_string(max) + ")");
         max = std::min<int64_t>(max, pool_size);
         min = std::min<int64_t>(min, max);
+        // A job's process, by descent or by cgroup (a daemon started inside a Slurm step left the
+        // step's process tree but not its cgroup): it has a job already.
         for (const auto &[name, other] : manager_.jobs()) {
-            if (in_process_tree(c.peer.pid, other.spec.pids)) {
+            if (in_process_tree(c.peer.pid, other.spec.pids) || backend_.in_job_cgroups(name, c.peer.pid)) {
                 refuse(MALL_ERR_INVAL,
                             "process " + std::to_string(c.peer.pid) + " belongs to job " + name +
                                 "; attach to it with MALL_JOB_ID=" + name);
                 return;
             }
+        }
+        // Only in a cgroup delegated to the peer's uid, resized where it is (never moved out of it).
+        std::string not_delegated;
+        if (!backend_.check_self_registration(c.peer.pid, c.peer.uid, &not_delegated)) {
+            refuse(MALL_ERR_DENIED, not_delegated);
+            return;
         }
         auto start = process_start_time(c.peer.pid);
         if (!start) {
@@ -240,16 +251,21 @@ void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
             return;
         }
         JobSpec spec;
-        spec.id = "self-" + std::to_string(c.peer.pid);
+        spec.id = kSelfJobPrefix + std::to_string(c.peer.pid);
         spec.uid = c.peer.uid;
         spec.min = static_cast<int>(min);
         spec.max = static_cast<int>(max);
         spec.pids = {c.peer.pid};
+        const bool new_job = manager_.find(spec.id) == nullptr;
+        if (new_job) backend_.set_self_registered(spec.id);
         Outcome outcome = manager_.register_job(spec, now);
         if (!outcome.ok) {
+            if (new_job && !manager_.find(spec.id)) backend_.remove(spec.id);
             refuse(outcome.code, outcome.error);
             return;
         }
+        std::string cgroup_error;
+        if (!backend_.add_pids(spec.id, spec.pids, &cgroup_error)) log_warn("job " + spec.id + ": " + cgroup_error);
         pids_.remember_start(c.peer.pid, *start);
         pids_.sync(manager_);
         job = spec.id;

@@ -177,9 +177,19 @@ int main(int argc, char **argv) {
          "name of malld's own cgroup folder (under the cpuset hierarchy, or under malld's delegated "
          "subtree on cgroup v2) for jobs that live in no cgroup of their own: <parent>/job_<name>")
         ("admin-uid", po::value(&admin_uids)->composing(),
-         "a uid that may administer malld besides root and malld's own user (repeatable)")
+         "a uid that may administer malld besides root and malld's own user (repeatable): register "
+         "and deregister jobs, set, reclaim, release, change the policy. Its Register may name only "
+         "processes that run as the job's uid (container jobs: any uid, when in a user namespace of "
+         "their own), never pid 1, a kernel thread, malld or one of malld's ancestors; root may also "
+         "name a task that still runs as root (the Slurm plugin's, before slurmstepd drops it to "
+         "the user)")
         ("allow-self-register", po::bool_switch(),
-         "let a process without a registration register itself (job \"self-<pid>\") on attach")
+         "let a process without a registration register itself (job \"self-<pid>\") on attach, "
+         "only in a cgroup delegated to its uid (the folder and its cgroup.procs owned by that uid) "
+         "that holds only that uid's processes, lies in no job's cgroup, and whose parent allows "
+         "the whole pool: malld resizes that cgroup in place and moves nothing; elsewhere it is "
+         "refused and the process runs non-malleable (with --backend affinity: its own threads' "
+         "masks only)")
         ("max-connections-per-user", po::value<int>(), per_user_help.c_str())
         ("slurm", po::bool_switch(),
          "check \"slurm-<jobid>\" registrations and reservations against Slurm (libslurm, "

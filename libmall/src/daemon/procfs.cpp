@@ -5,6 +5,7 @@
 #include "procfs.hpp"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,6 +148,77 @@ bool process_has_uid(pid_t pid, uid_t uid) {
         return real == uid || effective == uid;
     }
     return false;
+}
+
+namespace {
+
+// The first number after `key` ("Uid:", "Tgid:") in /proc/PID/status; nullopt when gone.
+std::optional<unsigned long> status_number(pid_t pid, const char *key) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    const std::string prefix = key;
+    while (std::getline(in, line)) {
+        if (line.rfind(prefix, 0) != 0) continue;
+        std::istringstream fields(line.substr(prefix.size()));
+        unsigned long value = 0;
+        if (!(fields >> value)) return std::nullopt;
+        return value;
+    }
+    return std::nullopt;
+}
+
+constexpr unsigned long kPfKthread = 0x00200000;  // include/linux/sched.h
+constexpr pid_t kKthreadd = 2;
+
+}  // namespace
+
+std::optional<uid_t> process_real_uid(pid_t pid) {
+    if (pid <= 0) return std::nullopt;
+    auto uid = status_number(pid, "Uid:");
+    if (!uid) return std::nullopt;
+    return static_cast<uid_t>(*uid);
+}
+
+std::optional<pid_t> thread_group_of(pid_t pid) {
+    if (pid <= 0) return std::nullopt;
+    auto tgid = status_number(pid, "Tgid:");
+    if (!tgid) return std::nullopt;
+    return static_cast<pid_t>(*tgid);
+}
+
+bool is_kernel_thread(pid_t pid) {
+    auto fields = stat_fields(pid);
+    // Field 9 (flags) is element 6 when element 0 is field 3.
+    if (!fields || fields->size() < 7) return false;
+    try {
+        if (std::stoul((*fields)[6]) & kPfKthread) return true;
+    } catch (...) {
+        return false;
+    }
+    // kthreadd and its children, should a kernel not set the flag (pid 2 is kthreadd only where
+    // its parent is 0: the initial pid namespace).
+    const bool kthreadd_here = parent_pid(kKthreadd) == 0;
+    return kthreadd_here && (pid == kKthreadd || parent_pid(pid) == kKthreadd);
+}
+
+std::vector<pid_t> ancestors_of(pid_t pid) {
+    std::vector<pid_t> chain;
+    pid_t cur = pid;
+    for (int depth = 0; depth < 4096 && cur > 1; ++depth) {
+        auto parent = parent_pid(cur);
+        if (!parent || *parent <= 0 || *parent == cur) break;
+        chain.push_back(*parent);
+        cur = *parent;
+    }
+    return chain;
+}
+
+std::optional<bool> shares_user_namespace(pid_t pid) {
+    struct stat theirs {}, ours {};
+    if (::stat(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), &theirs) != 0 ||
+        ::stat("/proc/self/ns/user", &ours) != 0)
+        return std::nullopt;
+    return theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino;
 }
 
 std::vector<pid_t> threads_of(pid_t pid) {

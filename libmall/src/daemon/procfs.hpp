@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
-// time and liveness (/proc/PID/stat), its threads and descendants, its uids (/proc/PID/status),
+// time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and ancestors,
+// its uids and thread group (/proc/PID/status), its user namespace (/proc/PID/ns/user),
 // the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount
 // table (/proc/self/mountinfo). Every
 // reader returns "unknown" (nullopt, false or empty) for a process that is gone or unreadable and
@@ -23,6 +24,20 @@ std::optional<pid_t> parent_pid(pid_t pid);                         // /proc/PID
 bool in_process_tree(pid_t pid, const std::vector<pid_t> &pids);
 // True when /proc/PID/status names uid as the process's real or effective uid.
 bool process_has_uid(pid_t pid, uid_t uid);
+// The process's real uid (/proc/PID/status "Uid:", first field); nullopt when gone.
+std::optional<uid_t> process_real_uid(pid_t pid);
+// The thread group (/proc/PID/status "Tgid:"): pid itself for a process, its process's pid when
+// pid names one of its other threads; nullopt when gone.
+std::optional<pid_t> thread_group_of(pid_t pid);
+// True for a kernel thread: PF_KTHREAD in /proc/PID/stat's flags, or kthreadd (pid 2, parent 0)
+// or a child of it.
+bool is_kernel_thread(pid_t pid);
+// The parent chain of pid, nearest first, down to pid 1 (pid itself not included).
+std::vector<pid_t> ancestors_of(pid_t pid);
+// True when the process runs in this process's user namespace (/proc/PID/ns/user and
+// /proc/self/ns/user are one namespace), false in another one (a rootless container's); nullopt
+// when unreadable.
+std::optional<bool> shares_user_namespace(pid_t pid);
 std::vector<pid_t> threads_of(pid_t pid);      // /proc/PID/task/*, sorted
 std::vector<pid_t> descendants_of(pid_t pid);  // children, grandchildren... (not pid), sorted
 // The pid a pidfd refers to (/proc/self/fdinfo "Pid:"): -1 once the process has exited and been
