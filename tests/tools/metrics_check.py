@@ -66,7 +66,7 @@ def start(argv, **kw):
 
 
 def malld_argv():
-    return [f"{BIN}/malld", "--socket", SOCKET, "--backend", "affinity", "--cpus", "0-1",
+    return [f"{BIN}/malld", "--socket", SOCKET, "--state-dir", TMP, "--backend", "affinity", "--cpus", "0-1",
             "--ack-timeout-ms", "500", "--metrics-file", PROM, "--metrics-interval", "1",
             "--log-level", "warn"]
 
@@ -147,7 +147,8 @@ def main():
                        (["--history-file", TMP + "/"], "must name a file"),
                        (["--history-max-mib", "0"], "between 1 and 4096"),
                        (["--checkpoint-interval", "3601"], "between 1 and 3600")):
-        r = subprocess.run([f"{BIN}/malld", "--socket", SOCKET, "--backend", "affinity", *bad],
+        r = subprocess.run([f"{BIN}/malld", "--socket", SOCKET, "--state-dir", TMP, "--backend", "affinity",
+                            *bad],
                            capture_output=True, text=True, timeout=30)
         check(r.returncode == 2 and words in r.stderr, f"malld {bad}: exit {r.returncode}, {r.stderr!r}")
     check(not os.path.exists(SOCKET), "a refused malld left its socket")

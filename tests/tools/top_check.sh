@@ -140,7 +140,7 @@ expect_exit 3 "cannot connect to malld" --batch 2 --interval 0.2
 echo "top_check: ok: bad options exit 2 with words, a dead socket exits 3"
 
 # --- a private malld and two jobs ------------------------------------------------------------
-"$BIN/malld" --socket "$SOCK" --backend affinity --cpus 0-1 --log-level warn >"$tmp/malld.log" 2>&1 &
+"$BIN/malld" --socket "$SOCK" --state-dir "$tmp" --backend affinity --cpus 0-1 --log-level warn >"$tmp/malld.log" 2>&1 &
 malld_pid=$!
 wait_for 20 "malld to serve at $SOCK" eval 'mallctl status >/dev/null 2>&1'
 client=("$BIN/mall_test_client" --threads 2 --step-us 2000 --duration-s 120)
