@@ -417,6 +417,19 @@ TEST_F(Issue37SelfRegister, AProcessInsideARegisteredJobsCgroupIsRefused) {
     EXPECT_EQ(listed_jobs(malld_->socket()), std::vector<std::string>{"slurm-37"}) << status_text(*malld_);
 }
 
+// A self-registered job is re-adopted after a restart as one (in place, never moved) by its name,
+// so Register keeps "self-" names for self-registrations.
+TEST_F(Issue37SelfRegister, RegisterRefusesTheNameOfASelfRegisteredJob) {
+    Child task({"/bin/sleep", "120"});
+    ASSERT_TRUE(task.started());
+    const std::string reply = ask(malld_->socket(), proto::Type::Register,
+                                  json{{"job", "self-" + std::to_string(task.pid())}, {"uid", 0},
+                                       {"pids", {task.pid()}}, {"min", 1}, {"max", 1}});
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_INVAL) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "kept for self-registered jobs")) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+}
+
 // The one way in: a folder delegated to the uid, holding only its processes, under a parent that
 // allows the pool. malld resizes it in place (the job alone gets the whole pool), moves nothing,
 // makes no folder of its own, and gives the folder back its cpus when the job ends.
