@@ -38,6 +38,21 @@ void write_text(const std::string &path, const std::string &text) {
     out << text;
 }
 
+// The state file on disk lists `job` on `cpus` (malld saves on a writer thread after each change:
+// a SIGKILL right after a change may come before the save).
+bool saved_on(const PrivateMalld &malld, const std::string &job, const std::string &cpus) {
+    return wait_until(
+        [&] {
+            const json state = read_json(malld.state_dir() + "/malld.state.json");
+            if (!state.is_object() || !state.contains("jobs")) return false;
+            for (const auto &j : state["jobs"])
+                if (j.value("job", "") == job && j.value("cpuset", "") == cpus && j.value("published", "") == cpus)
+                    return true;
+            return false;
+        },
+        10s);
+}
+
 // malld answers status now and a moment later (it did not die at its first loop turn).
 bool keeps_answering(const PrivateMalld &malld) {
     for (int i = 0; i < 5; ++i) {
@@ -133,6 +148,7 @@ void crash_with_crafted_cgroup(PrivateMalld &malld, std::unique_ptr<Child> *a, c
     ASSERT_TRUE(malld.start(&error)) << error;
     *a = std::make_unique<Child>(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s)) << status_text(malld);
+    ASSERT_TRUE(saved_on(malld, "a", "0-1")) << read_file(malld.state_dir() + "/malld.state.json");
     malld.kill9();
     const std::string state_file = malld.state_dir() + "/malld.state.json";
     json state = read_json(state_file);
@@ -216,6 +232,7 @@ TEST(Issue37StateBoundaries, AJobWidenedInTheKernelBeforeTheSaveKeepsThoseCpusUn
     const std::string cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
     ASSERT_FALSE(cgroup.empty());
     ASSERT_EQ(cgroup_cpus(cgroup).value_or("?"), a_cpus);
+    ASSERT_TRUE(saved_on(malld, "a", a_cpus)) << read_file(malld.state_dir() + "/malld.state.json");
 
     malld.kill9();
     write_text(cgroup + "/cpuset.cpus", "0-1");  // the widening write whose save never came
