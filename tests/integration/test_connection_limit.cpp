@@ -3,16 +3,23 @@
 // ordinary user may hold more than 64 connections (one per rank of a many-rank job; the old fixed
 // limit was 64 and rank 65 retried forever), a user over the limit set with
 // --max-connections-per-user gets an error naming the limit and the option (tools and libmall
-// alike), root is never locked out, and a bad limit is a usage error that starts nothing.
+// alike), root is never locked out (not even when 16 ordinary uids each take all they may: issue
+// 37.2), an ordinary user holds at most 8 watchers, and a bad limit is a usage error that starts
+// nothing.
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
 #include "common/ctl_client.hpp"
+#include "daemon/connections.hpp"
 #include "mall/mall.h"
 #include "support/malld_fixture.hpp"
 
@@ -132,6 +139,144 @@ TEST_F(ConnectionLimit, OverTheLimitIsRefusedWithWordsNamingTheOption) {
     // Root (an admin) is not counted against anyone's limit.
     CommandResult status = run_command(mallctl_argv(malld->socket(), {"status"}));
     EXPECT_EQ(status.exit_code, 0) << status.err;
+}
+
+// A throwaway uid (no passwd entry) in a forked child that holds connections until released.
+class HeldConnections {
+public:
+    // As uid (gid the same): opens connections (each answered a Status, or a Watch when
+    // `watch`) until one is refused or `most` are open; keeps them until this object ends (the
+    // child is killed: its siblings inherit any pipe that could tell it to go).
+    HeldConnections(const std::string &socket, uid_t uid, int most, bool watch) {
+        int report[2];
+        if (::pipe2(report, O_CLOEXEC) != 0) return;
+        child_ = ::fork();
+        if (child_ == 0) {
+            ::close(report[0]);
+            if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0)
+                ::_exit(10);
+            json result{{"open", 0}, {"refusal", ""}};
+            std::vector<CtlClient> held;
+            for (int i = 0; i < most; ++i) {
+                std::string error;
+                auto client = CtlClient::connect(socket, &error);
+                CtlResult r = client ? client->request(watch ? proto::Type::Watch : proto::Type::Status,
+                                                       json::object(), 10s)
+                                     : CtlResult{};
+                if (!client || !r.ok) {
+                    result["refusal"] = client ? r.error : error;
+                    break;
+                }
+                held.push_back(std::move(*client));
+            }
+            result["open"] = static_cast<int>(held.size());
+            const std::string text = result.dump() + "\n";
+            if (::write(report[1], text.data(), text.size()) != static_cast<ssize_t>(text.size())) ::_exit(11);
+            for (;;) ::pause();
+        }
+        ::close(report[1]);
+        if (child_ < 0) {
+            ::close(report[0]);
+            return;
+        }
+        std::string text;
+        char buffer[4096];
+        for (ssize_t n; (n = ::read(report[0], buffer, sizeof buffer)) != 0;) {
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) break;
+            text.append(buffer, static_cast<size_t>(n));
+            if (text.find('\n') != std::string::npos) break;
+        }
+        ::close(report[0]);
+        json result = json::parse(text, nullptr, false);
+        if (result.is_discarded()) {
+            refusal = "the child of uid " + std::to_string(uid) + " reported nothing";
+            return;
+        }
+        open = result.value("open", 0);
+        refusal = result.value("refusal", "");
+    }
+    ~HeldConnections() {
+        if (child_ > 0) {
+            ::kill(child_, SIGKILL);
+            int status = 0;
+            ::waitpid(child_, &status, 0);
+        }
+    }
+    HeldConnections(const HeldConnections &) = delete;
+    HeldConnections &operator=(const HeldConnections &) = delete;
+
+    int open = 0;         // connections held
+    std::string refusal;  // why the next one was refused ("" when none was)
+
+private:
+    pid_t child_ = -1;
+};
+
+// Regression (issue 37.2): the global cap (4096) was applied before the admin exemption, so 16
+// ordinary uids at 256 connections each took every slot and root's `mallctl status` and the
+// Slurm plugin's Register were refused. Ordinary users now share all but 256 of the slots.
+TEST_F(ConnectionLimit, Issue37OrdinaryUsersCannotFillTheTableAndLockRootOut) {
+    // malld (which inherits it) must have room for 4096 connections, and for what else it opens.
+    rlimit files{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+    const rlim_t wanted = 8192;
+    if (files.rlim_cur < wanted) {
+        rlimit raised{wanted, std::max(files.rlim_max, wanted)};
+        ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &raised), 0) << std::strerror(errno);
+    }
+    auto malld = start_malld({"--max-connections-per-user", "256"});
+    ASSERT_TRUE(malld->running());
+    std::vector<std::unique_ptr<HeldConnections>> users;
+    int total = 0;
+    for (uid_t uid = 61001; uid <= 61016; ++uid) {
+        users.push_back(std::make_unique<HeldConnections>(malld->socket(), uid, 300, false));
+        total += users.back()->open;
+    }
+    // Every user got connections up to its limit or to the ordinary users' share, no further.
+    EXPECT_EQ(total, kMaxNonAdminConnections) << malld->log().substr(0, 4000);
+    EXPECT_EQ(users.front()->open, 256) << users.front()->refusal;
+    EXPECT_NE(users.front()->refusal.find("per-user limit"), std::string::npos) << users.front()->refusal;
+    EXPECT_NE(users.back()->refusal.find("kept for root and admin uids"), std::string::npos)
+        << users.back()->refusal;
+
+    // Root still gets in: mallctl status, and a Register (as the Slurm plugin sends).
+    CommandResult status = run_command(mallctl_argv(malld->socket(), {"status", "--json"}));
+    EXPECT_EQ(status.exit_code, 0) << status.err;
+    Child task({"/bin/sleep", "60"});
+    std::string error;
+    auto ctl = CtlClient::connect(malld->socket(), &error);
+    ASSERT_TRUE(ctl) << error;
+    CtlResult reg = ctl->request(proto::Type::Register,
+                                 json{{"job", "rootjob"}, {"uid", 0}, {"pids", {task.pid()}}, {"min", 1}, {"max", 1}},
+                                 20s);
+    EXPECT_TRUE(reg.ok) << reg.error;
+    users.clear();
+    if (files.rlim_cur < wanted) ::setrlimit(RLIMIT_NOFILE, &files);
+}
+
+// Regression (issue 37.2): watchers are never closed as idle, and an ordinary user could hold any
+// number of them; now kMaxWatchersPerUid, with words naming the limit. Root is not limited.
+TEST_F(ConnectionLimit, Issue37WatchersAreLimitedPerUser) {
+    auto malld = start_malld({});
+    ASSERT_TRUE(malld->running());
+    HeldConnections watchers(malld->socket(), 61017, kMaxWatchersPerUid + 2, true);
+    EXPECT_EQ(watchers.open, kMaxWatchersPerUid) << watchers.refusal;
+    EXPECT_NE(watchers.refusal.find("watch connections"), std::string::npos) << watchers.refusal;
+    EXPECT_NE(watchers.refusal.find("(" + std::to_string(kMaxWatchersPerUid) + ")"), std::string::npos)
+        << watchers.refusal;
+    // Another user, and root, may still watch.
+    HeldConnections other(malld->socket(), 61018, 1, true);
+    EXPECT_EQ(other.open, 1) << other.refusal;
+    std::vector<CtlClient> root_watchers;
+    for (int i = 0; i < kMaxWatchersPerUid + 2; ++i) {
+        std::string error;
+        auto client = CtlClient::connect(malld->socket(), &error);
+        ASSERT_TRUE(client) << error;
+        CtlResult r = client->request(proto::Type::Watch, json::object(), 10s);
+        ASSERT_TRUE(r.ok) << r.error;
+        root_watchers.push_back(std::move(*client));
+    }
 }
 
 TEST_F(ConnectionLimit, ABadLimitIsAUsageError) {

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // unix_socket.cpp — AF_UNIX SOCK_SEQPACKET helpers (see unix_socket.hpp): close-on-exec everywhere,
 // one packet per call, descriptors passed with SCM_RIGHTS, truncation detected (EMSGSIZE), no
-// SIGPIPE. Never throws; failures come back as return values with errno preserved.
+// SIGPIPE. Never throws; failures come back as return values with errno preserved. Descriptors a
+// peer pushes on us unasked, and sockets malld is done with, are closed by one closer thread per
+// process with a bounded queue (DescriptorCloser).
 #include "common/unix_socket.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -78,23 +84,122 @@ bool make_address(const std::string &path, sockaddr_un *addr, socklen_t *len) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Closes descriptors a peer pushed on us without being asked, on a detached thread: a close can
-// block (the last reference to a lingering TCP socket waits for its data to drain), and the
-// caller may be malld's event loop or libmall's monitor thread. The thread takes no signals
-// (quiet_thread.hpp). Falls back to closing here only
-// when no thread can be started.
-void close_unwanted(std::vector<int> fds) {
-    if (fds.empty()) return;
-    int saved = errno;
-    try {
-        start_quiet_thread([fds] {
-            for (int fd : fds) ::close(fd);
-        }).detach();
-    } catch (...) {
-        for (int fd : fds) ::close(fd);
+// The closer thread (see unix_socket.hpp). Its state is allocated once and never destroyed: a
+// closer stuck in a close at exit must not find its mutex destroyed under it by static
+// destructors. pthread_atfork keeps it usable in a forked child, which inherits the queue (its
+// own copies of those descriptors) but not the thread: the child starts one of its own.
+class DescriptorCloser {
+public:
+    static DescriptorCloser &instance() {
+        static DescriptorCloser *closer = new DescriptorCloser;
+        return *closer;
     }
-    errno = saved;
-}
+
+    // Queues fd unless kMaxQueuedCloses wait already (false, errno = ENOBUFS, fd untouched).
+    bool queue(int fd) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (queue_.size() >= kMaxQueuedCloses) {
+                errno = ENOBUFS;
+                return false;
+            }
+        }
+        return queue_received({fd});
+    }
+    // Queues descriptors already received: all of them, since they are ours now. False when that
+    // took the queue over kMaxQueuedCloses (the caller then drops the peer that sent them, so each
+    // peer overfills it by at most one packet's worth).
+    bool queue_received(const std::vector<int> &fds) {
+        if (fds.empty()) return true;
+        std::deque<int> here;  // closed on this thread: no thread could be started, or no memory
+        size_t queued = 0;
+        bool within = true;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            try {
+                for (; queued < fds.size(); ++queued) queue_.push_back(fds[queued]);
+            } catch (...) {
+            }
+            within = queue_.size() <= kMaxQueuedCloses;
+            if (!ensure_thread_locked()) here.swap(queue_);
+        }
+        cv_.notify_one();
+        for (int fd : here) ::close(fd);
+        for (size_t i = queued; i < fds.size(); ++i) ::close(fds[i]);
+        return within;
+    }
+    size_t waiting() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return queue_.size();
+    }
+    void stop(std::chrono::milliseconds wait) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!thread_) return;
+        stopping_ = true;
+        cv_.notify_one();
+        const bool ended = done_.wait_for(lock, wait, [&] { return running_ == 0; });
+        std::thread *thread = thread_;
+        thread_ = nullptr;
+        stopping_ = false;
+        lock.unlock();
+        if (ended)
+            thread->join();
+        else
+            thread->detach();  // stuck in a close: it ends with the process, or serves on
+        delete thread;
+    }
+
+private:
+    DescriptorCloser() {
+        // The child's copies of queued descriptors are left open (close-on-exec, like all of
+        // ours): closing them is the parent's closer's business, and a child starts no thread
+        // until it hands a descriptor to its own closer.
+        ::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                         [] {
+                             DescriptorCloser &closer = instance();
+                             closer.thread_ = nullptr;  // the parent's: not in this process
+                             closer.running_ = 0;
+                             closer.stopping_ = false;
+                             closer.queue_.clear();
+                             closer.mutex_.unlock();
+                         });
+    }
+
+    // With mutex_ held (or in the fork child): a thread serves the queue, or false when none can
+    // be started.
+    bool ensure_thread_locked() {
+        if (thread_) return true;
+        try {
+            thread_ = new std::thread(start_quiet_thread([this] { run(); }));
+            ++running_;
+            return true;
+        } catch (...) {
+            return false;
+        }
+    }
+
+    void run() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+            if (queue_.empty()) break;  // stopping, and nothing is left to close
+            const int fd = queue_.front();
+            queue_.pop_front();
+            lock.unlock();
+            ::close(fd);
+            lock.lock();
+        }
+        --running_;
+        done_.notify_all();
+    }
+
+    std::mutex mutex_;
+    std::condition_variable cv_, done_;
+    std::deque<int> queue_;  // kMaxQueuedCloses, plus one packet's worth per peer that overfilled it
+    std::thread *thread_ = nullptr;  // the serving thread (null: none started yet, or stopped)
+    int running_ = 0;                // threads in run(): a stop() that timed out leaves one more
+    bool stopping_ = false;
+};
 
 // Creates every missing folder above path (mode 0755), like mkdir -p on its dirname.
 bool make_parent_folders(const std::string &path, std::string *why) {
@@ -311,8 +416,8 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    // Room for as many descriptors as one message can carry: descriptors that do not fit are
-    // dropped by the kernel inside recvmsg, i.e. closed on this thread (see close_unwanted).
+    // Room for as many descriptors as one message can carry: descriptors that do not fit would be
+    // dropped by the kernel inside recvmsg, i.e. closed on this thread.
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * SCM_MAX_FD)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
@@ -326,8 +431,8 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
         return -1;
     }
 
-    // Collect passed descriptors: keep the first if the caller wants one, close everything else
-    // off this thread.
+    // Collect passed descriptors: keep the first if the caller wants one, hand everything else to
+    // the closer.
     int kept = -1;
     std::vector<int> unwanted;
     for (cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
@@ -346,14 +451,24 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
     data->assign(buffer.data(), static_cast<size_t>(n));
     if (msg.msg_flags & MSG_TRUNC) {
         if (kept >= 0) unwanted.push_back(kept);
-        close_unwanted(std::move(unwanted));
+        DescriptorCloser::instance().queue_received(unwanted);
         errno = EMSGSIZE;
         return -1;
     }
-    close_unwanted(std::move(unwanted));
+    if (!DescriptorCloser::instance().queue_received(unwanted)) {
+        if (kept >= 0) DescriptorCloser::instance().queue_received({kept});
+        errno = ENOBUFS;
+        return -1;
+    }
     if (received_fd) *received_fd = kept;
     return n;
 }
+
+bool close_off_thread(int fd) { return DescriptorCloser::instance().queue(fd); }
+
+size_t descriptors_waiting_to_close() { return DescriptorCloser::instance().waiting(); }
+
+void stop_descriptor_closer(std::chrono::milliseconds wait) { DescriptorCloser::instance().stop(wait); }
 
 int wait_readable(int fd, std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;

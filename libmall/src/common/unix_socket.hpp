@@ -70,11 +70,27 @@ bool send_packet(int fd, const std::string &data, int fd_to_pass = -1, bool nonb
 // Receives one packet into *data (resized to its length). *received_fd gets a passed descriptor
 // (close-on-exec) or -1. Returns: >0 bytes, 0 on orderly hang-up, -1 with errno on error.
 // A packet larger than max_size is reported with errno = EMSGSIZE (and *data holds the first bytes).
-// Descriptors the caller did not ask for are closed on a short-lived detached thread, never on the
-// caller's: the last close of a peer-chosen file (a TCP socket with SO_LINGER and unsent data, a
-// FUSE file...) can block for a long time.
+// Descriptors the caller did not ask for go to the closer thread (close_off_thread()), never
+// closed on the caller's. When they took the closer's queue over kMaxQueuedCloses (it is stuck on
+// closes that do not finish), the packet is dropped with errno = ENOBUFS: the caller must drop
+// the peer, so that each peer overfills the queue by at most one packet (SCM_MAX_FD descriptors).
 ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd = nullptr,
                     bool nonblocking = false);
+
+// The closer: one thread per process (started at first use, and again in a forked child) that
+// closes descriptors handed to it, because the last close of a peer-chosen file (a TCP socket
+// lingering with unsent data, a FUSE file, a Unix socket whose receive queue holds such files)
+// can block for a long time. Its queue holds at most kMaxQueuedCloses descriptors, so a peer that
+// makes every close hang costs one thread and a bounded number of descriptors, never more.
+inline constexpr size_t kMaxQueuedCloses = 1024;
+// Queues fd for the closer. False (fd still the caller's, errno = ENOBUFS) when the queue is full;
+// when no thread can be started, fd is closed here (the behaviour of old, thread-less code).
+bool close_off_thread(int fd);
+// Descriptors queued for the closer.
+size_t descriptors_waiting_to_close();
+// Lets the closer finish its queue for at most `wait`, then returns: the thread is joined when it
+// finished in time, else left to end with the process (it is stuck in a close). For shutdown.
+void stop_descriptor_closer(std::chrono::milliseconds wait);
 // Waits until fd is readable or the timeout passes. Returns 1 readable, 0 timeout, -1 error.
 int wait_readable(int fd, std::chrono::milliseconds timeout);
 

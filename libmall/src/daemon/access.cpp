@@ -17,7 +17,12 @@ namespace mall {
 
 namespace {
 
-constexpr int kRefusalLogsPerSecond = 5;  // per connection
+// Refusals a uid can cause at will are logged at most kRefusalLinesPerUid per kRefusalPeriod per uid
+// (however often it reconnects), and at most kRefusalLinesAll per period for all uids together
+// (users with subuid ranges are many uids); the rest are counted in one "suppressed" line.
+constexpr int kRefusalLinesPerUid = 10;
+constexpr int kRefusalLinesAll = 50;
+constexpr auto kRefusalPeriod = std::chrono::seconds(10);
 
 // The request table: each message type, its handler, and the role a peer needs to send it.
 //   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs. Their
@@ -99,12 +104,21 @@ bool AccessRules::is_admin(uid_t uid) const {
 }
 
 bool may_log_refusal(Connection &c) {
-    const TimePoint now = Clock::now();
-    if (now - c.refusal_log_window >= std::chrono::seconds(1)) {
-        c.refusal_log_window = now;
-        c.refusals_logged = 0;
-    }
-    return ++c.refusals_logged <= kRefusalLogsPerSecond;
+    static LogBudget per_uid(kRefusalLinesPerUid, kRefusalPeriod);  // the loop's thread only
+    static LogBudget all(kRefusalLinesAll, kRefusalPeriod);
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t held_of_uid = 0, held_of_all = 0;
+    if (!per_uid.allow(c.peer.uid, now, &held_of_uid)) return false;
+    if (!all.allow(0, now, &held_of_all)) return false;
+    const std::string period = std::to_string(kRefusalPeriod.count());
+    if (held_of_all > 0)
+        log_warn("suppressed " + std::to_string(held_of_all) + " refusal(s) of all users (at most " +
+                 std::to_string(kRefusalLinesAll) + " are logged per " + period + " s)");
+    if (held_of_uid > 0)
+        log_warn("suppressed " + std::to_string(held_of_uid) + " refusal(s) from uid " +
+                 std::to_string(c.peer.uid) + " (at most " + std::to_string(kRefusalLinesPerUid) +
+                 " are logged per " + period + " s per uid)");
+    return true;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // connections.cpp — see connections.hpp. Outbox bounds: kMaxOutbox packets and kMaxOutboxBytes
 // (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
+// Sockets are disposed of through the closer thread, parked while its queue is full.
 #include "connections.hpp"
 
 #include <fcntl.h>
@@ -25,23 +26,73 @@ constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes
 
 }  // namespace
 
-Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd) {
+Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin) {
     const uint64_t id = next_id_++;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = epoll_tag(Source::Connection, id);
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
         log_warn(std::string("epoll_ctl failed for a new client: ") + std::strerror(errno));
+        dispose(std::move(fd), peer.uid, admin);
         return nullptr;
     }
     Connection &c = connections_[id];
     c.id = id;
     c.fd = std::move(fd);
     c.peer = peer;
+    c.admin = admin;
     c.peer_pidfd = std::move(peer_pidfd);
     c.last_activity = Clock::now();
-    ++per_uid_[peer.uid];
+    count(peer.uid, admin, +1);
     return &c;
+}
+
+void Connections::count(uid_t uid, bool admin, int change) {
+    if (!admin) non_admin_ += change;
+    int &of_uid = per_uid_[uid];
+    of_uid += change;
+    if (of_uid <= 0) per_uid_.erase(uid);
+}
+
+bool Connections::may_watch(const Connection &c, std::string *why) const {
+    if (c.admin || c.watcher) return true;
+    int watching = 0;
+    for (const auto &[id, other] : connections_)
+        if (other.watcher && !other.closing && other.peer.uid == c.peer.uid) ++watching;
+    if (watching < kMaxWatchersPerUid) return true;
+    *why = "uid " + std::to_string(c.peer.uid) + " holds " + std::to_string(watching) +
+           " watch connections already, the limit per non-admin user (" +
+           std::to_string(kMaxWatchersPerUid) + "); close one (e.g. another mallctl watch) first";
+    return false;
+}
+
+void Connections::dispose(UniqueFd fd, uid_t uid, bool admin) {
+    if (!fd) return;
+    if (parked_.empty() && close_off_thread(fd.get())) {
+        fd.release();
+        return;
+    }
+    if (parked_.size() >= kMaxParkedSockets) {
+        log_warn_limited("closer-stuck", "malld's closer thread is stuck and " + std::to_string(parked_.size()) +
+                                             " sockets wait for it already: closing one of uid " +
+                                             std::to_string(uid) + " on the loop");
+        return;  // fd's destructor closes it here: the last resort
+    }
+    log_warn_limited("closer-parked", "malld's closer thread has " + std::to_string(descriptors_waiting_to_close()) +
+                                        " descriptors queued (a peer passed files whose close hangs); "
+                                        "the socket of uid " + std::to_string(uid) +
+                                        " waits for room and counts against that user's connections");
+    count(uid, admin, +1);
+    parked_.push_back(Parked{std::move(fd), uid, admin});
+}
+
+void Connections::retry_parked() {
+    while (!parked_.empty() && close_off_thread(parked_.front().fd.get())) {
+        Parked &first = parked_.front();
+        first.fd.release();
+        count(first.uid, first.admin, -1);
+        parked_.pop_front();
+    }
 }
 
 Connection *Connections::find(uint64_t id) {
@@ -214,19 +265,28 @@ std::pair<std::string, uint64_t> Connections::close(uint64_t id) {
     if (c.fd) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
     log_debug("connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) + " pid " +
               std::to_string(c.peer.pid) + ") closed");
-    if (auto count = per_uid_.find(c.peer.uid); count != per_uid_.end() && --count->second <= 0)
-        per_uid_.erase(count);
+    count(c.peer.uid, c.admin, -1);
+    UniqueFd socket = std::move(c.fd);
+    const uid_t uid = c.peer.uid;
+    const bool admin = c.admin;
     connections_.erase(it);
+    dispose(std::move(socket), uid, admin);
     return attached;
 }
 
 void Connections::close_all() {
     for (auto &[id, c] : connections_) {
+        if (!c.fd) continue;
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
-        c.fd.reset();
+        // When the closer is full, the process's exit closes it instead.
+        close_off_thread(c.fd.get());
+        (void)c.fd.release();
     }
+    for (Parked &p : parked_) (void)p.fd.release();
     connections_.clear();
+    parked_.clear();
     per_uid_.clear();
+    non_admin_ = 0;
 }
 
 }  // namespace mall

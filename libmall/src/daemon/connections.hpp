@@ -5,6 +5,14 @@
 // reader that exceeds the bound loses its connection, and droppable packets (Notify, Event) are
 // dropped instead of queued. Connections are only marked `closing` here; the loop closes them
 // between batches of events (close()), so no caller ever holds a dangling reference.
+// A socket malld is done with is never closed on the loop: its receive queue may hold descriptors
+// a peer passed (kernels without SO_PASSRIGHTS), whose last close can block, so it goes to the
+// closer thread (unix_socket.hpp). While the closer's queue is full the socket is parked and still
+// counts against its uid's and malld's connection limits, so a peer that makes closes hang cannot
+// make malld hold more than those limits allow (at most kMaxParkedSockets are parked).
+// The limits: kMaxDaemonConnections in all; the last kAdminConnectionReserve of them only for
+// admins (root, malld's uid, --admin-uid); ordinary users at most their per-uid limit each
+// (malld --max-connections-per-user) and kMaxWatchersPerUid watchers each.
 #pragma once
 
 #include <sys/types.h>
@@ -32,6 +40,18 @@ constexpr uint64_t epoll_tag(Source kind, uint64_t id) {
     return (static_cast<uint64_t>(kind) << kSourceShift) | (id & kSourceIdMask);
 }
 
+// malld serves at most this many connections at once (every user together).
+inline constexpr int kMaxDaemonConnections = 4096;
+// ... of which ordinary (non-admin) users together hold at most kMaxDaemonConnections minus this:
+// admins (root: the Slurm plugin, the OCI hook, mallctl) always find a free slot.
+inline constexpr int kAdminConnectionReserve = 256;
+inline constexpr int kMaxNonAdminConnections = kMaxDaemonConnections - kAdminConnectionReserve;
+// Sockets parked while the closer's queue is full (Connections::dispose); past this many (a
+// closer stuck for good), a socket is closed on the loop after all, the last resort.
+inline constexpr size_t kMaxParkedSockets = 1024;
+// Watch subscribers are never closed as idle: an ordinary user may hold at most this many.
+inline constexpr int kMaxWatchersPerUid = 8;
+
 struct Connection {
     struct Outgoing {
         std::string data;
@@ -40,6 +60,7 @@ struct Connection {
     uint64_t id = 0;
     UniqueFd fd;
     PeerCred peer;
+    bool admin = false;  // the peer's uid is an admin's (AccessRules::is_admin), taken at accept
     bool watcher = false;
     bool closing = false;
     bool want_write = false;
@@ -53,8 +74,6 @@ struct Connection {
     UniqueFd peer_pidfd;
     unsigned long long accepted_ticks = 0;  // CLOCK_BOOTTIME at accept, in clock ticks
     TimePoint last_activity{};              // last packet received (idle connections close)
-    TimePoint refusal_log_window{};         // per-connection rate limit for refusal logs
-    int refusals_logged = 0;
 };
 
 class Connections {
@@ -63,11 +82,23 @@ public:
     Connections(const Connections &) = delete;
     Connections &operator=(const Connections &) = delete;
 
-    // Takes an accepted socket into the loop (EPOLLIN). Null when epoll refuses it.
-    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd);
+    // Takes an accepted socket into the loop (EPOLLIN). Null when epoll refuses it (the socket
+    // is disposed of).
+    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin);
     Connection *find(uint64_t id);
-    size_t size() const { return connections_.size(); }
-    int count_of_uid(uid_t uid) const;
+    // Connections open, parked sockets included (what kMaxDaemonConnections bounds).
+    size_t size() const { return connections_.size() + parked_.size(); }
+    // Of those, the ones of non-admin peers (what kMaxNonAdminConnections bounds).
+    int non_admin_count() const { return non_admin_; }
+    int count_of_uid(uid_t uid) const;  // parked sockets included
+    // A Watch on c may start: an admin's, a connection watching already, or one of a uid that
+    // holds fewer than kMaxWatchersPerUid watchers. Else false with *why in words.
+    bool may_watch(const Connection &c, std::string *why) const;
+    // A socket malld is done with (a connection it refused or dropped): to the closer thread, or
+    // parked while the closer's queue is full (counted for `uid` meanwhile).
+    void dispose(UniqueFd fd, uid_t uid, bool admin);
+    // Hands parked sockets to the closer as its queue makes room (the loop calls it).
+    void retry_parked();
     std::map<uint64_t, Connection> &all() { return connections_; }
     const std::map<uint64_t, Connection> &all() const { return connections_; }
 
@@ -94,7 +125,8 @@ public:
     // Removes a connection from the loop; returns the job and attach id it was attached to, so the
     // caller can detach it from the core after the erase.
     std::pair<std::string, uint64_t> close(uint64_t id);
-    // Closes every connection without detaching (malld is stopping; the state keeps the jobs).
+    // Closes every connection without detaching (malld is stopping; the state keeps the jobs):
+    // their sockets go to the closer; those it cannot take are left to the process's exit.
     void close_all();
 
 private:
@@ -110,7 +142,15 @@ private:
     int epoll_fd_;
     uint64_t next_id_ = 1;
     std::map<uint64_t, Connection> connections_;
-    std::map<uid_t, int> per_uid_;  // open connections of each peer uid
+    std::map<uid_t, int> per_uid_;  // open connections (and parked sockets) of each peer uid
+    int non_admin_ = 0;             // open connections (and parked sockets) of non-admin peers
+    struct Parked {
+        UniqueFd fd;
+        uid_t uid;
+        bool admin;
+    };
+    std::deque<Parked> parked_;  // sockets waiting for room in the closer's queue
+    void count(uid_t uid, bool admin, int change);
     EventView event_view_;
 };
 

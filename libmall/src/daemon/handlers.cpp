@@ -473,6 +473,11 @@ void RequestHandlers::handle_release(Connection &c, const proto::Message &msg) {
 }
 
 void RequestHandlers::handle_watch(Connection &c, const proto::Message &msg) {
+    // Watchers are never closed as idle: an ordinary user holds at most kMaxWatchersPerUid.
+    if (std::string why; !connections_.may_watch(c, &why)) {
+        connections_.reply_error(c, msg.request_id, MALL_ERR_DENIED, why);
+        return;
+    }
     // From now on c gets the events it may see (event_for_watcher, at each broadcast).
     c.watcher = true;
     connections_.reply(c, msg.request_id, proto::ok_reply());

@@ -73,7 +73,9 @@ void KernelEffects::job_removed(const std::string &job) {
 void KernelEffects::event(const nlohmann::json &event) {
     nlohmann::json ev = event;
     if (!ev.contains("time")) ev["time"] = epoch_seconds();
-    if (log_enabled(LogLevel::Info)) log_info("event " + ev.dump());
+    // A job's own usage reports (mall_set_usage, at most one a second: NodeManager) are routine.
+    const LogLevel level = ev.value("event", "") == "usage" ? LogLevel::Debug : LogLevel::Info;
+    if (log_enabled(level)) log_line(level, "event " + ev.dump());
     connections_.broadcast_event(ev);
     if (end_observer_ && ev.value("event", "") == "end") end_observer_(ev);
 }

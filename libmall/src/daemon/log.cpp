@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // log.cpp — see log.hpp. The level is an atomic (read on every line, set once at start-up); the
-// rate limiter's windows sit behind a mutex, so that any thread may use it.
+// rate limiter's windows sit behind a mutex, so that any thread may use it (a LogBudget has one
+// owner thread and no lock).
 #include "log.hpp"
 
 #include <time.h>
@@ -85,6 +86,34 @@ void log_warn_limited(const std::string &kind, const std::string &text) {
     w.suppressed = 0;
     lock.unlock();
     log_warn(text + (left_out ? " (" + std::to_string(left_out) + " similar warning(s) left out)" : ""));
+}
+
+bool LogBudget::allow(uint64_t key, std::chrono::steady_clock::time_point now, uint64_t *held_back) {
+    using Seconds = std::chrono::duration<double>;
+    const double per_second = burst_ / std::max(Seconds(period_).count(), 1e-3);
+    if (buckets_.size() > 4096) {  // forget keys that are quiet again (full bucket, nothing held)
+        for (auto it = buckets_.begin(); it != buckets_.end();) {
+            const Bucket &b = it->second;
+            const double tokens = b.tokens + Seconds(now - b.refilled).count() * per_second;
+            it = (tokens >= burst_ && b.held_back == 0) ? buckets_.erase(it) : std::next(it);
+        }
+    }
+    auto [it, fresh] = buckets_.try_emplace(key);
+    Bucket &b = it->second;
+    if (fresh) {
+        b.tokens = burst_;
+    } else {
+        b.tokens = std::min<double>(burst_, b.tokens + Seconds(now - b.refilled).count() * per_second);
+    }
+    b.refilled = now;
+    if (b.tokens < 1) {
+        ++b.held_back;
+        return false;
+    }
+    b.tokens -= 1;
+    if (held_back) *held_back = b.held_back;
+    b.held_back = 0;
+    return true;
 }
 
 // At most kMaxLoggedText characters: a client can neither forge log lines (newlines) nor blow up

@@ -2,9 +2,13 @@
 // log.hpp — malld's log: "2026-11-22T10:00:00.123 malld[pid] level: text" on stderr, one write(2)
 // per line so that lines of concurrent threads never interleave. Safe from any thread. Text a
 // client chose goes through log_text() first; warnings a client can trigger at will go through
-// log_warn_limited(), so no client can forge lines or flood the log.
+// log_warn_limited() (one line per kind per second) or a LogBudget (a few lines per uid), so no
+// client can forge lines or flood the log.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +29,26 @@ inline void log_debug(const std::string &text) { log_line(LogLevel::Debug, text)
 // A warning logged at most once per second per `kind`; the next line of that kind says how many
 // were left out.
 void log_warn_limited(const std::string &kind, const std::string &text);
+
+// A token bucket per key (a uid) for lines a client can cause at will (refusals): `burst` lines at
+// once, then one more every period / burst. Lines over the budget are only counted; when the
+// key's next line is allowed, held_back says how many were left out since its last one. The
+// table forgets keys whose bucket is full again, so it stays small. One owner thread.
+class LogBudget {
+public:
+    LogBudget(int burst, std::chrono::steady_clock::duration period) : burst_(burst), period_(period) {}
+    bool allow(uint64_t key, std::chrono::steady_clock::time_point now, uint64_t *held_back);
+
+private:
+    struct Bucket {
+        double tokens = 0;
+        std::chrono::steady_clock::time_point refilled{};
+        uint64_t held_back = 0;
+    };
+    int burst_;
+    std::chrono::steady_clock::duration period_;
+    std::map<uint64_t, Bucket> buckets_;
+};
 
 // For work malld repeats that may fail for a while (a file it rewrites, an update it sends): each
 // distinct failure is logged once, not on every try, and the first success after one says so.

@@ -146,7 +146,14 @@ int main(int argc, char **argv) {
     const std::string per_user_help =
         "connections one non-admin user may hold open at once (every rank of a job holds one); "
         "further ones are refused with an error naming this option (default: 8 per cpu of the "
-        "pool, at least 256; at most " + std::to_string(mall::kMaxDaemonConnections) + ")";
+        "pool, at least " + std::to_string(mall::kMinDefaultConnectionsPerUid) + ", at most " +
+        std::to_string(mall::kMaxDefaultConnectionsPerUid) + "). malld serves " +
+        std::to_string(mall::kMaxDaemonConnections) + " connections in all, of which non-admin "
+        "users share " + std::to_string(mall::kMaxNonAdminConnections) + ": the last " +
+        std::to_string(mall::kAdminConnectionReserve) + " are kept for root and admin uids, so "
+        "the Slurm plugin and mallctl always get in; with the default, 16 users at the limit leave "
+        "room for more. Each non-admin user may hold at most " +
+        std::to_string(mall::kMaxWatchersPerUid) + " watch connections";
     po::options_description options("Options", 100, 40);
     // clang-format off
     options.add_options()

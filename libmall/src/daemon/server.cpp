@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -35,7 +36,6 @@ namespace mall {
 
 namespace {
 
-constexpr size_t kMaxConnections = kMaxDaemonConnections;
 // A connection that is not attached, not watching and not waiting for a deferred reply has no
 // reason to stay silent this long: it only holds a descriptor.
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
@@ -58,7 +58,7 @@ void refuse_connection(int fd, int code, const std::string &text) {
 }  // namespace
 
 int default_connections_per_uid(int cpus) {
-    return std::clamp(8 * std::max(cpus, 0), 256, kMaxDaemonConnections);
+    return std::clamp(8 * std::max(cpus, 0), kMinDefaultConnectionsPerUid, kMaxDefaultConnectionsPerUid);
 }
 
 Server::Server(ServerOptions options, const Topology &topology, CpuSet pool,
@@ -123,10 +123,16 @@ bool Server::start(std::string *error) {
     if (listen_flags < 0 || ::fcntl(lfd, F_SETFL, listen_flags | O_NONBLOCK) != 0)
         return fail(std::string("cannot make the socket non-blocking: ") + std::strerror(errno));
     // No client may push descriptors on malld: closing a peer-chosen file can block the loop.
-    // Set on the listener so that it already holds for packets sent before accept().
-    if (!refuse_passed_descriptors(lfd))
+    // Set on the listener so that it already holds for packets sent before accept(). The tests
+    // set MALLD_TEST_WITHOUT_SO_PASSRIGHTS=1 to serve as on kernels before 6.16.
+    const char *without = std::getenv("MALLD_TEST_WITHOUT_SO_PASSRIGHTS");
+    refuse_descriptors_ = !(without && std::strcmp(without, "1") == 0);
+    if (!refuse_descriptors_)
+        log_warn("MALLD_TEST_WITHOUT_SO_PASSRIGHTS=1: malld takes passed descriptors as on kernels before "
+                 "6.16 (for tests only)");
+    else if (!refuse_passed_descriptors(lfd))
         log_info(std::string("this kernel cannot refuse passed descriptors (SO_PASSRIGHTS: ") +
-                 std::strerror(errno) + "); malld closes any it gets on a helper thread");
+                 std::strerror(errno) + "); malld closes any it gets on its closer thread");
     // A descriptor in reserve: when malld runs out, it frees this one to accept and close the
     // next connection, instead of leaving it pending (the listener would wake the loop forever).
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -234,6 +240,7 @@ void Server::stop_cleanly() {
     persistence_->save_if_changed(*manager_, pool_, *pids_, *backend_, true);
     persistence_->flush();
     connections_->close_all();
+    stop_descriptor_closer(std::chrono::seconds(2));  // a close that hangs must not hang the stop
     pids_->clear();
     backend_->stop();
     // Stale figures must not look live: node_exporter stops exporting them with the file.
@@ -330,6 +337,7 @@ void Server::after_events() {
         for (uint64_t id : closing) close_connection(id);
         handlers_->process_pending(Clock::now());
     }
+    connections_->retry_parked();
     save_state(Clock::now());
     if (next_metrics_write_ && Clock::now() >= *next_metrics_write_) write_metrics(Clock::now());
 }
@@ -400,14 +408,49 @@ void Server::accept_and_drop_one() {
     int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     PeerCred peer;
     if (fd >= 0) {
+        UniqueFd owned(fd);
         peer_credentials(fd, &peer);
-        ::close(fd);
+        connections_->dispose(std::move(owned), peer.uid, access_.is_admin(peer.uid));
     }
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     log_warn_limited("emfile", "out of file descriptors (" + std::to_string(connections_->size()) +
                                    " connections open): refused a connection from uid " +
                                    std::to_string(peer.uid) + " pid " + std::to_string(peer.pid) +
                                    "; raise malld's open-file limit (ulimit -n / LimitNOFILE)");
+}
+
+// Admins are refused only when every slot is taken, and ordinary users can never take the last
+// kAdminConnectionReserve: root's tools, the Slurm plugin and the OCI hook always get in.
+std::string Server::connection_refusal(const PeerCred &peer, bool admin) const {
+    const std::string who = "uid " + std::to_string(peer.uid) + " pid " + std::to_string(peer.pid);
+    const size_t open = connections_->size();
+    const size_t of_admins = open - static_cast<size_t>(connections_->non_admin_count());
+    const bool all_taken = open >= static_cast<size_t>(kMaxDaemonConnections);
+    if (all_taken && (!admin || of_admins >= static_cast<size_t>(kAdminConnectionReserve))) {
+        const std::string limit = std::to_string(kMaxDaemonConnections);
+        log_warn_limited("connections", "refused a connection from " + who + ": " + limit +
+                                            " connections are open already");
+        return "malld serves " + limit + " connections already, its limit; try again later";
+    }
+    if (admin) return "";
+    if (connections_->non_admin_count() >= kMaxNonAdminConnections) {
+        const std::string limit = std::to_string(kMaxNonAdminConnections);
+        log_warn_limited("connections-non-admin",
+                         "refused a connection from " + who + ": ordinary users hold " + limit +
+                             " connections, their share (the other " +
+                             std::to_string(kAdminConnectionReserve) + " are kept for admins)");
+        return "malld serves " + limit + " connections of ordinary users already, their limit "
+               "(the rest are kept for root and admin uids); try again later";
+    }
+    if (connections_->count_of_uid(peer.uid) >= options_.max_connections_per_uid) {
+        const std::string limit = std::to_string(options_.max_connections_per_uid);
+        log_warn_limited("connections-per-uid", "refused a connection from " + who + ": that user has " +
+                                                    limit + " connections open, the limit per non-admin user "
+                                                            "(raise it with malld --max-connections-per-user)");
+        return "uid " + std::to_string(peer.uid) + " holds " + limit +
+               " connections, the per-user limit (malld --max-connections-per-user)";
+    }
+    return "";
 }
 
 void Server::handle_listen() {
@@ -425,35 +468,18 @@ void Server::handle_listen() {
         }
         UniqueFd owned(fd);
         // Also set on the listener (inherited); repeated here in case the kernel does not pass it on.
-        refuse_passed_descriptors(fd);
+        if (refuse_descriptors_) refuse_passed_descriptors(fd);
         PeerCred peer;
         if (!peer_credentials(fd, &peer)) {
             log_warn_limited("credentials", std::string("cannot read the credentials of a new client: ") +
                                                 std::strerror(errno) + "; closing it");
+            connections_->dispose(std::move(owned), peer.uid, false);
             continue;
         }
-        if (connections_->size() >= kMaxConnections) {
-            log_warn_limited("connections", "refused a connection from uid " + std::to_string(peer.uid) +
-                                                " pid " + std::to_string(peer.pid) + ": " +
-                                                std::to_string(kMaxConnections) +
-                                                " connections are open already");
-            refuse_connection(owned.get(), MALL_ERR_DENIED,
-                              "malld serves " + std::to_string(kMaxConnections) +
-                                  " connections already, its limit; try again later");
-            continue;
-        }
-        // One ordinary user cannot take every connection (or malld's descriptors): admins are exempt.
-        if (!access_.is_admin(peer.uid) &&
-            connections_->count_of_uid(peer.uid) >= options_.max_connections_per_uid) {
-            const std::string limit = std::to_string(options_.max_connections_per_uid);
-            log_warn_limited("connections-per-uid",
-                             "refused a connection from uid " + std::to_string(peer.uid) + " pid " +
-                                 std::to_string(peer.pid) + ": that user has " + limit +
-                                 " connections open, the limit per non-admin user "
-                                 "(raise it with malld --max-connections-per-user)");
-            refuse_connection(owned.get(), MALL_ERR_DENIED,
-                              "uid " + std::to_string(peer.uid) + " holds " + limit +
-                                  " connections, the per-user limit (malld --max-connections-per-user)");
+        const bool admin = access_.is_admin(peer.uid);
+        if (std::string why = connection_refusal(peer, admin); !why.empty()) {
+            refuse_connection(owned.get(), MALL_ERR_DENIED, why);
+            connections_->dispose(std::move(owned), peer.uid, admin);
             continue;
         }
         // The peer process itself, taken now: its pid may be reused before it sends Attach.
@@ -462,9 +488,10 @@ void Server::handle_listen() {
         if (!pidfd && pidfd_error == ESRCH) {
             log_debug("connection from uid " + std::to_string(peer.uid) + " pid " +
                       std::to_string(peer.pid) + " closed: that process has exited already");
+            connections_->dispose(std::move(owned), peer.uid, admin);
             continue;
         }
-        Connection *c = connections_->add(std::move(owned), peer, std::move(pidfd));
+        Connection *c = connections_->add(std::move(owned), peer, std::move(pidfd), admin);
         if (!c) continue;
         c->accepted_ticks = boot_time_ticks();
         log_debug("connection " + std::to_string(c->id) + " from uid " + std::to_string(peer.uid) +
@@ -493,8 +520,8 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
     for (int k = 0; k < kPacketsPerWakeup && !c.closing; ++k) {
         std::string packet;
-        // Clients have no business passing descriptors: recv_packet closes any (off this thread,
-        // since a close can block) when we ask for none.
+        // Clients have no business passing descriptors: recv_packet hands any to the closer
+        // thread (a close can block) when we ask for none.
         ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true);
         if (n > 0) {
             c.last_activity = Clock::now();
@@ -506,6 +533,12 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
             break;
         }
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == ENOBUFS) {  // the closer's queue is full: nothing was read
+            log_warn_limited("closer-full", "dropping the connection of uid " + std::to_string(c.peer.uid) +
+                                                " pid " + std::to_string(c.peer.pid) + ": malld's closer thread has " +
+                                                std::to_string(descriptors_waiting_to_close()) +
+                                                " descriptors queued (passed files whose close hangs)");
+        }
         if (errno == EMSGSIZE) {
             std::string text = "packet larger than " + std::to_string(proto::kMaxPacket) +
                                " bytes; closing the connection";

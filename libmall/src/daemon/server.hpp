@@ -33,6 +33,18 @@
 
 namespace mall {
 
+// --max-connections-per-user's default for a pool of `cpus` cpus: 8 per cpu (a rank per cpu with
+// room for tools and helper connections), at least kMinDefaultConnectionsPerUid, at most
+// kMaxDefaultConnectionsPerUid. The arithmetic (connections.hpp has the limits): ordinary users
+// share kMaxNonAdminConnections = 4096 - 256 = 3840 connections, and admins keep their 256
+// whatever ordinary users do; 16 users at the default's maximum hold 16 x 224 = 3584 of the 3840,
+// so a 17th still finds 256.
+inline constexpr int kMinDefaultConnectionsPerUid = 128;
+inline constexpr int kMaxDefaultConnectionsPerUid = 224;
+static_assert(16 * kMaxDefaultConnectionsPerUid + 256 <= kMaxNonAdminConnections,
+              "16 ordinary users at the default limit must leave room for a 17th");
+int default_connections_per_uid(int cpus);
+
 struct ServerOptions {
     std::string socket_path;
     unsigned socket_mode = 0666;  // authorization is by SO_PEERCRED, not by file mode
@@ -42,7 +54,7 @@ struct ServerOptions {
     bool policy_given = false;     // --policy was on the command line: it wins over the state file
     std::set<uid_t> admin_uids;    // besides root and malld's own euid
     bool allow_self_register = false;
-    int max_connections_per_uid = 256;  // open connections of one non-admin uid (malld option)
+    int max_connections_per_uid = kMinDefaultConnectionsPerUid;  // of one non-admin uid (malld option)
     // --metrics-file: Prometheus text (common/metrics_text.hpp) rewritten atomically every
     // metrics_interval, and removed when malld stops cleanly; empty: none.
     std::string metrics_file;
@@ -57,11 +69,6 @@ struct ServerOptions {
     std::string host;  // the node's name in history records
 };
 
-// malld serves at most this many connections at once (every user together).
-inline constexpr int kMaxDaemonConnections = 4096;
-// --max-connections-per-user's default for a pool of `cpus` cpus: 8 per cpu (a rank per cpu with
-// room for tools and helper connections), at least 256, at most kMaxDaemonConnections.
-int default_connections_per_uid(int cpus);
 
 class Server final {
 public:
@@ -86,6 +93,8 @@ public:
 private:
     void handle_listen();
     void accept_and_drop_one();
+    // Why a new connection of `peer` is refused (logged, rate-limited), or "" when it is served.
+    std::string connection_refusal(const PeerCred &peer, bool admin) const;
     void handle_signal();
     void handle_connection(uint64_t id, uint32_t events);
     void handle_slurm_results();
@@ -119,6 +128,7 @@ private:
     UniqueFd signal_fd_;
     UniqueFd spare_fd_;  // /dev/null held in reserve: freed to accept-and-close on EMFILE/ENFILE
     bool listening_ = false;
+    bool refuse_descriptors_ = true;  // SO_PASSRIGHTS off (MALLD_TEST_WITHOUT_SO_PASSRIGHTS: not)
     bool stopping_ = false;
     // What enable_slurm_checks() asked for: start() builds slurm_ from it once the stop signals
     // are blocked, so the checker's thread can never take them.

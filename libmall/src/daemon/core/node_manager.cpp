@@ -231,7 +231,23 @@ Outcome NodeManager::set_usage(const std::string &job, int cpus_used, TimePoint 
                        std::to_string(cpus_used));
     }
     Job &self = it->second;
-    if (self.usage_cap == cpus_used) return Outcome::success();
+    if (self.usage_applied && now < *self.usage_applied + kUsageInterval) {
+        // Too soon after the last change: the latest wish waits for tick() (none if it is the
+        // cap in force).
+        if (cpus_used == self.usage_cap)
+            self.usage_wanted.reset();
+        else
+            self.usage_wanted = cpus_used;
+        return Outcome::success();
+    }
+    self.usage_wanted.reset();
+    apply_usage(job, self, cpus_used, now);
+    return Outcome::success();
+}
+
+void NodeManager::apply_usage(const std::string &job, Job &self, int cpus_used, TimePoint now) {
+    if (self.usage_cap == cpus_used) return;
+    self.usage_applied = now;
     const int planned_before = self.planned_max();
     self.usage_cap = cpus_used;
     nlohmann::json ev = make_event("usage");
@@ -241,7 +257,19 @@ Outcome NodeManager::set_usage(const std::string &job, int cpus_used, TimePoint 
     effects_.event(ev);
     // The job's min is unchanged, so the plan stays feasible whatever the cap.
     if (self.planned_max() != planned_before) replan(now);
-    return Outcome::success();
+}
+
+void NodeManager::apply_due_usage(TimePoint now) {
+    std::vector<std::string> due;
+    for (const auto &[id, job] : jobs_)
+        if (job.usage_wanted && (!job.usage_applied || now >= *job.usage_applied + kUsageInterval))
+            due.push_back(id);
+    for (const std::string &id : due) {  // replans add or remove no job: the names stay valid
+        Job &self = jobs_.at(id);
+        const int wanted = *self.usage_wanted;
+        self.usage_wanted.reset();
+        apply_usage(id, self, wanted, now);
+    }
 }
 
 Outcome NodeManager::set_cpus(const std::string &job, std::optional<CpuSet> pinned,

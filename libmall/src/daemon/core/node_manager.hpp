@@ -103,6 +103,11 @@ struct Job {
     // planned with max = clamp(usage_cap, min, max), so the surplus above its min is lent.
     int usage_cap = 0;
     int planned_max() const;
+    // Usage changes take effect at most once per kUsageInterval (each is a replan, an event and
+    // its broadcast): one that comes sooner waits here until usage_applied + kUsageInterval, and
+    // a later one replaces it (NodeManager::set_usage, tick).
+    std::optional<int> usage_wanted;
+    std::optional<TimePoint> usage_applied;
     // mallctl set --threads: the job keeps its cpus but runs this many threads (0 = one per cpu).
     // Published with each allocation as min(threads, its cpus); published_threads is what the
     // page says now (0 = one per cpu).
@@ -285,7 +290,8 @@ public:
     // Progress totals since the reporting process attached; `now` dates them for rate samples.
     void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now);
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
-    // job's min is unchanged); replans when the planned max changes.
+    // job's min is unchanged); replans when the planned max changes. Coalesced: within
+    // kUsageInterval of the last change it is only noted, and tick() applies the latest one.
     Outcome set_usage(const std::string &job, int cpus_used, TimePoint now);
 
     // --- time ---
@@ -338,6 +344,8 @@ public:
 
 private:
     void replan(TimePoint now);   // recompute targets with the policy, then advance
+    void apply_usage(const std::string &job, Job &self, int cpus_used, TimePoint now);
+    void apply_due_usage(TimePoint now);  // the coalesced Usage changes whose time has come
     // Removes a job, adds its accounting to the node's totals, reports its end ("deregistered",
     // "exited", "released", with its accounting) and its removal; the caller replans.
     void end_job(const std::string &job, const char *reason, TimePoint now);
@@ -383,6 +391,8 @@ private:
 inline constexpr std::chrono::milliseconds kMinRateWindow{400};
 inline constexpr std::chrono::seconds kDwell{6};
 inline constexpr std::chrono::seconds kRateReplan{2};
+// A job's Usage changes take effect at most once per kUsageInterval (Job::usage_wanted).
+inline constexpr std::chrono::seconds kUsageInterval{1};
 inline constexpr size_t kMaxRateSamples = 64;
 // A failed narrowing (the cgroup still lets the job run on the wider set) is written again after this.
 inline constexpr std::chrono::seconds kEnforceRetry{1};

@@ -29,6 +29,7 @@ std::optional<CpuSet> next_step(const CpuSet &published, const CpuSet &goal, con
 // time
 
 void NodeManager::tick(TimePoint now) {
+    apply_due_usage(now);
     if (policy_ == PolicyKind::Throughput && !jobs_.empty() && (!next_rate_replan_ || *next_rate_replan_ <= now)) {
         next_rate_replan_ = now + kRateReplan;
         replan(now);  // new rate samples may move cores
@@ -50,6 +51,10 @@ std::optional<TimePoint> NodeManager::next_deadline() const {
         if (job.awaiting_ack && (!next || job.ack_deadline < *next)) next = job.ack_deadline;
         if (job.enforce_retry_at && (!next || *job.enforce_retry_at < *next))
             next = job.enforce_retry_at;
+        if (job.usage_wanted) {
+            const TimePoint due = job.usage_applied.value_or(TimePoint{}) + kUsageInterval;
+            if (!next || due < *next) next = due;
+        }
     }
     if (policy_ == PolicyKind::Throughput && !jobs_.empty()) {
         const TimePoint replan_at = next_rate_replan_.value_or(TimePoint{});
