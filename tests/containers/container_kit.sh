@@ -45,7 +45,7 @@
 #   ctr_bind_ro PATH...      add host folders mounted read-only at the same path in every container
 #   ctr_mall_opts SOCKET JOB [CGROUP_PARENT]
 #                            fill the array CTR_MALL_OPTS with what a mall container needs:
-#                            --cgroup-parent, the socket's folder bind-mounted (read-write, same
+#                            --cgroup-parent, the socket's folder bind-mounted (read-only, same
 #                            path), MALL_SOCKET and MALL_JOB_ID
 #   ctr_run ENGINE NAME [RUN-OPTIONS...] -- CMD...
 #                            podman/docker run of CMD in container $CTR_PREFIX-NAME: --network none,
@@ -235,7 +235,7 @@ ctr_mall_opts() { # ctr_mall_opts SOCKET JOB [CGROUP_PARENT]
   [ -d "$dir" ] || { ctr__err "ctr_mall_opts: the socket's folder $dir does not exist"; return 1; }
   [ -d "$(ctr_cgroup_path "$parent")" ] || ctr_cgroup_make "$parent" || return 1
   # shellcheck disable=SC2034  # the caller's: "${CTR_MALL_OPTS[@]}"
-  CTR_MALL_OPTS=(--cgroup-parent="$parent" --volume="$dir:$dir" --env="MALL_SOCKET=$socket" --env="MALL_JOB_ID=$job")
+  CTR_MALL_OPTS=(--cgroup-parent="$parent" --volume="$dir:$dir:ro" --env="MALL_SOCKET=$socket" --env="MALL_JOB_ID=$job")
 }
 
 # ---- cgroups ----------------------------------------------------------------------------------------

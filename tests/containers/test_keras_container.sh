@@ -181,13 +181,14 @@ keras_env=(--env=PYTHONPATH="$repo/python" --env=MALL_LIBRARY="$lib" --env=MALL_
            --env=TF_CPP_MIN_LOG_LEVEL=2 --env=HOME=/tmp)
 keras_cmd=("$py" -u "$trainer" --steps "$steps" --print-every 100 --log-changes)
 
-# check_job WAY JOB OUT: the moves and what the user sees, while the container of JOB runs its fit.
+# check_job WAY JOB OUT [NAME]: the moves and what the user sees, while the container of JOB (named
+# NAME, default JOB; the hook's jobs carry its --job-prefix) runs its fit.
 check_job() {
-  local way=$1 job=$2 out=$3 pid n masks tids tid parked bad t resize_line
+  local way=$1 job=$2 out=$3 name=${4:-$2} pid n masks tids tid parked bad t resize_line
   if ! ctr_wait_until 90000 "$way: the first step line of the timed fit" has_line "$out" '^step 1 '; then
     fail "$way: no step line within 90 s:"; sed 's/^/      /' "$out"; return 1
   fi
-  pid=$(ctr_pid podman "$job") || { fail "$way: no host pid for the container"; return 1; }
+  pid=$(ctr_pid podman "$name") || { fail "$way: no host pid for the container"; return 1; }
   note "$way: $(grep -m1 '^start ' "$out") (container view); host pid $pid, $(ls /proc/"$pid"/task | wc -l) threads, cgroup $(ctr_cgroup_of "$pid")"
   if ctr_wait_until 10000 "$job attached" job_attached "$job"; then
     pass "$way: job $job is a container job with libmall inside attached ($(job_json "$job" | jq -c '{cpus, container, attached}'))"
@@ -260,20 +261,20 @@ t0=$(ctr__now_ms)
 CTR_STEP_TIMEOUT_S=180 ctr_run podman kerashook --rm --annotation io.mall.malleable="1:$npool" --annotation io.mall.job=kerashook \
   "${keras_env[@]}" -- "${keras_cmd[@]}" >"$out" 2>&1 &
 run_pid=$!
-if ctr_wait_until 60000 "job kerashook registered by the hook" sh -c "[ -n \"\$(timeout 10 '$bin/mallctl' --socket '$sock' status --json | jq -r '.jobs[] | select(.job == \"kerashook\") | .job')\" ]"; then
-  j=$(job_json kerashook)
+if ctr_wait_until 60000 "job ctr-kerashook registered by the hook" sh -c "[ -n \"\$(timeout 10 '$bin/mallctl' --socket '$sock' status --json | jq -r '.jobs[] | select(.job == \"ctr-kerashook\") | .job')\" ]"; then
+  j=$(job_json ctr-kerashook)
   if jq -e '.container == true and ([.cgroups[] | select(.in_place == true)] | length == 1)' <<<"$j" >/dev/null; then
-    pass "$way: the hook registered job kerashook in place in the container's cgroup ($(jq -c '{min, max, cpus}' <<<"$j"))"
-  else fail "$way: job kerashook is not a container job in place: $j"; fi
-  check_job "$way" kerashook "$out"
+    pass "$way: the hook registered job ctr-kerashook in place in the container's cgroup ($(jq -c '{min, max, cpus}' <<<"$j"))"
+  else fail "$way: job ctr-kerashook is not a container job in place: $j"; fi
+  check_job "$way" ctr-kerashook "$out" kerashook
 else
-  fail "$way: no job kerashook; the hook's log:"; sed 's/^/      /' "$hook_log" 2>/dev/null
+  fail "$way: no job ctr-kerashook; the hook's log:"; sed 's/^/      /' "$hook_log" 2>/dev/null
 fi
 rc=0; wait "$run_pid" || rc=$?
 run_pid=""
 times+=("podman run of the fit through the hook $(( $(ctr__now_ms) - t0 )) ms")
-check_end "$way" kerashook "$out" "$rc"
-grep -q "poststop container .*job kerashook" "$hook_log" 2>/dev/null || fail "$way: the hook's log shows no poststop for kerashook"
+check_end "$way" ctr-kerashook "$out" "$rc"
+grep -q "poststop container .*job ctr-kerashook" "$hook_log" 2>/dev/null || fail "$way: the hook's log shows no poststop for ctr-kerashook"
 
 # ---- 3. nothing left ------------------------------------------------------------------------------------------
 left=$(mstatus | jq -r '[.jobs[].job] | join(",")')

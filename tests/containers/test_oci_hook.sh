@@ -32,11 +32,12 @@ DESCRIPTION
     a --log file) in the kit's private podman, and the shipped containers.conf lines
     (launch_scripts/examples/containers.conf.mall, with the private socket folder). Then:
       0. a container without io.mall.* annotations sees MALL_SOCKET and the socket (from the
-         containers.conf lines alone), reaches malld with mallctl, and is not registered;
-      1. a container run with io.mall.malleable=1:2 and io.mall.job=hookjob is job hookjob in
+         containers.conf lines alone), reaches malld with mallctl, cannot write in the socket's
+         folder (mounted read-only), and is not registered;
+      1. a container run with io.mall.malleable=1:2 and io.mall.job=hookjob is job ctr-hookjob in
          `mallctl status --json`: its init's pid, its container cgroup in "cgroups" with in_place
          true, uid 0, min 1, max 2; its init started on the job's cpus;
-      2. `mallctl set hookjob --cpus C` narrows the container: nproc inside is 1, the init's
+      2. `mallctl set ctr-hookjob --cpus C` narrows the container: nproc inside is 1, the init's
          Cpus_allowed_list on the host is C, its cgroup's cpuset.cpus is C; `--cpus auto` brings
          back the pool;
       3. mall_test_client (libmall) exec'd inside with MALL_JOB_ID attaches (status: attached)
@@ -52,6 +53,7 @@ DESCRIPTION
       5. io.mall.malleable=3:1 fails the start with the hook's line naming the annotation, also
          without io.mall.require; io.mall.malleable=3 (more than the pool) with
          io.mall.require=true does not start, without it the container runs unregistered;
+         io.mall.job=slurm-5 is job ctr-slurm-5 (the hooks.d file's --job-prefix);
       6. after malld stops and the kit cleans up: no job left, malld's --cgroup-parent folder
          gone in every hierarchy, and the kit's leak check finds nothing.
     Every engine command has a watchdog (CTR_STEP_TIMEOUT_S, here 30 s), the whole run --timeout.
@@ -172,14 +174,23 @@ out=$(ctr_exec podman plain "$bin/mallctl" status --json 2>&1)
 if [ "$(jq -r '.jobs | length' <<<"$out" 2>/dev/null)" = 0 ]; then
   pass "mallctl status inside it (MALL_SOCKET only) reaches malld, and the container is not registered (no jobs)"
 else fail "mallctl status inside the unannotated container: $out"; fi
+# Read-only (issue 37.1): root in a container connects to the socket (above) but cannot plant a file
+# in malld's folder, e.g. a symlink for malld to follow.
+out=$(ctr_exec podman plain /usr/bin/sh -c "ln -s /etc/passwd '$CTR_DIR/sock/planted' 2>&1; touch '$CTR_DIR/sock/planted2' 2>&1; echo end")
+if [ ! -L "$CTR_DIR/sock/planted" ] && [ ! -e "$CTR_DIR/sock/planted2" ] && grep -q "Read-only file system" <<<"$out"; then
+  pass "root in the container cannot write in the socket folder: $(head -n 1 <<<"$out")"
+else
+  fail "root in the container wrote in the socket folder (containers.conf.mall's volume must be :ro): $out"
+  rm -f "$CTR_DIR/sock/planted" "$CTR_DIR/sock/planted2"
+fi
 plain_id=$(ctr_id podman plain)
 if [ -e "$hook_log" ] && grep -q "container ${plain_id:0:12}" "$hook_log"; then
   fail "the hook ran for a container without io.mall.malleable:"; sed 's/^/      /' "$hook_log"
 else pass "the hook did not run for it (hooks.d when.annotations)"; fi
 ctr_rm podman plain || fail "rm -f of the unannotated container"
 
-# ---- 1. a container with the annotations is job hookjob, in place ----------------------------------------
-ctr_mall_opts "$sock" hookjob "$CTR_CGROUP/hookjob" || { fail "ctr_mall_opts"; exit 1; }
+# ---- 1. a container with the annotations is job ctr-hookjob, in place ----------------------------------------
+ctr_mall_opts "$sock" ctr-hookjob "$CTR_CGROUP/hookjob" || { fail "ctr_mall_opts"; exit 1; }
 rc=0
 ctr_ms t ctr_run podman job -d --annotation io.mall.malleable=1:2 --annotation io.mall.job=hookjob \
   "${CTR_MALL_OPTS[@]}" -- /usr/bin/sleep 600 >"$CTR_DIR/run.out" 2>&1 || rc=$?
@@ -190,49 +201,49 @@ if [ "$rc" != 0 ]; then
 fi
 pid=$(ctr_pid podman job) cg=$(ctr_cgroup_of "$pid") cid=$(ctr_id podman job)
 note "container ${cid:0:12}: init host pid $pid, cgroup $cg; podman run -d took $t ms"
-j=$(job_json hookjob)
+j=$(job_json ctr-hookjob)
 if [ -z "$j" ]; then
-  fail "mallctl status --json lists no job hookjob: $(mstatus)"; sed 's/^/      hook: /' "$hook_log" 2>/dev/null
+  fail "mallctl status --json lists no job ctr-hookjob: $(mstatus)"; sed 's/^/      hook: /' "$hook_log" 2>/dev/null
 else
   note "status: $(jq -c '{job, uid, min, max, cpus, pids, cgroups, container, attached}' <<<"$j")"
   if jq -e --arg cg "$cg" '[.cgroups[] | select((.path | endswith($cg)) and .in_place == true)] | length == 1' <<<"$j" >/dev/null; then
-    pass "job hookjob is in mallctl status with the container's cgroup $cg in place"
-  else fail "job hookjob's cgroups are $(jq -c .cgroups <<<"$j"), not the container's $cg in place"; fi
+    pass "job ctr-hookjob is in mallctl status with the container's cgroup $cg in place"
+  else fail "job ctr-hookjob's cgroups are $(jq -c .cgroups <<<"$j"), not the container's $cg in place"; fi
   if jq -e --argjson p "$pid" '(.pids | index($p)) != null and .uid == 0 and .min == 1 and .max == 2' <<<"$j" >/dev/null; then
     pass "its pids hold the init ($pid), uid 0 (root in the container, no uid map), min 1, max 2"
-  else fail "job hookjob: pids/uid/min/max are $(jq -c '{pids, uid, min, max}' <<<"$j")"; fi
+  else fail "job ctr-hookjob: pids/uid/min/max are $(jq -c '{pids, uid, min, max}' <<<"$j")"; fi
   # A container job: its processes are found by cgroup and attach without a job name.
   if [ "$(jq -r '.container // false' <<<"$j")" = true ]; then pass "malld lists it as a container job (\"container\": true)"
-  else fail "malld does not list hookjob as a container job (no \"container\": true)"; fi
+  else fail "malld does not list ctr-hookjob as a container job (no \"container\": true)"; fi
   job_cpus=$(jq -r .cpus <<<"$j")
   if [ "$(norm_cpus "$(cpus_allowed "$pid")")" = "$(norm_cpus "$job_cpus")" ]; then
     pass "the container's init runs on the job's cpus ($job_cpus)"
   else fail "the init's Cpus_allowed_list is $(cpus_allowed "$pid"), the job holds $job_cpus"; fi
 fi
-if grep -q "container ${cid:0:12}.* is job hookjob" "$hook_log" 2>/dev/null; then
-  note "hook log: $(grep "is job hookjob" "$hook_log" | tail -n 1)"
+if grep -q "container ${cid:0:12}.* is job ctr-hookjob" "$hook_log" 2>/dev/null; then
+  note "hook log: $(grep "is job ctr-hookjob" "$hook_log" | tail -n 1)"
 else fail "the hook's log has no registration line for ${cid:0:12}"; fi
 
 # ---- 2. mallctl set narrows the container and hands it back --------------------------------------------
 if [ "$npool" -lt 2 ]; then
   note "the pool has one cpu: narrowing cannot be shown on this machine"
 else
-  ctr_ms t timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus "$cpu_last" >/dev/null ||
-    fail "mallctl set hookjob --cpus $cpu_last"
-  if ctr_wait_until 5000 "" job_cpus_are hookjob "$cpu_last"; then
+  ctr_ms t timeout 15 "$bin/mallctl" --socket "$sock" set ctr-hookjob --cpus "$cpu_last" >/dev/null ||
+    fail "mallctl set ctr-hookjob --cpus $cpu_last"
+  if ctr_wait_until 5000 "" job_cpus_are ctr-hookjob "$cpu_last"; then
     n=$(ctr_exec podman job nproc) allowed=$(cpus_allowed "$pid")
     cs=$(cat "$(ctr_cgroup_path "$cg")/cpuset.cpus" 2>/dev/null)
     if [ "$n" = 1 ] && [ "$allowed" = "$cpu_last" ] && [ "$cs" = "$cpu_last" ]; then
-      pass "mallctl set hookjob --cpus $cpu_last ($t ms): nproc inside 1, init's Cpus_allowed_list $allowed, cgroup cpuset.cpus $cs"
+      pass "mallctl set ctr-hookjob --cpus $cpu_last ($t ms): nproc inside 1, init's Cpus_allowed_list $allowed, cgroup cpuset.cpus $cs"
     else fail "after set --cpus $cpu_last: nproc inside '$n', init's Cpus_allowed_list '$allowed', cgroup cpuset.cpus '$cs'"; fi
-  else fail "job hookjob did not settle on cpu $cpu_last: $(job_json hookjob)"; fi
-  timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus auto >/dev/null || fail "mallctl set hookjob --cpus auto"
-  if ctr_wait_until 5000 "" job_cpus_are hookjob "$pool"; then
+  else fail "job ctr-hookjob did not settle on cpu $cpu_last: $(job_json ctr-hookjob)"; fi
+  timeout 15 "$bin/mallctl" --socket "$sock" set ctr-hookjob --cpus auto >/dev/null || fail "mallctl set ctr-hookjob --cpus auto"
+  if ctr_wait_until 5000 "" job_cpus_are ctr-hookjob "$pool"; then
     n=$(ctr_exec podman job nproc) allowed=$(cpus_allowed "$pid")
     if [ "$n" = "$npool" ] && [ "$(norm_cpus "$allowed")" = "$(norm_cpus "$pool")" ]; then
-      pass "mallctl set hookjob --cpus auto: back to $pool (nproc inside $n, init's Cpus_allowed_list $allowed)"
+      pass "mallctl set ctr-hookjob --cpus auto: back to $pool (nproc inside $n, init's Cpus_allowed_list $allowed)"
     else fail "after set --cpus auto: nproc inside '$n', init's Cpus_allowed_list '$allowed' (pool $pool)"; fi
-  else fail "job hookjob did not come back to the pool $pool: $(job_json hookjob)"; fi
+  else fail "job ctr-hookjob did not come back to the pool $pool: $(job_json ctr-hookjob)"; fi
 fi
 
 # ---- 3. libmall inside attaches and follows --------------------------------------------------------------
@@ -241,20 +252,20 @@ attached_at_least() { [ "$(job_json "$1" | jq -r .attached)" -ge "$2" ] 2>/dev/n
 client_out=$CTR_DIR/client.out
 ctr_exec podman job "$bin/mall_test_client" --duration-s 6 --step-us 2000 >"$client_out" 2>&1 &
 client=$!
-if ctr_wait_until 8000 "" attached_at_least hookjob 1; then
-  pass "mall_test_client exec'd in the container (MALL_JOB_ID=hookjob) is attached (status: attached $(job_json hookjob | jq -r .attached))"
+if ctr_wait_until 8000 "" attached_at_least ctr-hookjob 1; then
+  pass "mall_test_client exec'd in the container (MALL_JOB_ID=ctr-hookjob) is attached (status: attached $(job_json ctr-hookjob | jq -r .attached))"
   if [ "$npool" -ge 2 ]; then
-    timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus "$cpu_last" >/dev/null
+    timeout 15 "$bin/mallctl" --socket "$sock" set ctr-hookjob --cpus "$cpu_last" >/dev/null
     if ctr_wait_until 5000 "" grep -q "ncpus=1 cpus=$cpu_last\$" "$client_out"; then
-      timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus auto >/dev/null
+      timeout 15 "$bin/mallctl" --socket "$sock" set ctr-hookjob --cpus auto >/dev/null
       if ctr_wait_until 5000 "" last_change_is "ncpus=$npool cpus=$pool"; then
         pass "it follows a move to cpu $cpu_last and back to $pool at its steps ($(grep -c change "$client_out") changes seen)"
       else fail "mall_test_client did not see the move back to $pool:"; sed 's/^/      /' "$client_out"; fi
     else fail "mall_test_client did not see the move to cpu $cpu_last:"; sed 's/^/      /' "$client_out"; fi
-    timeout 15 "$bin/mallctl" --socket "$sock" set hookjob --cpus auto >/dev/null
+    timeout 15 "$bin/mallctl" --socket "$sock" set ctr-hookjob --cpus auto >/dev/null
   fi
 else
-  fail "mall_test_client in the container did not attach: $(job_json hookjob | jq -c '{attached}')"; sed 's/^/      /' "$client_out"
+  fail "mall_test_client in the container did not attach: $(job_json ctr-hookjob | jq -c '{attached}')"; sed 's/^/      /' "$client_out"
 fi
 wait "$client" || fail "mall_test_client exited non-zero"
 note "client: $(head -n 1 "$client_out")"
@@ -282,19 +293,19 @@ else
   : "$free_id"
 fi
 
-# Another container that names the same job while hookjob runs: refused (without io.mall.require it
-# runs unregistered), and its poststop leaves hookjob alone (it deregisters only what it registered).
+# Another container that names the same job while ctr-hookjob runs: refused (without io.mall.require it
+# runs unregistered), and its poststop leaves ctr-hookjob alone (it deregisters only what it registered).
 rc=0
 ctr_run podman dup -d --annotation io.mall.malleable=1 --annotation io.mall.job=hookjob -- /usr/bin/sleep 600 \
   >"$CTR_DIR/run.out" 2>&1 || rc=$?
 dup_id=$(ctr_id podman dup 2>/dev/null)
-if [ "$rc" = 0 ] && grep -q "container ${dup_id:0:12}: warning: malld refused job hookjob" "$hook_log" &&
-   [ "$(job_json hookjob | jq -c .pids)" = "[$pid]" ]; then
-  pass "a second container naming job hookjob runs unregistered (the hook's log: malld refused it); hookjob keeps pid $pid"
-else fail "a second container naming job hookjob: podman exit $rc, hookjob $(job_json hookjob | jq -c '{pids}')"; sed 's/^/      /' "$CTR_DIR/run.out"; fi
+if [ "$rc" = 0 ] && grep -q "container ${dup_id:0:12}: warning: malld refused job ctr-hookjob" "$hook_log" &&
+   [ "$(job_json ctr-hookjob | jq -c .pids)" = "[$pid]" ]; then
+  pass "a second container naming job ctr-hookjob runs unregistered (the hook's log: malld refused it); ctr-hookjob keeps pid $pid"
+else fail "a second container naming job ctr-hookjob: podman exit $rc, ctr-hookjob $(job_json ctr-hookjob | jq -c '{pids}')"; sed 's/^/      /' "$CTR_DIR/run.out"; fi
 ctr_rm podman dup || fail "rm -f of the second container"
-if [ -n "$(job_json hookjob)" ]; then pass "its removal (poststop) left job hookjob registered"
-else fail "removing the second container ended job hookjob"; fi
+if [ -n "$(job_json ctr-hookjob)" ]; then pass "its removal (poststop) left job ctr-hookjob registered"
+else fail "removing the second container ended job ctr-hookjob"; fi
 
 # The hook run by hand as a runtime runs it, for what podman cannot show with this kit's rootfs: a
 # user namespace (container uid 5 mapped to host uid 200005), and a poststop that finds its job
@@ -311,27 +322,27 @@ state=$(jq -nc --argjson p "$byhand_pid" --arg b "$bundle" \
     annotations:{"io.mall.malleable":"1:1", "io.mall.job":"byhand"}}')
 rc=0
 out=$(timeout 30 "$bin/mall-oci-hook" --socket "$sock" createRuntime <<<"$state" 2>&1) || rc=$?
-j=$(job_json byhand)
+j=$(job_json ctr-byhand)
 if [ "$rc" = 0 ] && jq -e --argjson p "$byhand_pid" '.uid == 200005 and .pids == [$p]' <<<"$j" >/dev/null &&
-   [ "$(cat "$bundle/mall-oci-hook.job" 2>/dev/null)" = byhand ]; then
-  pass "by hand, createRuntime: container uid 5 through uidMappings 0->200000 is job byhand of host uid 200005"
+   [ "$(cat "$bundle/mall-oci-hook.job" 2>/dev/null)" = ctr-byhand ]; then
+  pass "by hand, createRuntime: container uid 5 through uidMappings 0->200000 is job ctr-byhand of host uid 200005"
 else fail "by hand, createRuntime: exit $rc, '$out', job $j"; fi
 rc=0
 out=$(timeout 30 "$bin/mall-oci-hook" --socket "$sock" poststop <<<"$(jq -c 'del(.pid) | .status = "stopped"' <<<"$state")" 2>&1) || rc=$?
-if [ "$rc" = 0 ] && job_absent byhand && [ ! -e "$bundle/mall-oci-hook.job" ] && [ "$out" = "mall-oci-hook: deregistered job byhand" ]; then
+if [ "$rc" = 0 ] && job_absent ctr-byhand && [ ! -e "$bundle/mall-oci-hook.job" ] && [ "$out" = "mall-oci-hook: deregistered job ctr-byhand" ]; then
   pass "by hand, poststop: '$out' (exit 0), and its note in the bundle is gone"
-else fail "by hand, poststop: exit $rc, '$out', job $(job_json byhand)"; fi
+else fail "by hand, poststop: exit $rc, '$out', job $(job_json ctr-byhand)"; fi
 kill "$byhand_pid" 2>/dev/null; wait "$byhand_pid" 2>/dev/null
 
 # ---- 4. removal: poststop, no job, no cgroup ------------------------------------------------------------------
 cg_dir=$(ctr_cgroup_path "$cg")
 ctr_ms t ctr_rm podman job || fail "rm -f of the job container"
 times+=("podman rm -f with the hook $t ms")
-if ctr_wait_until 5000 "" job_absent hookjob; then pass "after podman rm -f ($t ms) job hookjob is gone from mallctl status"
-else fail "job hookjob still listed after rm -f: $(job_json hookjob)"; fi
+if ctr_wait_until 5000 "" job_absent ctr-hookjob; then pass "after podman rm -f ($t ms) job ctr-hookjob is gone from mallctl status"
+else fail "job ctr-hookjob still listed after rm -f: $(job_json ctr-hookjob)"; fi
 if [ ! -d "$cg_dir" ]; then pass "the container's cgroup $cg is gone"
 else fail "the container's cgroup $cg_dir is still there"; fi
-if grep -q "poststop container ${cid:0:12}: .*job hookjob" "$hook_log" 2>/dev/null; then
+if grep -q "poststop container ${cid:0:12}: .*job ctr-hookjob" "$hook_log" 2>/dev/null; then
   pass "poststop ran; the hook's log: $(grep "poststop container ${cid:0:12}" "$hook_log" | tail -n 1 | sed "s/^.* container ${cid:0:12}: //")"
 else fail "the hook's log shows no poststop for ${cid:0:12}:"; sed 's/^/      /' "$hook_log" 2>/dev/null; fi
 
@@ -361,6 +372,15 @@ if [ "$rc" = 0 ] && running opt && [ -z "$(jobs_now)" ] &&
 else fail "io.mall.malleable=$((npool + 1)) without io.mall.require: podman exit $rc, running $(running opt && echo yes || echo no), jobs '$(jobs_now)'"
      sed 's/^/      /' "$CTR_DIR/run.out"; fi
 ctr_rm podman opt 2>/dev/null
+# A container cannot take a Slurm job's name (issue 37.11): a Slurm epilog's release would end it.
+rc=0
+ctr_run podman slurmname -d --annotation io.mall.malleable=1 --annotation io.mall.job=slurm-5 -- /usr/bin/sleep 600 \
+  >"$CTR_DIR/run.out" 2>&1 || rc=$?
+if [ "$rc" = 0 ] && [ -n "$(job_json ctr-slurm-5)" ] && [ -z "$(job_json slurm-5)" ]; then
+  pass "io.mall.job=slurm-5 is job ctr-slurm-5 (the hooks.d file's --job-prefix ctr-), never Slurm's slurm-5"
+else fail "io.mall.job=slurm-5: podman exit $rc, jobs '$(jobs_now)'"; sed 's/^/      /' "$CTR_DIR/run.out"; fi
+ctr_rm podman slurmname 2>/dev/null
+ctr_wait_until 5000 "" job_absent ctr-slurm-5 || fail "job ctr-slurm-5 still listed after rm -f"
 
 # ---- 6. nothing left -----------------------------------------------------------------------------------------
 out=$(jobs_now)

@@ -44,6 +44,7 @@ TARGETS
     fuzz_state_file         load_state(), malld's state file (malld.state.json)
     fuzz_malleable_option   the Slurm option --malleable[=MIN[:MAX]][,weight=W]
     fuzz_plugstack_args     the Slurm plugin's plugstack.conf arguments
+    fuzz_oci_annotations    mall-oci-hook's OCI state and io.mall.* annotations, within its limits
     Each tests/fuzz/fuzz_*.cpp is a target; each file says what it checks and its input format.
 
 OPTIONS

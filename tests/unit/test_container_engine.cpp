@@ -1,16 +1,26 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // test_container_engine: proves what `mallrun --container` builds for each cgroup driver (the run's
 // options, the engine query, the check of malld's answer) and how a job's systemd slice is named
-// and found again (daemon/systemd_slice.hpp: escaping, the cgroup path, the way back to the job).
+// and found again (daemon/systemd_slice.hpp: escaping, the cgroup path, the way back to the job);
+// the socket's folder goes into a container read-only, and root's mallrun never takes the engine
+// from $PATH (issue 37).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "daemon/systemd_slice.hpp"
+#include "support/malld_fixture.hpp"
+#include "support/watchdog.h"
 #include "tools/container_engine.hpp"
 
 namespace {
+
+MALL_TEST_WATCHDOG(60);
 
 using mall::tools::CgroupDriver;
 using Words = std::vector<std::string>;
@@ -43,7 +53,7 @@ TEST(ContainerEngine, PodmanWithCgroupfsGetsAFolderAndTheCgroupfsManager) {
     EXPECT_EQ(mall::tools::container_command(cmd, "podman", CgroupDriver::Cgroupfs, "/mall/job_a",
                                              "/run/mall/malld.sock", "a", 2),
               (Words{"podman", "--root", "/r", "--cgroup-manager=cgroupfs", "run", "--cgroup-parent=/mall/job_a",
-                     "--volume=/run/mall:/run/mall", "--env=MALL_SOCKET=/run/mall/malld.sock",
+                     "--volume=/run/mall:/run/mall:ro", "--env=MALL_SOCKET=/run/mall/malld.sock",
                      "--env=MALL_JOB_ID=a", "--env=MALL_MAX=2", "--rm", "img", "sleep", "1"}));
 }
 
@@ -66,6 +76,49 @@ TEST(ContainerEngine, DockerGetsNoManagerOption) {
                                                      "mall-a.slice", "/run/mall/malld.sock", "a", 1);
     EXPECT_EQ(out[1], "run");
     EXPECT_EQ(out[2], "--cgroup-parent=mall-a.slice");
+}
+
+// Issue 37.1: a container must not write in malld's folder (plant a symlink, replace the socket):
+// every engine and driver gets it read-only, the only mount of it.
+TEST(Issue37ContainerSocketFolder, IsMountedReadOnlyForEveryEngineAndDriver) {
+    for (const std::string engine : {"podman", "docker"}) {
+        for (const auto driver : {CgroupDriver::Cgroupfs, CgroupDriver::Systemd}) {
+            const Words out = mall::tools::container_command({engine, "run", "img"}, engine, driver, "/mall/job_a",
+                                                             "/run/mall/malld.sock", "a", 1);
+            int volumes = 0;
+            for (const auto &word : out) {
+                if (word.rfind("--volume=", 0) != 0 && word != "-v" && word != "--volume") continue;
+                ++volumes;
+                EXPECT_EQ(word, "--volume=/run/mall:/run/mall:ro") << engine;
+            }
+            EXPECT_EQ(volumes, 1) << engine;
+        }
+    }
+}
+
+// Issue 37.11: root's `mallrun --container -- ENGINE run` takes ENGINE from the system folders,
+// never from a folder $PATH names (before, a fake engine there ran as root: mallrun, finding no
+// malld, ran CMD through execvp). The engine's name is found in no system folder, so mallrun
+// refuses with words and runs nothing.
+TEST(Issue37ContainerEngineAsRoot, MallrunDoesNotRunAnEngineFoundThroughPath) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: only root's lookup leaves $PATH out";
+    const char *tmp = std::getenv("TMPDIR");
+    std::string folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/mall-engine-path.XXXXXX";
+    ASSERT_NE(::mkdtemp(folder.data()), nullptr);
+    const std::string engine = folder + "/mall-fake-engine", marker = folder + "/ran";
+    std::ofstream(engine) << "#!/bin/sh\necho ran >" << marker << "\n";
+    ::chmod(engine.c_str(), 0755);
+    auto r = mall::test::run_command({"/usr/bin/env", "PATH=" + folder, std::string(MALL_BIN_DIR) + "/mallrun",
+                                      "--socket", folder + "/none.sock", "--malleable=1", "--container=podman", "--",
+                                      "mall-fake-engine", "run", "img"});
+    struct stat st{};
+    const bool ran = ::stat(marker.c_str(), &st) == 0;
+    ::unlink(marker.c_str());
+    ::unlink(engine.c_str());
+    ::rmdir(folder.c_str());
+    EXPECT_FALSE(ran) << "root's mallrun ran the engine it found through PATH";
+    EXPECT_EQ(r.exit_code, 127) << r.err;
+    EXPECT_NE(r.err.find("runs mall-fake-engine only from the system folders"), std::string::npos) << r.err;
 }
 
 TEST(ContainerEngine, ChecksThatMalldsAnswerFitsTheDriver) {

@@ -5,7 +5,8 @@
 // --cgroup-manager=cgroupfs; with the systemd driver (podman 5's default on a systemd host with
 // cgroup v2, docker's native.cgroupdriver=systemd) malld names a slice (mall-X.slice), which is
 // what such an engine takes as --cgroup-parent, and podman is told --cgroup-manager=systemd so the
-// container is made the way malld prepared for. Pure functions, header-only (mallrun and the unit
+// container is made the way malld prepared for. The container gets malld's socket folder (which
+// holds only the socket) mounted read-only, MALL_SOCKET, MALL_JOB_ID and MALL_MAX. Pure functions, header-only (mallrun and the unit
 // tests include it); asking the engine is engine_info_command's words, run by mallrun.
 #pragma once
 
@@ -117,7 +118,9 @@ inline std::vector<std::string> container_command(const std::vector<std::string>
         out.push_back(std::string("--cgroup-manager=") + cgroup_driver_name(driver));
     out.push_back("run");
     out.push_back("--cgroup-parent=" + cgroup_parent);
-    out.push_back("--volume=" + folder + ":" + folder);
+    // Read-only: the container may connect() to the socket (a read-only mount does not stop that),
+    // but neither plant nor replace a file in malld's folder.
+    out.push_back("--volume=" + folder + ":" + folder + ":ro");
     out.push_back(std::string("--env=") + mall::kSocketEnv + "=" + socket);
     out.push_back(std::string("--env=") + mall::kJobIdEnv + "=" + job);
     out.push_back("--env=MALL_MAX=" + std::to_string(max));

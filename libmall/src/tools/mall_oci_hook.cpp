@@ -5,11 +5,14 @@
 // starts) registers the container's init pid, as the host uid its user maps to, with malld in place
 // (malld resizes the cgroup the runtime made: with crun under systemd, crun's delegated `container`
 // cgroup in the container's scope) and returns once the job holds cores; `poststop`
-// deregisters what createRuntime registered. Annotations io.mall.* say what to do. It never waits
-// unbounded, never fails a container's teardown, and fails a start only on bad annotations or, with
-// io.mall.require=true, when malld is unreachable or refuses. Here: the help, the bounded reads,
-// the two stages and their talk with malld; what is read of the container (the state, its user,
-// the annotations) is mall_oci_hook_container.cpp's.
+// deregisters what createRuntime registered. Annotations io.mall.* say what to do, within the
+// limits the admin sets with the hook's options in the hooks.d file (whoever creates a container
+// writes its annotations): job names under --job-prefix (never a Slurm job's), weights up to
+// --max-weight, MAX cut to --max-cores. It never waits unbounded, never fails a container's
+// teardown, and fails a start only on bad annotations or, with io.mall.require=true, when malld is
+// unreachable or refuses. Its --log is opened without following a symlink, and only as a regular
+// file. Here: the help, the bounded reads, the two stages and their talk with malld; what is read
+// of the container (the state, its user, the annotations) is mall_oci_hook_container.cpp's.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -31,6 +34,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/core_range.hpp"
 #include "common/cpuset.hpp"
 #include "common/ctl_client.hpp"
 #include "common/files.hpp"
@@ -61,7 +65,14 @@ constexpr int kMaxTimeoutS = 300;
 constexpr milliseconds kPoststopBudget{5000};  // poststop: at most this (or --timeout, if less)
 
 const char *const kUsageLine =
-    "usage: mall-oci-hook [--socket PATH] [--timeout S] [--log FILE] createRuntime|poststop\n";
+    "usage: mall-oci-hook [--socket PATH] [--timeout S] [--log FILE] [--job-prefix P] [--max-weight W]\n"
+    "                     [--max-cores N] createRuntime|poststop\n";
+
+// The node's cpus: --max-cores's default (MAX beyond it could never be met here).
+int node_cpu_count() {
+    const long n = sysconf(_SC_NPROCESSORS_CONF);
+    return n >= 1 ? static_cast<int>(std::min<long>(n, mall::kMaxCoreCount)) : 1;
+}
 
 void print_help() {
     std::cout
@@ -93,13 +104,16 @@ void print_help() {
            "Annotations (podman run --annotation KEY=VALUE):\n"
            "  io.mall.malleable=MIN[:MAX]  required: the job's core limits, whole numbers >= 1\n"
            "                               with MIN <= MAX; without MAX the job may grow to the\n"
-           "                               whole pool (mallrun --malleable's rule)\n"
-           "  io.mall.job=NAME             the job's name (1-64 characters from A-Z a-z 0-9 . _ :\n"
-           "                               -); default: ctr-<first 12 characters of the id>\n"
+           "                               whole pool (mallrun --malleable's rule). MAX above\n"
+           "                               --max-cores is cut to it; MIN above it is refused as\n"
+           "                               malld refuses a job (see io.mall.require)\n"
+           "  io.mall.job=NAME             the job's name after this node's --job-prefix: job\n"
+           "                               PREFIXNAME (all of it 1-64 characters from A-Z a-z\n"
+           "                               0-9 . _ : -); default: PREFIX<first 12 characters of\n"
+           "                               the id>. A name that would be a Slurm job's (slurm-N)\n"
+           "                               is refused\n"
            "  io.mall.weight=W             the job's share for weight-aware policies, default 1:\n"
-           "                               "
-        << mall::kWeightRule
-        << "\n"
+           "                               a number above 0 and at most --max-weight\n"
            "  io.mall.require=true|false   true: the container does not start when malld cannot\n"
            "                               be reached or refuses the job; default false: a\n"
            "                               warning, and the container runs without malleability\n"
@@ -108,12 +122,34 @@ void print_help() {
            "fails, so a warning would go unseen.\n"
            "\n"
            "Inside the container a process that uses libmall needs only the socket: bind-mount\n"
-           "malld's folder and set MALL_SOCKET (launch_scripts/examples/containers.conf.mall does\n"
-           "both for every podman container). malld finds its job by the cgroup it lives in, also\n"
-           "for podman exec. (A malld that does not mark the job \"container\": true in `mallctl\n"
-           "status --json` needs MALL_JOB_ID=NAME in the container as well.)\n"
+           "malld's folder read-only and set MALL_SOCKET (launch_scripts/examples/\n"
+           "containers.conf.mall does both for every podman container). malld finds its job by\n"
+           "the cgroup it lives in, also for podman exec. (A malld that does not mark the job\n"
+           "\"container\": true in `mallctl status --json` needs MALL_JOB_ID=<the job's name> in\n"
+           "the container as well.)\n"
+           "\n"
+           "Whoever creates a container writes its annotations (any user of a rootful engine's\n"
+           "socket, any Kubernetes pod spec): they are requests, and the options below are the\n"
+           "admin's limits on them, set in the hooks.d file's args.\n"
            "\n"
            "Options:\n"
+           "  --job-prefix P  every container job's name starts with P (default "
+        << kDefaultJobPrefix
+        << "), so a\n"
+           "                  container can never take the name of another kind of job, e.g. a\n"
+           "                  Slurm job's slurm-N (which Slurm's epilog would end). P: at most\n"
+           "                  "
+        << kMaxJobPrefixLength
+        << " characters from A-Z a-z 0-9 . _ : -, not starting with\n"
+           "                  slurm-; \"\" for none (io.mall.job=slurm-N is refused all the same)\n"
+           "  --max-weight W  the largest io.mall.weight a container may ask for (default "
+        << kDefaultMaxWeight
+        << ";\n"
+           "                  from 1, the default weight, to "
+        << static_cast<long long>(mall::kMaxWeight)
+        << "); above it the start fails\n"
+           "  --max-cores N   the most cores a container job may grow to (default: this node's\n"
+           "                  cpus): MAX above it is cut to N, MIN above it is refused\n"
            "  --socket PATH   malld's socket (default: $MALL_SOCKET, else "
         << mall::kDefaultSocketPath
         << ").\n"
@@ -127,29 +163,35 @@ void print_help() {
         << kPoststopBudget.count() / 1000
         << " s (or S, if less)\n"
            "  --log FILE      also append every message, with time and container id, to FILE\n"
-           "                  (the runtime drops a successful hook's stderr)\n"
+           "                  (the runtime drops a successful hook's stderr). FILE is made 0640\n"
+           "                  when missing; a FILE that is a symlink or not a regular file is not\n"
+           "                  written (a warning says so). Keep it in a folder only root may write,\n"
+           "                  e.g. /var/log/mall-oci-hook.log\n"
            "  -h, --help      show this text\n"
            "  --version       print the version\n"
            "\n"
            "Installing (podman): copy launch_scripts/examples/mall-hooks.d/*.json to a hooks\n"
            "folder (/usr/share/containers/oci/hooks.d, /etc/containers/oci/hooks.d, or\n"
-           "containers.conf's hooks_dir), with \"path\" naming this program. They run the hook\n"
-           "only for containers that carry io.mall.malleable. Registering needs root or an admin\n"
-           "uid of malld (malld --admin-uid): rootful podman runs hooks as root.\n"
+           "containers.conf's hooks_dir), with \"path\" naming this program and \"args\" this\n"
+           "node's limits. They run the hook only for containers that carry io.mall.malleable.\n"
+           "Registering needs root or an admin uid of malld (malld --admin-uid): rootful podman\n"
+           "runs hooks as root. Containers get malld's socket folder read-only (it holds only\n"
+           "the socket: connecting works, planting files does not).\n"
            "Docker has no hooks.d: run docker containers with `mallrun --container`.\n"
            "\n"
            "Exit status (createRuntime; a non-zero status makes the runtime fail the container):\n"
            "  0  registered, or malld unreachable or refusing without io.mall.require=true (the\n"
            "     container runs without malleability); poststop always exits 0\n"
-           "  1  malld refused the job and io.mall.require=true\n"
-           "  2  bad input: an io.mall.* annotation, the state on stdin, the bundle's config.json,\n"
-           "     or the command line\n"
+           "  1  malld refused the job (or MIN is above --max-cores) and io.mall.require=true\n"
+           "  2  bad input: an io.mall.* annotation (a Slurm job's name, a weight above\n"
+           "     --max-weight, ...), the state on stdin, the bundle's config.json, or the command\n"
+           "     line\n"
            "  3  malld unreachable and io.mall.require=true\n"
            "\n"
            "Examples:\n"
            "  sudo podman run --annotation io.mall.malleable=1:4 --annotation io.mall.job=train \\\n"
-           "       -v /run/mall:/run/mall -e MALL_SOCKET=/run/mall/malld.sock IMAGE python3 train.py\n"
-           "  mallctl status          (the job, its container cgroup listed \"in place\")\n"
+           "       -v /run/mall:/run/mall:ro -e MALL_SOCKET=/run/mall/malld.sock IMAGE python3 train.py\n"
+           "  mallctl status          (job ctr-train, its container cgroup listed \"in place\")\n"
            "  echo '{\"id\":\"abc\",\"pid\":4242,\"bundle\":\"/path\",\"annotations\":{...}}' \\\n"
            "       | mall-oci-hook --socket /tmp/mall/malld.sock createRuntime     (a manual test)\n";
 }
@@ -178,6 +220,25 @@ struct Reporter {
     }
     void warn(const std::string &text) const { line("warning: " + text); }
 };
+
+// Opens the --log file to append to, made 0640 when missing: never through a symlink (O_NOFOLLOW),
+// never blocking (O_NONBLOCK: a FIFO without a reader fails instead), and only a regular file.
+// The descriptor, or -1 with *why.
+int open_log(const std::string &path, std::string *why) {
+    const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK, 0640);
+    if (fd < 0) {
+        *why = errno == ELOOP ? "it is a symlink, which the hook does not follow (name the file itself)"
+                              : std::strerror(errno);
+        return -1;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        *why = "it is not a regular file";
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 // ---- bounded reads -------------------------------------------------------------------------------
 
@@ -228,6 +289,7 @@ bool read_stdin(Clock::time_point deadline, std::string *out, std::string *error
 struct Options {
     std::string socket_path;
     milliseconds budget{kDefaultTimeoutS * 1000};
+    Limits limits;
 };
 
 std::string marker_path(const State &s) { return s.bundle + "/" + kMarkerName; }
@@ -263,7 +325,7 @@ void deregister(const Reporter &say, const std::string &socket_path, const std::
 
 int create_runtime(const Options &o, const Reporter &say, const State &s, Clock::time_point deadline) {
     std::string error;
-    auto request = parse_request(s, &error);
+    auto request = parse_request(s, o.limits, &error);
     if (!request) {
         say.line(error);
         return kExitUsage;
@@ -293,6 +355,14 @@ int create_runtime(const Options &o, const Reporter &say, const State &s, Clock:
                  "=true makes this fail the container)");
         return kExitOk;
     };
+    if (r.min > o.limits.max_cores)
+        return give_up(kExitRefused, std::string(kAnnMalleable) + "=" + std::to_string(r.min) + " asks for at least " +
+                                         std::to_string(r.min) + " cores, but this node's containers may have at most " +
+                                         std::to_string(o.limits.max_cores) + " (mall-oci-hook --max-cores)");
+    if (r.asked_max)
+        say.line("job " + r.job + ": " + kAnnMalleable + " asks for up to " + std::to_string(*r.asked_max) +
+                 " cores; this node's containers may have at most " + std::to_string(o.limits.max_cores) +
+                 " (mall-oci-hook --max-cores), so the job may grow to " + std::to_string(*r.max));
 
     mall::ConnectFailure failure;
     auto client = mall::CtlClient::connect(o.socket_path, &error, &failure,
@@ -304,7 +374,8 @@ int create_runtime(const Options &o, const Reporter &say, const State &s, Clock:
                    "`, or name its socket with the hook's --socket in the hooks.d file";
         else if (!failure.advice.empty())
             why += "; " + failure.advice;
-        return give_up(failure.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused, why);
+        return give_up(failure.code == MALL_ERR_NODAEMON ? kExitUnreachable : kExitRefused,
+                       "cannot register job " + r.job + ": " + why);
     }
 
     int max = 0;
@@ -318,7 +389,7 @@ int create_runtime(const Options &o, const Reporter &say, const State &s, Clock:
         std::string why;
         const std::string pool = status.body.value("pool", std::string());
         auto cpus = mall::CpuSet::parse(pool, &why);
-        max = cpus ? cpus->count() : 0;
+        max = cpus ? std::min(cpus->count(), o.limits.max_cores) : 0;
         if (cpus && max < r.min)
             return give_up(kExitRefused, std::string(kAnnMalleable) + "=" + std::to_string(r.min) +
                                              " asks for at least " + std::to_string(r.min) +
@@ -350,7 +421,7 @@ int create_runtime(const Options &o, const Reporter &say, const State &s, Clock:
     if (int err = write_marker(marker_path(s), r.job + "\n"); err != 0)
         say.warn("cannot write " + marker_path(s) + ": " + std::strerror(err) +
                  "; poststop will not deregister job " + r.job + " (malld ends it when its processes are gone)");
-    say.line("container " + s.id.substr(0, 12) + " (pid " + std::to_string(s.pid) + ", host uid " +
+    say.line("container " + shown(s.id.substr(0, 12)) + " (pid " + std::to_string(s.pid) + ", host uid " +
              std::to_string(*uid) + ") is job " + r.job + " (" + std::to_string(r.min) + ".." +
              std::to_string(max) + " cores), holding cpus " + reply.body.value("cpus", std::string("?")));
     return kExitOk;
@@ -390,7 +461,9 @@ int usage_error(const std::string &what) {
 int run(int argc, char **argv) {
     po::options_description opts;
     opts.add_options()("socket", po::value<std::string>(), "")("timeout", po::value<int>(), "")(
-        "log", po::value<std::string>(), "")("help,h", po::bool_switch(), "")("version", po::bool_switch(), "")(
+        "log", po::value<std::string>(), "")("job-prefix", po::value<std::string>(), "")(
+        "max-weight", po::value<std::string>(), "")("max-cores", po::value<std::string>(), "")(
+        "help,h", po::bool_switch(), "")("version", po::bool_switch(), "")(
         "stage", po::value<std::vector<std::string>>(), "");
     po::positional_options_description positional;
     positional.add("stage", -1);
@@ -429,13 +502,41 @@ int run(int argc, char **argv) {
             return usage_error("--timeout takes whole seconds from 1 to " + std::to_string(kMaxTimeoutS));
         o.budget = milliseconds(t * 1000);
     }
+    if (vm.count("job-prefix")) {
+        o.limits.job_prefix = vm["job-prefix"].as<std::string>();
+        if (std::string problem = job_prefix_problem(o.limits.job_prefix); !problem.empty())
+            return usage_error(problem);
+    }
+    if (vm.count("max-weight")) {
+        const std::string text = vm["max-weight"].as<std::string>();
+        char *end = nullptr;
+        errno = 0;
+        const double w = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(w) ||
+            !mall::proto::valid_weight(w) || w < mall::kDefaultWeight || std::isspace(static_cast<unsigned char>(text[0])))
+            return usage_error("--max-weight takes a number from 1 (the default weight) to " +
+                               std::to_string(static_cast<long long>(mall::kMaxWeight)) + ", e.g. --max-weight " +
+                               std::to_string(static_cast<int>(kDefaultMaxWeight)) + "; got '" + shown(text) + "'");
+        o.limits.max_weight = w;
+    }
+    o.limits.max_cores = node_cpu_count();
+    if (vm.count("max-cores")) {
+        const std::string text = vm["max-cores"].as<std::string>();
+        const bool digits = !text.empty() && text.size() <= 9 &&
+                            std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+        const long n = digits ? std::strtol(text.c_str(), nullptr, 10) : 0;
+        if (n < 1 || n > static_cast<long>(mall::kMaxCoreCount))
+            return usage_error("--max-cores takes a whole number of cores from 1 to " +
+                               std::to_string(mall::kMaxCoreCount) + "; got '" + shown(text) + "'");
+        o.limits.max_cores = static_cast<int>(n);
+    }
     Reporter say;
     say.stage = stages[0];
     if (vm.count("log")) {
         const std::string path = vm["log"].as<std::string>();
-        say.log_fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
-        if (say.log_fd < 0)
-            std::cerr << "mall-oci-hook: warning: cannot open --log " << path << ": " << std::strerror(errno) << "\n";
+        std::string why;
+        say.log_fd = open_log(path, &why);
+        if (say.log_fd < 0) std::cerr << "mall-oci-hook: warning: not logging to --log " << path << ": " << why << "\n";
     }
     const bool create = stages[0] == "createRuntime";
     g_teardown = !create;
@@ -454,7 +555,7 @@ int run(int argc, char **argv) {
         say.line(create ? error : "warning: " + error);
         return create ? kExitUsage : kExitOk;
     }
-    say.container = state->id.substr(0, 12);
+    say.container = shown(state->id.substr(0, 12));
     return create ? create_runtime(o, say, *state, deadline) : post_stop(o, say, *state, deadline);
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mall_oci_hook_container.cpp — what mall-oci-hook reads of a container (see
-// mall_oci_hook_container.hpp): the OCI state, the bundle's user mapping, the io.mall.* annotations.
+// mall_oci_hook_container.hpp): the OCI state, the bundle's user mapping, the io.mall.* annotations
+// within the admin's limits (job-name prefix, weight and core caps).
 #include "tools/mall_oci_hook_container.hpp"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -48,7 +50,7 @@ std::optional<State> parse_state(const std::string &text, std::string *error) {
     if (auto b = j.find("bundle"); b != j.end() && b->is_string()) s.bundle = b->get<std::string>();
     if (auto p = j.find("pid"); p != j.end() && !p->is_null()) {
         if (!p->is_number_integer() || p->get<int64_t>() < 0 || p->get<int64_t>() > mall::proto::kMaxPid) {
-            *error = "the OCI state's \"pid\" is not a process id: " + p->dump();
+            *error = "the OCI state's \"pid\" is not a process id: " + shown(p->dump());
             return std::nullopt;
         }
         s.pid = p->get<int64_t>();
@@ -88,7 +90,7 @@ std::optional<uint32_t> host_uid_of(const std::string &bundle, std::string *erro
         if (auto user = process->find("user"); user != process->end() && user->is_object()) {
             if (auto u = user->find("uid"); u != user->end()) {
                 if (!u->is_number_integer() || u->get<int64_t>() < 0 || u->get<int64_t>() > mall::proto::kMaxUid) {
-                    *error = path + ": process.user.uid is not a uid: " + u->dump();
+                    *error = path + ": process.user.uid is not a uid: " + shown(u->dump());
                     return std::nullopt;
                 }
                 uid = u->get<int64_t>();
@@ -113,7 +115,7 @@ std::optional<uint32_t> host_uid_of(const std::string &bundle, std::string *erro
         };
         auto inside = field("containerID"), host = field("hostID"), size = field("size");
         if (!inside || !host || !size) {
-            *error = path + ": a linux.uidMappings entry lacks containerID, hostID or size: " + m.dump();
+            *error = path + ": a linux.uidMappings entry lacks containerID, hostID or size: " + shown(m.dump());
             return std::nullopt;
         }
         if (uid >= *inside && uid - *inside < *size) {
@@ -140,23 +142,53 @@ std::string shown(const std::string &value) {
 }
 
 
-// The job's name (io.mall.job, else ctr-<12 characters of the id>); poststop needs only this.
-std::optional<std::string> job_name_of(const State &s, std::string *error) {
-    std::string job;
+std::string job_prefix_problem(const std::string &prefix) {
+    if (prefix.size() > kMaxJobPrefixLength)
+        return "--job-prefix '" + shown(prefix) + "' is longer than " + std::to_string(kMaxJobPrefixLength) +
+               " characters (the job name after it needs room: names have at most " +
+               std::to_string(mall::proto::kMaxJobNameLength) + ")";
+    for (char c : prefix)
+        if (!mall::proto::is_job_name_char(c))
+            return "--job-prefix '" + shown(prefix) + "' holds a character job names cannot have (use A-Z a-z 0-9 . _ : -)";
+    if (prefix.rfind(kSlurmJobPrefix, 0) == 0)
+        return "--job-prefix '" + shown(prefix) + "' starts as malld's names for Slurm jobs (" + kSlurmJobPrefix +
+               "<jobid>), which Slurm's epilog ends; choose another, e.g. " + kDefaultJobPrefix;
+    return "";
+}
+
+std::optional<std::string> job_name_of(const State &s, const std::string &prefix, std::string *error) {
     if (auto named = s.annotation(kAnnJob)) {
-        job = *named;
-        if (auto why = mall::proto::invalid_job_name(job)) {
-            *error = std::string("bad annotation ") + kAnnJob + "='" + shown(job) + "': " + *why +
+        const std::string job = prefix + *named;
+        if (named->empty() || mall::proto::invalid_job_name(job)) {
+            const auto why = mall::proto::invalid_job_name(job);
+            *error = std::string("bad annotation ") + kAnnJob + "='" + shown(*named) + "': " +
+                     (named->empty() ? std::string("empty")
+                                     : "the job's name '" + shown(job) + "' (this node's prefix '" + prefix +
+                                           "', then the annotation) is not a job name: " + why.value_or("")) +
                      fix_hint(kAnnJob, "train-a");
+            return std::nullopt;
+        }
+        if (job.rfind(kSlurmJobPrefix, 0) == 0) {
+            *error = std::string("bad annotation ") + kAnnJob + "='" + shown(*named) + "': the job's name '" +
+                     shown(job) + "' would be malld's name for a Slurm job (" + kSlurmJobPrefix +
+                     "<jobid>), which a container may not take" + fix_hint(kAnnJob, "train-a");
             return std::nullopt;
         }
         return job;
     }
+    std::string job = prefix;
     for (char c : s.id.substr(0, 12)) job += mall::proto::is_job_name_char(c) ? c : '_';
-    return "ctr-" + job;
+    if (mall::proto::invalid_job_name(job) || job.rfind(kSlurmJobPrefix, 0) == 0) {
+        // Only a hook run without the usual --job-prefix can get here (an empty prefix and an id
+        // that reads "slurm-...").
+        *error = "the container's default job name '" + shown(job) + "' (this node's prefix '" + prefix +
+                 "', then its id) cannot be used; give it a name" + fix_hint(kAnnJob, "train-a");
+        return std::nullopt;
+    }
+    return job;
 }
 
-std::optional<Request> parse_request(const State &s, std::string *error) {
+std::optional<Request> parse_request(const State &s, const Limits &limits, std::string *error) {
     Request r;
     const std::string rule = std::string(mall::kCoreRangeRule) + " (MIN alone: up to the whole pool)";
     auto malleable = s.annotation(kAnnMalleable);
@@ -184,7 +216,11 @@ std::optional<Request> parse_request(const State &s, std::string *error) {
     }
     r.min = static_cast<int>(parsed.range.min);
     if (parsed.range.max) r.max = static_cast<int>(*parsed.range.max);
-    auto job = job_name_of(s, error);
+    if (r.max && *r.max > limits.max_cores) {  // a request: cut to what this node's hooks allow
+        r.asked_max = r.max;
+        r.max = std::max(limits.max_cores, r.min);  // MIN above the cap: the caller refuses the job
+    }
+    auto job = job_name_of(s, limits.job_prefix, error);
     if (!job) return std::nullopt;
     r.job = *job;
     if (auto w = s.annotation(kAnnWeight)) {
@@ -197,6 +233,14 @@ std::optional<Request> parse_request(const State &s, std::string *error) {
         if (!whole || !mall::proto::valid_weight(value)) {
             *error = std::string("bad annotation ") + kAnnWeight + "='" + shown(*w) + "': the weight must be " +
                      mall::kWeightRule + fix_hint(kAnnWeight, "2");
+            return std::nullopt;
+        }
+        if (value > limits.max_weight) {
+            std::ostringstream cap;
+            cap << limits.max_weight;
+            *error = std::string("bad annotation ") + kAnnWeight + "='" + shown(*w) +
+                     "': this node's containers may ask for a weight of at most " + cap.str() +
+                     " (mall-oci-hook --max-weight in the hooks.d file)" + fix_hint(kAnnWeight, "2");
             return std::nullopt;
         }
         r.weight = value;
