@@ -9,6 +9,8 @@
 #   (3) a `mallrun --malleable=1:2` job (python3 with four threads) grows and shrinks with
 #       `mallctl set JOB --cpus ...`: every thread's Cpus_allowed_list, the job cgroup's
 #       cpuset.cpus.effective and `mallctl status --json` agree, the cgroup inside malld's subtree;
+#   (3b) the state folder is root's (0700) and its file 0600; another uid's status shows the job
+#       only as cpus (no name, no pid) and cannot write /run/mall (issue 37);
 #   (4) `systemctl restart malld` re-adopts the job without a write (journal: "re-adopted ...
 #       without touching its cpuset", no enforce event of the job): same cpus, the job runs on;
 #   (5) malld SIGKILLed: systemd restarts it (Restart=on-failure) and it re-adopts the job;
@@ -149,6 +151,25 @@ for want in 1 0 0-1 1; do
   fi
 done
 status_json >"$work/status-before-restart.json"
+
+# --- (3b) the boundaries on cgroup v2 (issue 37, docs/security.md) ---------------------------------
+# State in a folder of root's alone, files 0600; another user sees the node, not the job's pids.
+st=$(stat -c '%U %a' /var/lib/mall 2>&1)
+[ "$st" = "root 700" ] && pass "/var/lib/mall is root's, mode 0700" || fail "/var/lib/mall is '$st', not 'root 700'"
+wait_until "$wait_s" "malld to save its state" test -s /var/lib/mall/malld.state.json || true
+st=$(stat -c '%U %a' /var/lib/mall/malld.state.json 2>&1)
+[ "$st" = "root 600" ] && pass "malld.state.json is root's, mode 0600" || fail "malld.state.json is '$st', not 'root 600'"
+other=$(setpriv --reuid=61001 --regid=61001 --clear-groups mallctl status --json 2>&1) ||
+  fail "mallctl status as uid 61001 failed: $other"
+if [ "$(jq -r .view <<<"$other" 2>/dev/null)" = own ] && [ "$(jq '.other_jobs | length' <<<"$other")" = 1 ] &&
+   [ "$(jq '.jobs | length' <<<"$other")" = 0 ] && ! grep -qw "$jpid" <<<"$other"; then
+  pass "uid 61001 sees the node and one other job's cpus, not its name or pid $jpid"
+else
+  fail "uid 61001's status shows more than the summary: $other"
+fi
+setpriv --reuid=61001 --regid=61001 --clear-groups ln -s /etc/passwd /run/mall/planted 2>/dev/null &&
+  fail "uid 61001 could plant a link in /run/mall" || pass "uid 61001 cannot write /run/mall ($(stat -c '%U %a' /run/mall))"
+rm -f /run/mall/planted
 
 # --- (4) systemctl restart re-adopts the job without a write -------------------------------------
 beat_before=$(cat "$work/beat")
