@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// kernel_effects.cpp — see kernel_effects.hpp. A page is sealed (no shrink, grow or future write)
-// right after malld maps it, so only malld's own mapping can ever write it.
+// kernel_effects.cpp — see kernel_effects.hpp. A page is sealed with kPageSeals (shared_page.hpp:
+// no shrink, grow or future write, no more seals) right after malld maps it, so only malld's own
+// mapping can ever write it.
 #include "kernel_effects.hpp"
 
 #include <fcntl.h>
@@ -11,11 +12,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/shared_page.hpp"
 #include "log.hpp"
-
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
 
 namespace mall {
 
@@ -95,7 +93,7 @@ KernelEffects::JobPage *KernelEffects::ensure_page(const std::string &job, std::
     auto *page = static_cast<SharedPage *>(map);
     page_init(page);
     // After this only malld's existing mapping can write: clients can map it read-only only.
-    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    if (::fcntl(fd.get(), F_ADD_SEALS, kPageSeals) != 0) {
         ::munmap(map, kSharedPageSize);
         return fail("sealing (F_ADD_SEALS)");
     }
