@@ -30,28 +30,6 @@ std::string decimal(long long value) {
     return text;
 }
 
-// Whether the server on sock may be this process's malld: it runs as root (a node's malld), as
-// this process's user (a private malld of the user's own), or as the owner of the socket file
-// (malld under a service account of its own). Anyone else (a local user listening on a path this
-// process was pointed at) is refused with words. SO_PEERCRED gives the uid the server had when it
-// listened. The owner is the socket file's that connect(2) reached: stat, not lstat, follows a
-// symlink as connect did, and only a socket counts (a swapped-in other file names no server).
-bool server_is_trusted(int sock, const std::string &path, std::string *why) {
-    mall::PeerCred peer;
-    if (!mall::peer_credentials(sock, &peer)) {
-        *why = "cannot learn who serves " + path + " (SO_PEERCRED): " + std::strerror(errno);
-        return false;
-    }
-    if (peer.uid == 0 || peer.uid == ::geteuid() || peer.uid == ::getuid()) return true;
-    struct stat st;
-    const bool is_socket = ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-    if (is_socket && st.st_uid == peer.uid) return true;
-    // The words that matter first: mall_error_t keeps 160 bytes.
-    *why = "refusing the server: it runs as uid " + decimal(peer.uid) + ", not root, this user or the socket's owner (" +
-           (is_socket ? "uid " + decimal(st.st_uid) : std::string("no socket")) + "): not malld; check MALL_SOCKET=" + path;
-    return false;
-}
-
 // True while addr starts a mapped page (mincore fails with ENOMEM on an unmapped one).
 bool page_is_mapped(void *addr) {
     unsigned char resident;
@@ -117,7 +95,11 @@ int attach_with(mall_handle *m, const nlohmann::json &body, milliseconds timeout
         *why = failure.text();
         return failure.code;
     }
-    if (!server_is_trusted(sock.get(), path, why)) return MALL_ERR_NODAEMON;
+    // Anyone listening on a path this process was pointed at is not therefore malld.
+    if (std::string problem = mall::server_identity_problem(sock.get(), path); !problem.empty()) {
+        *why = "refusing the server: " + problem + "; check MALL_SOCKET=" + path;
+        return MALL_ERR_NODAEMON;
+    }
 
     mall::proto::Message request;
     request.type = mall::proto::Type::Attach;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // ctl_client.cpp — blocking request/reply client for malld (see ctl_client.hpp).
-// Contract: never throws; a request waits (bounded) for the Reply carrying its request id and skips
-// Event/Notify packets; every failure comes back as a code and in words that say what to do about it.
+// Contract: never throws; a connection is kept only to a server that may be malld
+// (server_identity_problem); a request waits (bounded) for the Reply carrying its request id and
+// skips Event/Notify packets; every failure comes back as a code and in words that say what to do
+// about it.
 #include "common/ctl_client.hpp"
 
 #include <fcntl.h>
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -79,6 +82,25 @@ ConnectFailure explain_connect_failure(const std::string &path, int err, SocketN
     return f;
 }
 
+std::string server_identity_problem(int sock, const std::string &path) {
+    // Decimal text by snprintf: std::to_string would export a libstdc++ template from libmall.so.
+    auto decimal = [](unsigned long value) {
+        char text[24];
+        std::snprintf(text, sizeof text, "%lu", value);
+        return std::string(text);
+    };
+    PeerCred peer;
+    if (!peer_credentials(sock, &peer))
+        return std::string("cannot learn who the server runs as (SO_PEERCRED): ") + std::strerror(errno);
+    if (peer.uid == 0 || peer.uid == ::geteuid() || peer.uid == ::getuid()) return "";
+    struct stat st{};
+    const bool is_socket = ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+    if (is_socket && st.st_uid == peer.uid) return "";
+    // The words that matter first.
+    return "it runs as uid " + decimal(peer.uid) + ", not root, this user or the socket's owner (" +
+           (is_socket ? "uid " + decimal(st.st_uid) : std::string("no socket")) + "): not malld";
+}
+
 std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error,
                                             ConnectFailure *failure, std::chrono::milliseconds max_wait) {
     int fd = unix_connect(socket_path, std::max(max_wait, std::chrono::milliseconds(1)));
@@ -88,7 +110,16 @@ std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std:
         if (failure) *failure = std::move(f);
         return std::nullopt;
     }
-    return CtlClient(UniqueFd(fd), socket_path);
+    UniqueFd sock(fd);
+    if (std::string problem = server_identity_problem(sock.get(), socket_path); !problem.empty()) {
+        ConnectFailure f;  // MALL_ERR_NODAEMON: whatever answers there, malld does not
+        f.what = "refusing the server at " + socket_path + ": " + problem;
+        f.advice = "check that --socket (or MALL_SOCKET) names malld's socket";
+        if (error) *error = f.text();
+        if (failure) *failure = std::move(f);
+        return std::nullopt;
+    }
+    return CtlClient(std::move(sock), socket_path);
 }
 
 namespace {

@@ -36,6 +36,16 @@ struct ConnectFailure {
 // Explains a connect(2) to malld's socket at path that failed with errno err.
 ConnectFailure explain_connect_failure(const std::string &path, int err, SocketNaming naming);
 
+// Whether the server that sock reached through the socket file at path may be malld: "" when it
+// may, else the refusal in words (short and path-free: libmall's mall_error_t keeps 160 bytes; the
+// caller adds where to look). The rule, for libmall and every tool alike: the server's SO_PEERCRED
+// uid (the one it had when it listened) is root (a node's malld), this process's user (a private
+// malld of the user's own) or the owner of the socket file (malld under a service account of its
+// own). Anyone else (a local user, or a container's root, listening on a path a client was pointed
+// at) is not malld. The owner is that of the file connect(2) reached: stat, not lstat, follows a
+// symlink as connect did, and only a socket counts (a swapped-in other file names no server).
+std::string server_identity_problem(int sock, const std::string &path);
+
 struct CtlResult {
     bool ok = false;
     nlohmann::json body;  // the reply body (ok or not)
@@ -49,6 +59,8 @@ public:
     // "cannot connect to malld at /run/mall/malld.sock: No such file or directory; is malld
     // running? start it or pass --socket": explain_connect_failure(..., Option).text()) and
     // *failure, when given, holds the same as a code and parts. Either pointer may be null.
+    // A server that is not malld by server_identity_problem's rule is such a failure too
+    // (MALL_ERR_NODAEMON, "refusing the server at PATH: it runs as uid N, ...: not malld").
     // Waits at most max_wait for malld to take the connection (a stopped or overloaded malld's
     // full backlog): then it fails with ETIMEDOUT's words.
     static std::optional<CtlClient> connect(const std::string &socket_path, std::string *error,
