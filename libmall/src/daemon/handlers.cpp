@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "access.hpp"
+#include "common/files.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
 #include "slurm_reconcile.hpp"
@@ -20,6 +22,35 @@ namespace {
 // How much longer than the ack timeout a deferred reply may wait: the transition it waits for
 // may need one ack timeout after the request, plus a loop turn or two.
 constexpr auto kDeferredReplySlack = std::chrono::seconds(5);
+
+// The path of pid's cgroup in the hierarchy malld enforces with (cgroup v2's "0::" line, v1's
+// cpuset line) as /proc/PID/cgroup shows it to malld, when that path is not plain: a process whose
+// cgroup lies outside malld's cgroup namespace reads "/.." there (and process_cgroup() then says
+// "no cgroup"). nullopt when the path is plain, or the file or line is missing.
+std::optional<std::string> cgroup_outside_namespace(pid_t pid, bool v2) {
+    std::string text;
+    if (!read_text_file("/proc/" + std::to_string(pid) + "/cgroup", &text)) return std::nullopt;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        // hierarchy-id:controller,controller:path (the path may itself hold ':')
+        const size_t first = line.find(':');
+        const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+        if (second == std::string::npos) continue;
+        const std::string id = line.substr(0, first);
+        const std::string controllers = line.substr(first + 1, second - first - 1);
+        bool ours = v2 && id == "0" && controllers.empty();
+        if (!v2) {
+            std::istringstream names(controllers);
+            for (std::string name; std::getline(names, name, ',');) ours = ours || name == "cpuset";
+        }
+        if (!ours) continue;
+        const std::string path = line.substr(second + 1);
+        if (!path.empty() && !absolute_path_problem(path).empty()) return path;
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
 
 }  // namespace
 
@@ -141,7 +172,21 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     // cgroup malld may not write refuses the registration here, before anything changed, and the
     // launcher runs the job non-malleable with the words.
     std::string cgroup_error;
-    if (cgroup_mode == CgroupMode::ContainerSystemd && !systemd_slice::job_slice_name(spec.id))
+    // A cgroup outside malld's cgroup namespace (malld runs in one, the process above its root)
+    // has no path malld can join to its mount: neither moved nor resized, the process would hold
+    // the job's cpus unconfined. Refused, except for a container job, whose registered pid (the
+    // engine's client) is never moved nor resized; the affinity backend uses no cgroup.
+    if (backend_.kind() != BackendKind::Affinity && !is_container_mode(cgroup_mode))
+        for (pid_t pid : spec.pids)
+            if (auto outside = cgroup_outside_namespace(pid, backend_.kind() == BackendKind::CgroupV2)) {
+                const std::string p = std::to_string(pid);
+                cgroup_error = "pid " + p + "'s cgroup path as malld sees it is outside malld's cgroup namespace (" +
+                               *outside + " in /proc/" + p + "/cgroup), so malld can neither move nor resize "
+                               "it; run malld in the host's cgroup namespace (or register only processes "
+                               "inside malld's)";
+                break;
+            }
+    if (cgroup_error.empty() && cgroup_mode == CgroupMode::ContainerSystemd && !systemd_slice::job_slice_name(spec.id))
         cgroup_error = "job name '" + spec.id + "' is too long for a systemd slice name once escaped ('-' "
                        "and ':' take 4 characters each, 244 at most): use a shorter name";
     if (!cgroup_error.empty() || !backend_.check_pids(spec.pids, cgroup_mode, &cgroup_error)) {
