@@ -162,11 +162,13 @@ TEST_F(CtlClientTrust, Issue37ToolsRefuseAServerOfAnotherUserNotOwningTheSocket)
     EXPECT_EQ(status.exit_code, 3) << status.out << status.err;
     EXPECT_TRUE(contains(status.err, "uid " + std::to_string(kOtherUid))) << status.err;
     EXPECT_TRUE(contains(status.err, "not malld")) << status.err;
+    EXPECT_FALSE(contains(status.err, "is malld running")) << "a server that is not malld gets no start hint: " << status.err;
     EXPECT_FALSE(contains(status.out, "served_by_uid")) << status.out;
 
     CommandResult run = run_command(mallrun_argv(socket_, "1:2", "trust", {"/bin/true"}, {"--require"}));
     EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
     EXPECT_TRUE(contains(run.err, "not malld")) << run.err;
+    EXPECT_FALSE(contains(run.err, "is malld running")) << run.err;
 
     // The library call behind every tool (the OCI hook's and the Slurm plugin's too).
     std::string error;

@@ -113,6 +113,7 @@ std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std:
     UniqueFd sock(fd);
     if (std::string problem = server_identity_problem(sock.get(), socket_path); !problem.empty()) {
         ConnectFailure f;  // MALL_ERR_NODAEMON: whatever answers there, malld does not
+        f.not_malld = true;
         f.what = "refusing the server at " + socket_path + ": " + problem;
         f.advice = "check that --socket (or MALL_SOCKET) names malld's socket";
         if (error) *error = f.text();

@@ -27,6 +27,8 @@ struct ConnectFailure {
                                     // of descriptors or memory
     bool nobody_listening = false;  // ENOENT / ECONNREFUSED: no malld at that path (not running,
                                     // or the socket is elsewhere)
+    bool not_malld = false;         // something answers there, but server_identity_problem says it
+                                    // is not malld: no "is malld running?" hint applies
     std::string what;               // "cannot connect to malld at PATH: <strerror>"
     std::string advice;             // how to fix it ("is malld running? start it or pass --socket");
                                     // empty when there is nothing to add to `what`

@@ -26,8 +26,12 @@ bool Session::connect() {
 }
 
 // When nobody listens there, the fuller hint below (how to start malld on this path) replaces
-// the short advice.
+// the short advice; a server that is not malld gets only its refusal and advice.
 void Session::unreachable(const mall::ConnectFailure &failure) const {
+    if (failure.not_malld) {
+        std::cerr << "mallctl: " << failure.text() << "\n";
+        return;
+    }
     std::cerr << "mallctl: " << (failure.nobody_listening ? failure.what : failure.text()) << "\n"
               << "  is malld running? start it with `malld --socket " << path_
               << "` or pass --socket / set MALL_SOCKET\n";

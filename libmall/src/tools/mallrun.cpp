@@ -267,6 +267,10 @@ int run(int argc, char **argv) {
     mall::ConnectFailure failure;
     auto client = mall::CtlClient::connect(socket_path, &error, &failure);
     if (!client) {
+        if (o.require && failure.not_malld) {
+            std::cerr << "mallrun: " << failure.text() << "\n";
+            return kExitUnreachable;
+        }
         if (o.require) {
             // When nobody listens there, the fuller hint below replaces the short advice.
             std::cerr << "mallrun: " << (failure.nobody_listening ? failure.what : failure.text()) << "\n"
