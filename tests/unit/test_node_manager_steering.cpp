@@ -21,7 +21,8 @@ TEST_F(NodeManagerTest, UsageCapLendsTheSurplusAndRaisingItTakesItBack) {
     ASSERT_TRUE(nm().steady("a"));
     EXPECT_EQ(job("a").published.count(), 4);
 
-    ok(nm().set_usage("a", 3, at(10us)));  // no attachment: the shrink needs no ack
+    ok(nm().set_usage("a", 3, at(1s)));  // no attachment: the shrink needs no ack
+    // (each change comes kUsageInterval after the one before: sooner ones wait, see below)
     EXPECT_EQ(job("a").published.count(), 3);
     EXPECT_EQ(nm().free_cpus().count(), 1);
     EXPECT_EQ(nm().status()["jobs"][0]["usage_cap"], 3);
@@ -29,21 +30,41 @@ TEST_F(NodeManagerTest, UsageCapLendsTheSurplusAndRaisingItTakesItBack) {
     ASSERT_EQ(effects_.events_named("usage").size(), 1u);
     EXPECT_EQ(effects_.events_named("usage")[0]["cpus_used"], 3);
 
-    ok(nm().set_usage("a", 1, at(20us)));  // below its min of 2: planned with its min
+    ok(nm().set_usage("a", 1, at(2s)));  // below its min of 2: planned with its min
     EXPECT_EQ(job("a").published.count(), 2);
     EXPECT_EQ(nm().status()["jobs"][0]["planned_max"], 2);
 
-    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(30us)));  // the surplus goes to b
+    ok(nm().register_job(spec("b", 1, 4, "", {200}), at(3s)));  // the surplus goes to b
     EXPECT_EQ(job("a").published.count(), 2);
     EXPECT_EQ(job("b").published.count(), 2);
 
-    ok(nm().set_usage("a", 0, at(40us)));  // no cap: equal shares again (2 and 2: no change)
+    ok(nm().set_usage("a", 0, at(4s)));  // no cap: equal shares again (2 and 2: no change)
     EXPECT_EQ(job("a").published.count(), 2);
-    ok(nm().deregister_job("b", at(50us)));
+    ok(nm().deregister_job("b", at(5s)));
     EXPECT_EQ(job("a").published.count(), 4) << "without b and without a cap, a takes the pool back";
 
-    refused(MALL_ERR_NOJOB, [&] { return nm().set_usage("nobody", 1, at(60us)); });
-    refused(MALL_ERR_INVAL, [&] { return nm().set_usage("a", -1, at(60us)); });
+    refused(MALL_ERR_NOJOB, [&] { return nm().set_usage("nobody", 1, at(6s)); });
+    refused(MALL_ERR_INVAL, [&] { return nm().set_usage("a", -1, at(6s)); });
+}
+
+// Usage changes are coalesced (issue 37.9): within kUsageInterval of the last change a report is
+// only noted; tick() applies the latest one when its time comes, so a job that reports a thousand
+// times a second costs one replan, one event and one broadcast a second.
+TEST_F(NodeManagerTest, UsageReportsWithinAnIntervalAreCoalescedAndTheLatestWins) {
+    ok(nm().register_job(spec("a", 1, 4), at(0us)));
+    ok(nm().set_usage("a", 3, at(1s)));
+    EXPECT_EQ(job("a").published.count(), 3);
+    for (int i = 0; i < 100; ++i)  // a flood within the interval: noted, not applied
+        ok(nm().set_usage("a", 1 + i % 2, at(1s + std::chrono::milliseconds(1 + i))));
+    ok(nm().set_usage("a", 2, at(1s + 500ms)));
+    EXPECT_EQ(job("a").published.count(), 3) << "a report within the interval must wait";
+    EXPECT_EQ(effects_.events_named("usage").size(), 1u);
+    ASSERT_TRUE(nm().next_deadline().has_value());
+    EXPECT_LE(*nm().next_deadline(), at(2s)) << "malld must wake when the waiting report is due";
+    nm().tick(at(2s));
+    EXPECT_EQ(job("a").published.count(), 2) << "the latest report applies when due";
+    EXPECT_EQ(effects_.events_named("usage").size(), 2u);
+    EXPECT_EQ(effects_.events_named("usage")[1]["cpus_used"], 2);
 }
 
 // A capped job waits for its processes to ack the smaller allocation before the cpus are lent.
