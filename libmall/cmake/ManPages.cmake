@@ -22,7 +22,8 @@ add_executable(mall-help2man
   src/tools/man/roff.cpp
   src/tools/man/help_page.cpp
   src/tools/man/header_page.cpp
-  src/common/run_bounded.cpp)  # compiled in: the build tool links no mall library
+  src/common/run_bounded.cpp  # compiled in: the build tool links no mall library
+  src/common/files.cpp)       # run_bounded's folder_chain_problem
 target_include_directories(mall-help2man PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 
 set(mall_man_dir ${PROJECT_BINARY_DIR}/man)

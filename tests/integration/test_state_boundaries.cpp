@@ -6,9 +6,15 @@
 // is shorter than it) is not adopted and malld runs on; and a job the kernel lets run on more cpus
 // than the state file says (malld SIGKILLed between a widening cgroup write and its save) keeps
 // them, so no other job is given them, until malld has narrowed it back.
+// The review's points: a folder above the state folder that others may write (not sticky) is
+// refused; malld works through the folder it opened at start (a folder swapped in later gets
+// nothing); a trailing '/' is dropped; an ordinary user's default is under its home and option
+// values are checked before the folder; a job widened in the kernel does not keep reclaimed cpus.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <filesystem>
 #include <fstream>
@@ -38,12 +44,12 @@ void write_text(const std::string &path, const std::string &text) {
     out << text;
 }
 
-// The state file on disk lists `job` on `cpus` (malld saves on a writer thread after each change:
-// a SIGKILL right after a change may come before the save).
-bool saved_on(const PrivateMalld &malld, const std::string &job, const std::string &cpus) {
+// The state file in `folder` lists `job` on `cpus` (malld saves on a writer thread after each
+// change: a SIGKILL right after a change may come before the save).
+bool saved_in(const std::string &folder, const std::string &job, const std::string &cpus) {
     return wait_until(
         [&] {
-            const json state = read_json(malld.state_dir() + "/malld.state.json");
+            const json state = read_json(folder + "/malld.state.json");
             if (!state.is_object() || !state.contains("jobs")) return false;
             for (const auto &j : state["jobs"])
                 if (j.value("job", "") == job && j.value("cpuset", "") == cpus && j.value("published", "") == cpus)
@@ -51,6 +57,9 @@ bool saved_on(const PrivateMalld &malld, const std::string &job, const std::stri
             return false;
         },
         10s);
+}
+bool saved_on(const PrivateMalld &malld, const std::string &job, const std::string &cpus) {
+    return saved_in(malld.state_dir(), job, cpus);
 }
 
 // malld answers status now and a moment later (it did not die at its first loop turn).
@@ -262,6 +271,248 @@ TEST(Issue37StateBoundaries, AJobWidenedInTheKernelBeforeTheSaveKeepsThoseCpusUn
         << status_text(malld);
     EXPECT_FALSE(overlap) << "b was given a cpu while a's cgroup still held it";
     EXPECT_EQ(cgroup_cpus(cgroup).value_or("?"), a_cpus) << "a and b share a cpu";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Review of issue 37.1 (points 5, 6 and 13 of the review): the folders above the state folder,
+// the folder swapped after the start, a trailing '/', the default for an ordinary user, the order
+// of validation, and a kernel-widened job on reclaimed cpus.
+
+constexpr uid_t kUser = 61001;  // a throwaway uid: no passwd entry needed
+
+// Runs malld with `args` (and --backend affinity --cpus 0-1) and expects exit 2 before it serves,
+// with words naming every one of `words`.
+void expect_refused(const std::vector<std::string> &args, const std::vector<std::string> &words,
+                    const std::string &what) {
+    for (bool check : {true, false}) {
+        std::vector<std::string> argv{bin_path("malld"), "--backend", "affinity", "--cpus", "0-1"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        if (check) argv.push_back("--check");
+        auto run = run_command(argv, RunOptions{{}, false, 20s});
+        EXPECT_FALSE(run.timed_out) << what << ": malld started";
+        EXPECT_EQ(run.exit_code, 2) << what << (check ? " (--check)" : "") << ": " << run.err;
+        for (const auto &word : words) EXPECT_NE(run.err.find(word), std::string::npos) << what << ": " << run.err;
+    }
+}
+
+// Whoever may write a folder above the state folder (not sticky) can rename the state folder and
+// put a folder of their own in its place, which malld then saved into and adopted at its next
+// start. Such a state folder is refused at start; below a sticky folder (like /tmp) it is fine.
+TEST(Issue37StateBoundaries, AStateDirBelowAFolderOthersMayWriteIsRefused) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld scratch;
+    const std::string socket = scratch.dir() + "/refused.sock";
+    const std::string open_parent = scratch.dir() + "/open";
+    ASSERT_EQ(::mkdir(open_parent.c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(open_parent.c_str(), 0777), 0);
+    const std::string state = open_parent + "/state";
+    ASSERT_EQ(::mkdir(state.c_str(), 0700), 0);
+    expect_refused({"--socket", socket, "--state-dir", state},
+                   {"--state-dir", "folder " + open_parent + " is writable by others", "not sticky", "chmod go-w"},
+                   "a parent of mode 0777");
+    EXPECT_FALSE(fs::exists(socket)) << "a refused malld made its socket";
+    EXPECT_TRUE(fs::is_empty(state)) << "a refused malld wrote into the state folder";
+    // Missing, it is not made there either.
+    ASSERT_EQ(::rmdir(state.c_str()), 0);
+    expect_refused({"--socket", socket, "--state-dir", state}, {"--state-dir", open_parent}, "a missing folder below 0777");
+    EXPECT_FALSE(fs::exists(state)) << "malld made its state folder below a folder anyone may write";
+    // A folder above that belongs to another user (who may rename what lies in it).
+    const std::string foreign_parent = scratch.dir() + "/foreign";
+    ASSERT_EQ(::mkdir(foreign_parent.c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((foreign_parent + "/state").c_str(), 0700), 0);
+    ASSERT_EQ(::chown(foreign_parent.c_str(), kUser, kUser), 0);
+    expect_refused({"--socket", socket, "--state-dir", foreign_parent + "/state"},
+                   {"--state-dir", "folder " + foreign_parent + " is owned by uid 61001"}, "a parent of uid 61001");
+
+    // Sticky (others may add names, but not rename root's folder): accepted, and made 0700.
+    ASSERT_EQ(::chmod(open_parent.c_str(), 01777), 0);
+    auto fine = run_command({bin_path("malld"), "--socket", socket, "--state-dir", state, "--backend", "affinity",
+                             "--cpus", "0-1", "--check"});
+    EXPECT_EQ(fine.exit_code, 0) << fine.err;
+}
+
+// After the start, the state folder is renamed away and another put in its place (as the owner of
+// a folder above could have done; here root does it): malld keeps saving into the folder it opened,
+// now under its new name, and writes nothing into the replacement, neither state nor history.
+TEST(Issue37StateBoundaries, AStateFolderSwappedAfterTheStartIsNotWrittenInto) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    const std::string moved = malld.dir() + "/state.moved";
+    ASSERT_EQ(::rename(malld.state_dir().c_str(), moved.c_str()), 0);
+    ASSERT_EQ(::mkdir(malld.state_dir().c_str(), 0700), 0);  // the replacement
+    {
+        Child a(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
+        ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s))
+            << status_text(malld);
+        EXPECT_TRUE(saved_in(moved, "a", "0-1")) << "the save did not reach the folder malld opened: "
+                                                 << read_file(moved + "/malld.state.json");
+    }  // the job ends: a history record
+    EXPECT_TRUE(wait_until([&] { return read_file(moved + "/malld.history.jsonl").find("\"a\"") != std::string::npos; },
+                           20s))
+        << "no history record in the folder malld opened\n" << malld.log();
+    EXPECT_EQ(malld.stop(), 0);
+    std::vector<std::string> written;
+    for (const auto &entry : fs::directory_iterator(malld.state_dir())) written.push_back(entry.path().string());
+    EXPECT_TRUE(written.empty()) << "malld wrote into the replacement folder: " << written.front() << "\n"
+                                 << read_file(written.front());
+    EXPECT_EQ(mode_of(moved + "/malld.state.json"), 0600u);
+}
+
+// "/x/state/": lstat followed a symlink there, and the folder was made by mkdir -p with 0755. The
+// trailing '/' is dropped: the folder is made 0700, and a link there is refused.
+TEST(Issue37StateBoundaries, ATrailingSlashIsDroppedAndTheFolderIsMade0700) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld scratch;
+    const std::string socket = scratch.dir() + "/slash.sock";
+    const std::string fresh = scratch.dir() + "/fresh";
+    {
+        Child malld({bin_path("malld"), "--socket", socket, "--state-dir", fresh + "/", "--backend", "affinity",
+                     "--cpus", "0-1", "--log-level", "warn"});
+        ASSERT_TRUE(wait_until([&] { return status_json(socket).has_value(); }, 20s)) << "malld did not answer";
+        EXPECT_EQ(mode_of(fresh), 0700u);
+        malld.signal(SIGTERM);
+        EXPECT_EQ(malld.wait_exit(10s).value_or(-1), 0);
+    }
+    EXPECT_TRUE(fs::exists(fresh + "/malld.state.json"));
+    const std::string real = scratch.dir() + "/real";
+    ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+    const std::string link = scratch.dir() + "/link";
+    ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+    expect_refused({"--socket", socket, "--state-dir", link + "/"}, {"--state-dir", link, "symbolic link"},
+                   "a symlink with a trailing '/'");
+    EXPECT_TRUE(fs::is_empty(real)) << "malld wrote through the link";
+    expect_refused({"--socket", socket, "--state-dir", "relative/state"}, {"--state-dir", "absolute"}, "a relative path");
+}
+
+// A HOME for the throwaway user: a fresh folder of its own (0700), removed with what is in it.
+struct UserHome {
+    std::string path;
+    UserHome() {
+        char tmpl[] = "/tmp/mall_home_XXXXXX";
+        if (::mkdtemp(tmpl)) path = tmpl;
+        if (!path.empty()) (void)::chown(path.c_str(), kUser, kUser);
+    }
+    ~UserHome() {
+        std::error_code ec;
+        if (!path.empty()) fs::remove_all(path, ec);
+    }
+};
+
+// argv running malld as kUser with HOME=home and no XDG_STATE_HOME.
+std::vector<std::string> malld_as_user(const std::string &home, const std::vector<std::string> &args) {
+    std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=" + std::to_string(kUser),
+                                  "--regid=" + std::to_string(kUser), "--clear-groups", "--",
+                                  "/usr/bin/env", "-u", "XDG_STATE_HOME", "HOME=" + home, bin_path("malld")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+}
+
+// The README's tour runs a private malld as an ordinary user without --state-dir: the default
+// /var/lib/mall made it fail ("cannot create the state folder"). An ordinary user's default is
+// $XDG_STATE_HOME/mall, else ~/.local/state/mall, made 0700 with the folders above it.
+TEST(Issue37StateBoundaries, AnOrdinaryUsersMalldKeepsItsStateUnderItsHome) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    UserHome home;
+    ASSERT_FALSE(home.path.empty());
+    const std::string socket = home.path + "/malld.sock";
+    const std::string expected = home.path + "/.local/state/mall";
+    auto check = run_command(malld_as_user(home.path, {"--socket", socket, "--backend", "affinity", "--cpus", "0-1",
+                                                       "--check"}));
+    EXPECT_EQ(check.exit_code, 0) << check.err;
+    EXPECT_NE(check.out.find("state in " + expected), std::string::npos) << check.out;
+    {
+        Child malld(malld_as_user(home.path, {"--socket", socket, "--backend", "affinity", "--cpus", "0-1",
+                                              "--log-level", "warn"}));
+        // It saves its state at start (root's mallctl would not talk to a malld of another uid
+        // whose socket lies in /tmp: see ctl_client's server check).
+        ASSERT_TRUE(wait_until([&] { return fs::exists(expected + "/malld.state.json"); }, 20s))
+            << "an ordinary user's malld did not start without --state-dir";
+        malld.signal(SIGTERM);
+        EXPECT_EQ(malld.wait_exit(10s).value_or(-1), 0);
+    }
+    EXPECT_FALSE(fs::exists(socket)) << "malld did not stop cleanly";
+    for (const std::string &folder : {home.path + "/.local", home.path + "/.local/state", expected}) {
+        struct stat st{};
+        ASSERT_EQ(::lstat(folder.c_str(), &st), 0) << folder;
+        EXPECT_EQ(st.st_mode & 07777, 0700u) << folder;
+        EXPECT_EQ(st.st_uid, kUser) << folder;
+    }
+    EXPECT_TRUE(fs::exists(expected + "/malld.state.json"));
+}
+
+// Every option value is checked before the state folder: an ordinary user on a host with a
+// root-owned /var/lib/mall (here: a root-owned --state-dir) gets the error about the option they
+// got wrong, not one about the folder.
+TEST(Issue37StateBoundaries, OptionValuesAreCheckedBeforeTheStateFolder) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    UserHome home;
+    ASSERT_FALSE(home.path.empty());
+    PrivateMalld scratch;  // its state folder is root's (0755): not the user's
+    for (const char *bad : {"0", "many"}) {
+        auto run = run_command(malld_as_user(home.path, {"--socket", home.path + "/s.sock", "--state-dir",
+                                                         scratch.state_dir(), "--max-connections-per-user", bad,
+                                                         "--backend", "affinity", "--check"}));
+        EXPECT_EQ(run.exit_code, 2) << run.err;
+        EXPECT_NE(run.err.find("max-connections-per-user"), std::string::npos) << bad << ": " << run.err;
+        EXPECT_EQ(run.err.find("--state-dir"), std::string::npos) << bad << ": " << run.err;
+    }
+    // With good values, the folder's own error.
+    auto run = run_command(malld_as_user(home.path, {"--socket", home.path + "/s.sock", "--state-dir",
+                                                     scratch.state_dir(), "--backend", "affinity", "--check"}));
+    EXPECT_EQ(run.exit_code, 2) << run.err;
+    EXPECT_NE(run.err.find("--state-dir"), std::string::npos) << run.err;
+}
+
+// Review point 13: a job the kernel runs wider than saved kept every cpu beyond its saved set that
+// no other job held, reclaimed ones too: cores a Slurm prolog had reclaimed for a new job. Here cpu
+// `free` is reclaimed while job a runs on the other; malld is killed, a's cgroup widened to both
+// (the lost write), and the restarted malld must take the reclaimed cpu off a at once.
+TEST(Issue37StateBoundaries, AJobWidenedInTheKernelDoesNotKeepReclaimedCpus) {
+    MALL_REQUIRE_ROOT_AND_CPUSET();
+    PrivateMalld malld;
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    Child a(mallrun_argv(malld.socket(), "1:1", "a", test_client_argv()));
+    std::string a_cpus;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            auto j = job_status(malld.socket(), "a");
+            if (!j || j->value("ncpus", 0) != 1) return false;
+            a_cpus = j->value("cpus", "");
+            return job_settled_on(malld.socket(), "a", a_cpus, 1);
+        },
+        20s))
+        << status_text(malld);
+    const std::string free_cpu = a_cpus == "0" ? "1" : "0";
+    const std::string cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
+    ASSERT_FALSE(cgroup.empty());
+    auto reclaim = run_command(mallctl_argv(malld.socket(), {"reclaim", free_cpu, "--timeout-ms", "20000"}));
+    ASSERT_EQ(reclaim.exit_code, 0) << reclaim.err;
+    ASSERT_TRUE(saved_on(malld, "a", a_cpus));
+    ASSERT_TRUE(wait_until(
+        [&] { return read_json(malld.state_dir() + "/malld.state.json").value("reclaimed", "") == free_cpu; }, 10s))
+        << read_file(malld.state_dir() + "/malld.state.json");
+
+    malld.kill9();
+    write_text(cgroup + "/cpuset.cpus", "0-1");  // the widening write whose save never came
+    ASSERT_EQ(cgroup_cpus(cgroup).value_or("?"), "0-1");
+    ASSERT_TRUE(malld.restart(&error)) << error;
+
+    EXPECT_TRUE(wait_until([&] { return cgroup_cpus(cgroup).value_or("?") == a_cpus; }, 10s))
+        << "a's cgroup still holds " << cgroup_cpus(cgroup).value_or("?") << "\n" << malld.log();
+    auto status = status_json(malld.socket());
+    ASSERT_TRUE(status) << malld.log();
+    EXPECT_EQ(status->value("reclaimed", ""), free_cpu) << status->dump(1);
+    auto ja = find_job(*status, "a");
+    ASSERT_TRUE(ja) << status->dump(1);
+    EXPECT_EQ(ja->value("cpuset", ""), a_cpus) << status->dump(1);
+    const std::string log = malld.log();
+    EXPECT_NE(log.find("cpus '" + free_cpu + "' are another job's or reclaimed: narrowed to '" + a_cpus + "' now"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(log.find("stay the job's"), std::string::npos) << "a kept the reclaimed cpu:\n" << log;
 }
 
 }  // namespace

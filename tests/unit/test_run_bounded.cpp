@@ -4,7 +4,9 @@
 // hangs is killed and reaped at the deadline with a "timed out" result (it once blocked malld's
 // loop for as long as the child lived); root takes systemctl, podman and docker from root-owned
 // system folders only, never from a folder $PATH names, and malld's systemctl call does not run a
-// fake systemctl put first in PATH. Every temporary file is removed; the watchdog fails a hang.
+// fake systemctl put first in PATH; the folders above what root trusts follow one rule (owned by
+// root, writable by nobody else unless sticky); a child whose end was never seen (SIGCHLD ignored)
+// is not a success. Every temporary file is removed; the watchdog fails a hang.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/files.hpp"
 #include "common/run_bounded.hpp"
 #include "daemon/systemd_slice.hpp"
 #include "support/watchdog.h"
@@ -176,12 +179,57 @@ TEST(Issue37TrustedProgram, RefusesFilesAndFoldersOthersCouldHaveWritten) {
               std::string::npos)
         << mall::untrusted_program_problem(file);
     ASSERT_EQ(::chown(folder.path().c_str(), 0, 0), 0);
-    // Looked up there: refused with the reason (the temporary folder's parents are no system folders).
+    // Looked up in a folder others may write: refused with the reason.
+    ::chmod(folder.path().c_str(), 0777);
     std::string why;
     EXPECT_FALSE(mall::trusted_program_path("tool", &why, {folder.path()}));
     EXPECT_NE(why.find("no tool that root may run in " + folder.path()), std::string::npos) << why;
+    EXPECT_NE(why.find("and not sticky"), std::string::npos) << why;
+    ::chmod(folder.path().c_str(), 0755);
     EXPECT_FALSE(mall::trusted_program_path("../bin/sh", &why));
     EXPECT_FALSE(exists(folder.path() + "/tool.ran"));
+}
+
+// One rule for the folders above what root trusts (files.hpp's folder_chain_problem, used for the
+// programs root runs and malld's state folder): owned by root (or the trusted uid), writable by
+// nobody else unless sticky, as /tmp is (others may add names there, not rename root's).
+TEST(Issue37TrustedProgram, FolderChainAllowsStickyFoldersButNotOpenOnes) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: makes folders owned by root and other uids";
+    TempFolder outer;
+    ASSERT_FALSE(outer.path().empty());
+    const std::string inner = outer.path() + "/inner";
+    ASSERT_EQ(::mkdir(inner.c_str(), 0755), 0);
+    const std::string below = inner + "/x";
+    ::chmod(outer.path().c_str(), 01777);  // like /tmp
+    EXPECT_EQ(mall::folder_chain_problem(below, 0), "");
+    ::chmod(outer.path().c_str(), 0777);  // anyone may rename inner and put another in its place
+    EXPECT_NE(mall::folder_chain_problem(below, 0).find("folder " + outer.path() + " is writable by others"),
+              std::string::npos)
+        << mall::folder_chain_problem(below, 0);
+    ::chmod(outer.path().c_str(), 0755);
+    ASSERT_EQ(::chown(inner.c_str(), 61001, 61001), 0);
+    EXPECT_NE(mall::folder_chain_problem(below, 0).find("folder " + inner + " is owned by uid 61001, not root"),
+              std::string::npos)
+        << mall::folder_chain_problem(below, 0);
+    EXPECT_EQ(mall::folder_chain_problem(below, 61001), "") << "the trusted uid's own folder";
+    ::rmdir(inner.c_str());
+}
+
+// Issue 37.11: a child the caller never saw end (reaped elsewhere: here SIGCHLD is ignored, so the
+// kernel reaps it at once and waitpid says ECHILD) read as "exited 0", even /bin/false.
+TEST(Issue37RunBounded, AChildNeverSeenToEndIsNotASuccess) {
+    struct sigaction ignore{}, before{};
+    ignore.sa_handler = SIG_IGN;
+    ASSERT_EQ(::sigaction(SIGCHLD, &ignore, &before), 0);
+    mall::BoundedCommand command;
+    command.argv = {"/bin/false"};
+    command.limit = 10s;
+    const mall::BoundedResult result = mall::run_bounded(command);
+    ::sigaction(SIGCHLD, &before, nullptr);
+    EXPECT_EQ(result.spawn_error, 0);
+    EXPECT_FALSE(result.timed_out) << "a child that ended is no time-out";
+    EXPECT_FALSE(result.reaped) << "its end was never seen";
+    EXPECT_FALSE(result.exited_zero()) << "/bin/false, reaped by the kernel, read as a success";
 }
 
 }  // namespace

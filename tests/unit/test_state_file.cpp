@@ -4,7 +4,8 @@
 // Issue 37: nothing planted in the state folder is followed or truncated (the temp file has an
 // unpredictable name, created O_EXCL|O_NOFOLLOW; the state file is read O_NOFOLLOW), the state and
 // history files are 0600, saved cgroup paths must be plain, and /proc/PID/cgroup paths with "/.."
-// are refused.
+// are refused. The state folder is opened once, walking from "/" (no folder above it that others
+// may write unless sticky), and saves, loads and history appends go through that descriptor.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/inotify.h>
@@ -581,6 +582,111 @@ TEST_F(StateFileTest, Issue37SavedCgroupPathsMustBePlain) {
     j["jobs"][0]["cgroups"][0]["path"] = "/etc";
     std::string error;
     EXPECT_TRUE(mall::state_from_json(j, &error)) << error;
+}
+
+// Review of 37.1, point 5: the state folder is opened once and every save, load and temp-file
+// removal goes through its descriptor: a folder renamed away and replaced afterwards gets nothing.
+TEST_F(StateFileTest, Issue37SavesGoThroughTheFolderOpenedAtStartNotItsName) {
+    std::string error;
+    const int fd = mall::open_private_folder(dir_, ::geteuid(), false, 0700, &error);
+    ASSERT_GE(fd, 0) << error;
+    const std::string moved = dir_ + ".moved";
+    ASSERT_EQ(::rename(dir_.c_str(), moved.c_str()), 0);
+    ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);  // the replacement
+    ASSERT_TRUE(mall::save_state(fd, dir_, sample(), &error)) << error;
+    EXPECT_TRUE(fs::is_empty(dir_)) << "the save went to the folder now at the name";
+    EXPECT_EQ(read_text(moved + "/malld.state.json").empty(), false);
+    auto loaded = mall::load_state(fd, dir_, &error);
+    ASSERT_TRUE(loaded) << error;
+    EXPECT_EQ(loaded->jobs.size(), 2u);
+    { std::ofstream(moved + "/malld.state.json.tmp.leftover") << "x"; }
+    EXPECT_EQ(mall::remove_stale_state_temp_files(fd), 1);
+    ::close(fd);
+    std::error_code ec;
+    fs::remove_all(moved, ec);
+}
+
+// The history file in a pinned folder (malld pins its state folder and the history's own) is
+// appended and rotated through the descriptor; and a history file of another uid is refused.
+TEST_F(StateFileTest, Issue37HistoryGoesThroughThePinnedFolderAndMustBeMalldsOwn) {
+    std::string error;
+    const int fd = mall::open_private_folder(dir_, ::geteuid(), false, 0700, &error);
+    ASSERT_GE(fd, 0) << error;
+    mall::pin_folder(dir_, fd);
+    const std::string moved = dir_ + ".moved";
+    ASSERT_EQ(::rename(dir_.c_str(), moved.c_str()), 0);
+    ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);
+    const std::string history = dir_ + "/malld.history.jsonl";
+    const nlohmann::json record = {{"format", mall::kHistoryFormat}, {"job", "a"}, {"time", 1.0}};
+    ASSERT_TRUE(mall::append_history(history, record, 1 << 20, &error)) << error;
+    ASSERT_TRUE(mall::append_history(history, record, 10, &error)) << error;  // rotates
+    EXPECT_TRUE(fs::is_empty(dir_)) << "the history went to the folder now at the name";
+    EXPECT_EQ(file_mode(moved + "/malld.history.jsonl"), 0600u);
+    EXPECT_EQ(file_mode(moved + "/malld.history.jsonl.1"), 0600u);
+    mall::pin_folder(dir_, -1);  // closes the pinned descriptor
+    std::error_code ec;
+    fs::remove_all(moved, ec);
+    if (::geteuid() != 0) return;
+    // A file another uid made (in a folder they may write, say): never appended to.
+    { std::ofstream(history) << ""; }
+    ASSERT_EQ(::chown(history.c_str(), 61001, 61001), 0);
+    EXPECT_FALSE(mall::append_history(history, record, 1 << 20, &error));
+    EXPECT_NE(error.find("uid 61001"), std::string::npos) << error;
+    EXPECT_EQ(read_text(history), "");
+}
+
+// The walk from "/": a folder above that others may write (not sticky) or that another uid owns is
+// refused, naming it; a sticky one is fine; a missing folder is made with `mode` (and its missing
+// parents); a symlink above is followed when root owns it, refused when another uid does (in a
+// sticky folder anyone may make one); the folder itself may not be a symlink.
+TEST_F(StateFileTest, Issue37OpenPrivateFolderChecksEveryFolderAbove) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: makes folders of other uids";
+    std::string error;
+    const std::string open_parent = dir_ + "/open";
+    ASSERT_EQ(::mkdir(open_parent.c_str(), 0700), 0);
+    ASSERT_EQ(::chmod(open_parent.c_str(), 0777), 0);
+    ASSERT_EQ(::mkdir((open_parent + "/state").c_str(), 0700), 0);
+    EXPECT_LT(mall::open_private_folder(open_parent + "/state", 0, false, 0700, &error), 0);
+    EXPECT_NE(error.find("folder " + open_parent + " is writable by others (mode 0777) and not sticky"),
+              std::string::npos)
+        << error;
+    ASSERT_EQ(::chmod(open_parent.c_str(), 01777), 0);
+    int fd = mall::open_private_folder(open_parent + "/state", 0, false, 0700, &error);
+    EXPECT_GE(fd, 0) << error;
+    if (fd >= 0) ::close(fd);
+
+    bool missing = false;
+    EXPECT_LT(mall::open_private_folder(dir_ + "/a/b/c", 0, false, 0700, &error, &missing), 0);
+    EXPECT_TRUE(missing);
+    EXPECT_FALSE(fs::exists(dir_ + "/a")) << "made a folder without `create`";
+    fd = mall::open_private_folder(dir_ + "/a/b/c/", 0, true, 0700, &error);
+    ASSERT_GE(fd, 0) << error;
+    ::close(fd);
+    for (const char *made : {"/a", "/a/b", "/a/b/c"}) EXPECT_EQ(file_mode(dir_ + made), 0700u) << made;
+
+    ASSERT_EQ(::symlink((dir_ + "/a").c_str(), (dir_ + "/root-link").c_str()), 0);
+    fd = mall::open_private_folder(dir_ + "/root-link/b/c", 0, false, 0700, &error);
+    EXPECT_GE(fd, 0) << "a root-owned link in a root folder: " << error;
+    if (fd >= 0) ::close(fd);
+    ASSERT_EQ(::symlink((dir_ + "/a").c_str(), (open_parent + "/their-link").c_str()), 0);
+    ASSERT_EQ(::lchown((open_parent + "/their-link").c_str(), 61001, 61001), 0);
+    EXPECT_LT(mall::open_private_folder(open_parent + "/their-link/b/c", 0, false, 0700, &error), 0);
+    EXPECT_NE(error.find("symbolic link " + open_parent + "/their-link is owned by uid 61001"), std::string::npos)
+        << error;
+    EXPECT_LT(mall::open_private_folder(dir_ + "/root-link", 0, false, 0700, &error), 0);
+    EXPECT_NE(error.find("is a symbolic link"), std::string::npos) << error;
+}
+
+TEST(Issue37Paths, NormalizedFolderPathDropsTrailingSlashesAndRefusesRelativeOnes) {
+    std::string why;
+    EXPECT_EQ(mall::normalized_folder_path("/var/lib/mall/", &why), "/var/lib/mall");
+    EXPECT_EQ(mall::normalized_folder_path("//var//lib/mall//", &why), "/var/lib/mall");
+    EXPECT_EQ(mall::normalized_folder_path("/", &why), "/");
+    EXPECT_EQ(mall::normalized_folder_path("", &why), "");
+    EXPECT_EQ(mall::normalized_folder_path("state", &why), "");
+    EXPECT_NE(why.find("absolute"), std::string::npos) << why;
+    EXPECT_EQ(mall::normalized_folder_path("/var/lib/../mall", &why), "");
+    EXPECT_EQ(mall::normalized_folder_path("/var/./mall", &why), "");
 }
 
 TEST(Issue37Paths, AbsolutePathProblemNamesTheFault) {

@@ -14,6 +14,8 @@
 #include <ctime>
 #include <fstream>
 
+#include "files.hpp"
+
 namespace mall {
 
 nlohmann::json history_record(const nlohmann::json &end_event, const std::string &host) {
@@ -34,31 +36,51 @@ bool append_history(const std::string &path, const nlohmann::json &record, uint6
         if (error) *error = what + ": " + std::strerror(errno);
         return false;
     };
+    // Through the folder malld opened at start when it pinned one (a folder renamed and replaced
+    // since is never written into), else by path.
+    const size_t slash = path.find_last_of('/');
+    const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const int pinned = pinned_folder(folder);
+    const int dir_fd = pinned >= 0 ? pinned : AT_FDCWD;
+    const std::string name = pinned >= 0 ? path.substr(slash + 1) : path;
+    const std::string older = name + ".1";
     // O_NOFOLLOW: a symlink planted at the file's name is refused (ELOOP), never written through.
     auto open_file = [&] {
-        return ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        return ::openat(dir_fd, name.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                        0600);
+    };
+    // A regular file of malld's own (not one another user made in a folder they may write).
+    auto usable = [&](int fd, struct stat *st) {
+        if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+            errno = EINVAL;
+            return fail("cannot append to " + path + " (not a regular file)");
+        }
+        if (st->st_uid != ::geteuid()) {
+            errno = EPERM;
+            return fail("cannot append to " + path + " (it belongs to uid " + std::to_string(st->st_uid) +
+                        ", not to malld's uid " + std::to_string(::geteuid()) + ")");
+        }
+        return true;
     };
     int fd = open_file();
     if (fd < 0) return fail("cannot open " + path);
     struct stat st{};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (!usable(fd, &st)) {
         ::close(fd);
-        errno = EINVAL;
-        return fail("cannot append to " + path + " (not a regular file)");
+        return false;
     }
     // A file an older malld made 0644: its records (uids, jobs, figures) are for root only now.
     if ((st.st_mode & 077) != 0) (void)::fchmod(fd, 0600);
     if (st.st_size > 0 && static_cast<uint64_t>(st.st_size) + line.size() > max_bytes) {
         ::close(fd);
         // rename() moves the name: a symlink planted at "<path>.1" is replaced, not followed.
-        const std::string older = path + ".1";
-        if (::rename(path.c_str(), older.c_str()) != 0) return fail("cannot rotate " + path + " to " + older);
+        if (::renameat(dir_fd, name.c_str(), dir_fd, older.c_str()) != 0)
+            return fail("cannot rotate " + path + " to " + path + ".1");
         fd = open_file();
         if (fd < 0) return fail("cannot open " + path);
-        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (!usable(fd, &st)) {
             ::close(fd);
-            errno = EINVAL;
-            return fail("cannot append to " + path + " (not a regular file)");
+            return false;
         }
     }
     const off_t before = ::lseek(fd, 0, SEEK_END);

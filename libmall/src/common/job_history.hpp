@@ -29,9 +29,12 @@ inline constexpr uint64_t kDefaultHistoryMaxBytes = 16ull << 20;
 nlohmann::json history_record(const nlohmann::json &end_event, const std::string &host);
 
 // Appends one record as one line (one write(2) on an O_APPEND file, mode 0600: the records name
-// every job's owner; opened O_NOFOLLOW, so a symlink at `path` is refused, never followed; a file
-// of an older malld's 0644 is narrowed to 0600), rotating first when the file would grow past
-// max_bytes. False with *error on failure (nothing half-written stays: a short write is cut back).
+// every job's owner; opened O_NOFOLLOW, so a symlink at `path` is refused, never followed, and only
+// a regular file owned by the caller's uid is written; a file of an older malld's 0644 is narrowed
+// to 0600), rotating first when the file would grow past max_bytes. When the file's folder is
+// pinned (files.hpp: malld opened it once at start), the file is opened and rotated through that
+// descriptor (openat, renameat), never by path. False with *error on failure (nothing
+// half-written stays: a short write is cut back).
 bool append_history(const std::string &path, const nlohmann::json &record, uint64_t max_bytes,
                     std::string *error);
 

@@ -4,6 +4,8 @@
 // the child's end until the same deadline, SIGKILL past it; and the trusted-program lookup for root.
 #include "run_bounded.hpp"
 
+#include "files.hpp"  // folder_chain_problem: the one rule for folders above a path root trusts
+
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -45,17 +47,24 @@ void reap_leftovers() {
                      g_unreaped.end());
 }
 
-// Waits for `pid` to end, at most until `deadline`: true with *status once reaped (or when it is
-// no longer ours to reap), false when it still runs at the deadline.
-bool reap_by(pid_t pid, int *status, Clock::time_point deadline) {
+// How waiting for a child ended.
+enum class Reap {
+    Reaped,   // it ended and we reaped it: the status is its own
+    Gone,     // ECHILD: no longer ours to wait for (SIGCHLD ignored, or another waitpid reaped it);
+              // its end was never seen and its pid may already be another process's
+    Running,  // still running at the deadline
+};
+
+// Waits for `pid` to end, at most until `deadline`.
+Reap reap_by(pid_t pid, int *status, Clock::time_point deadline) {
     auto pause = std::chrono::microseconds(500);
     for (;;) {
         const pid_t got = ::waitpid(pid, status, WNOHANG);
-        if (got == pid) return true;
+        if (got == pid) return Reap::Reaped;
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return true;  // ECHILD: someone else reaped it
+        if (got < 0) return Reap::Gone;
         const auto now = Clock::now();
-        if (now >= deadline) return false;
+        if (now >= deadline) return Reap::Running;
         std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
         pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
@@ -74,28 +83,6 @@ std::string ownership_problem(const struct stat &st, const std::string &what) {
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         return what + " is writable by " + ((st.st_mode & S_IWOTH) ? "others" : "its group") + " (mode " +
                octal_mode(st.st_mode) + ")";
-    return "";
-}
-
-// The folders above an absolute path, nearest first: "/a/b/c" -> "/a/b", "/a", "/".
-std::vector<std::string> folders_above(const std::string &path) {
-    std::vector<std::string> out;
-    std::string p = path;
-    while (p.size() > 1) {
-        const size_t slash = p.find_last_of('/');
-        p = slash == 0 ? "/" : p.substr(0, slash);
-        out.push_back(p);
-    }
-    return out;
-}
-
-std::string folder_chain_problem(const std::string &path) {
-    for (const std::string &dir : folders_above(path)) {
-        struct stat st{};
-        if (::stat(dir.c_str(), &st) != 0) return "cannot read folder " + dir + ": " + std::strerror(errno);
-        if (!S_ISDIR(st.st_mode)) return dir + " is not a folder";
-        if (std::string problem = ownership_problem(st, "folder " + dir); !problem.empty()) return problem;
-    }
     return "";
 }
 
@@ -173,12 +160,21 @@ BoundedResult run_bounded(const BoundedCommand &command) {
     ::close(out[0]);
     // ...then its end, by the same deadline: a child that closed its output and hangs (a stuck
     // systemctl) is killed like one that still prints.
-    if (!result.timed_out && !reap_by(pid, &result.status, deadline)) result.timed_out = true;
+    if (!result.timed_out) {
+        const Reap ended = reap_by(pid, &result.status, deadline);
+        if (ended == Reap::Gone) {  // its status is unknown: never reported as a success
+            result.status = 0;
+            result.reaped = false;
+            return result;
+        }
+        if (ended == Reap::Running) result.timed_out = true;
+    }
     if (result.timed_out) {
         ::kill(pid, SIGKILL);
         result.status = 0;
-        result.reaped = reap_by(pid, &result.status, Clock::now() + kReapGrace);
-        if (!result.reaped) {
+        const Reap ended = reap_by(pid, &result.status, Clock::now() + kReapGrace);
+        result.reaped = ended == Reap::Reaped;
+        if (ended == Reap::Running) {
             std::lock_guard<std::mutex> lock(g_unreaped_mutex);
             g_unreaped.push_back(pid);
         }
@@ -198,8 +194,8 @@ std::string untrusted_program_problem(const std::string &path) {
     if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) return file + " is not executable";
     if (std::string problem = ownership_problem(st, file); !problem.empty()) return problem;
     // The folders as written (where a symlink on the way lives) and as resolved.
-    if (std::string problem = folder_chain_problem(path); !problem.empty()) return problem;
-    if (std::string problem = folder_chain_problem(resolved); !problem.empty()) return problem;
+    if (std::string problem = folder_chain_problem(path, 0); !problem.empty()) return problem;
+    if (std::string problem = folder_chain_problem(resolved, 0); !problem.empty()) return problem;
     return "";
 }
 

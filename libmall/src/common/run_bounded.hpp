@@ -11,9 +11,10 @@
 // (tools/mallrun_container.cpp) and mall-help2man, which compiles this file in itself (it links
 // no mall library).
 // Programs for root: trusted_program_path() looks a name up in kTrustedProgramDirs only, and takes
-// a file only when it and every folder above it (as named and as resolved through symlinks) is
-// owned by root and writable by neither group nor others; program_to_run() applies that when the
-// caller is root and keeps the $PATH lookup for anyone else.
+// a file only when it is owned by root and writable by neither group nor others and every folder
+// above it (as named and as resolved through symlinks) passes folder_chain_problem (files.hpp, the
+// rule malld's state folder follows too: owned by root, writable by nobody else unless sticky);
+// program_to_run() applies that when the caller is root and keeps the $PATH lookup for anyone else.
 #pragma once
 
 #include <sys/types.h>
@@ -42,7 +43,8 @@ struct BoundedResult {
     int spawn_error = 0;     // errno of a command that could not start (nothing else is set then)
     pid_t pid = 0;           // the child's pid, once started (for messages and tests)
     bool timed_out = false;  // did not end (output closed and exited) by the limit, and was killed
-    bool reaped = true;      // false: killed but not yet reaped within kReapGrace (status unknown)
+    bool reaped = true;      // false: its end was not seen, status unknown: killed but not reaped
+                             // within kReapGrace, or reaped elsewhere (ECHILD: SIGCHLD ignored)
     int status = 0;          // waitpid's status
     std::string output;      // what it printed, as printed
     bool exited_zero() const;
@@ -63,8 +65,8 @@ inline const std::vector<std::string> &trusted_program_dirs() {
 
 // "" when `path` is a file root may run: an executable regular file owned by root and writable by
 // neither group nor others, in folders (each one up to /, both on the path as written and on the
-// path symlinks resolve it to) of the same kind. Otherwise what is wrong, in words naming the file
-// or folder.
+// path symlinks resolve it to) that pass folder_chain_problem(path, 0): owned by root, writable by
+// nobody else unless sticky. Otherwise what is wrong, in words naming the file or folder.
 std::string untrusted_program_problem(const std::string &path);
 
 // The absolute path of program `name` (no '/') in the first of `dirs` that holds it and passes

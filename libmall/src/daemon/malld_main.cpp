@@ -24,6 +24,7 @@
 #include "mall/mall.h"
 #include "core/policy.hpp"
 #include "log.hpp"
+#include "persistence.hpp"
 #include "server.hpp"
 #include "core/topology.hpp"
 
@@ -84,8 +85,10 @@ const char *kEpilog =
     "                                          metrics for node_exporter's textfile collector\n"
     "\n"
     "Files:\n"
-    "  <state-dir>                      /var/lib/mall by default: malld's own folder (mode 0700\n"
-    "                                   when malld creates it; refused if writable by others)\n"
+    "  <state-dir>                      /var/lib/mall by default as root, else\n"
+    "                                   $XDG_STATE_HOME/mall or ~/.local/state/mall: malld's own\n"
+    "                                   folder (mode 0700 when malld creates it; refused if others\n"
+    "                                   can write it or swap a folder above it)\n"
     "  <state-dir>/malld.state.json     the jobs, reservations, policy and accounting a restart\n"
     "                                   re-adopts (mode 0600; rewritten at every change and every\n"
     "                                   --checkpoint-interval while jobs run)\n"
@@ -108,6 +111,27 @@ std::string version_text() {
 int usage_error(const std::string &text) {
     std::cerr << "malld: " << text << "\nTry 'malld --help' for more information.\n";
     return kExitUsage;
+}
+
+// The state folder when --state-dir is not given: root's /var/lib/mall (malld.service's
+// StateDirectory), else the user's own under the XDG base directories, so a private malld started
+// by an ordinary user (the README's tour) works: $XDG_STATE_HOME/mall when that is an absolute path,
+// else $HOME/.local/state/mall. "" with *why when neither is known.
+std::string default_state_dir(std::string *why) {
+    if (::geteuid() == 0) return mall::kDefaultStateDir;
+    std::string unused;
+    if (const char *xdg = std::getenv("XDG_STATE_HOME"); xdg && xdg[0] == '/') {
+        const std::string folder = mall::normalized_folder_path(std::string(xdg) + "/mall", &unused);
+        if (!folder.empty()) return folder;
+    }
+    if (const char *home = std::getenv("HOME"); home && home[0] == '/') {
+        const std::string folder = mall::normalized_folder_path(std::string(home) + "/.local/state/mall", &unused);
+        if (!folder.empty()) return folder;
+    }
+    *why = "no --state-dir given, and neither $XDG_STATE_HOME nor $HOME names an absolute folder for uid " +
+           std::to_string(::geteuid()) + "'s default: pass --state-dir (a folder of your own, e.g. "
+           "--state-dir /tmp/mall-$USER/state)";
+    return "";
 }
 
 std::string folder_of(const std::string &path) {
@@ -162,11 +186,15 @@ int main(int argc, char **argv) {
          "is created if missing; a stale socket is replaced, one a live malld serves is not")
         ("cpus", po::value(&cpus_text),
          "the malleable pool as a Linux cpu list, e.g. 0-3,8 (default: every cpu of the topology)")
-        ("state-dir", po::value(&state_dir)->default_value(mall::kDefaultStateDir),
+        ("state-dir", po::value(&state_dir),
          "malld's own folder for malld.state.json and the history of finished jobs (default: "
-         "/var/lib/mall); created mode 0700 if missing; refused when it is a symlink, not owned "
-         "by malld's user or writable by group or others (never the socket's folder, which "
-         "containers may mount)")
+         "/var/lib/mall when malld runs as root, else $XDG_STATE_HOME/mall, else "
+         "$HOME/.local/state/mall); an absolute path (a trailing '/' is dropped); created mode 0700, "
+         "with any missing folder above it, if missing; refused when it is a symlink, not owned by "
+         "malld's user or writable by group or others, or when a folder above it is not root's or "
+         "malld's user's, or is writable by others without being sticky (like /tmp). malld opens it "
+         "once at start and works through that descriptor. Keep it apart from the socket's folder "
+         "where containers mount that folder: they must not see the state")
         ("backend", po::value(&backend_text)->default_value("auto"),
          "how cpus are enforced: auto|cgroup-v1|cgroup-v2|affinity; auto takes cgroup-v1, then "
          "cgroup-v2, then affinity, and logs why")
@@ -221,7 +249,10 @@ int main(int argc, char **argv) {
         ("history-file", po::value<std::string>(),
          "where each finished job's record goes (one JSON line: its cpus, lent core-seconds, "
          "resizes, ack timeouts; read with `mallctl history`), or \"none\" (default: "
-         "<state-dir>/malld.history.jsonl)")
+         "<state-dir>/malld.history.jsonl). An absolute path; a folder other than --state-dir must "
+         "exist and follow the same rules (malld's own, writable by nobody else, below folders "
+         "only root or malld's user may write, or sticky ones), e.g. /var/log/mall; malld opens it "
+         "once at start")
         ("history-max-mib", po::value<int>()->default_value(16),
          "size at which the history file is rotated to <file>.1, replacing an older one (1-4096)")
         ("checkpoint-interval", po::value<int>()->default_value(60),
@@ -309,15 +340,6 @@ int main(int argc, char **argv) {
                                topology->all_cpus().to_string() + ")");
         pool = *parsed;
     }
-    // The state file is trusted at the next start (cgroup paths, pids) and root writes into the
-    // folder: nobody else may write there or swap it for a link.
-    if (state_dir.empty()) return usage_error("--state-dir must not be empty");
-    bool state_dir_missing = false;
-    if (auto why = mall::private_folder_problem(state_dir, ::geteuid(), &state_dir_missing); !why.empty())
-        return usage_error("--state-dir: " + why + "; malld keeps its state in a folder of its own: chown " +
-                           (::geteuid() == 0 ? std::string("root:") : std::to_string(::geteuid())) +
-                           " and chmod 0700 it, or pass another --state-dir");
-
     // Integer options with bounds: one check and one message for each.
     auto out_of_range = [&](const char *option, int low, int high) -> std::string {
         if (!vm.count(option)) return "";
@@ -334,6 +356,19 @@ int main(int argc, char **argv) {
           {"slurm-comment-interval", 0, 86400},
           {"max-connections-per-user", 1, mall::kMaxDaemonConnections}})
         if (auto why = out_of_range(option, low, high); !why.empty()) return usage_error(why);
+
+    // Where the state goes: named (normalized: absolute, no trailing '/'), or the default for
+    // malld's user. Checked on disk only below, once every option value is known to be good.
+    if (vm.count("state-dir")) {
+        std::string why;
+        const std::string normalized = mall::normalized_folder_path(state_dir, &why);
+        if (normalized.empty()) return usage_error("bad --state-dir '" + state_dir + "': it " + why);
+        state_dir = normalized;
+    } else {
+        std::string why;
+        state_dir = default_state_dir(&why);
+        if (state_dir.empty()) return usage_error(why);
+    }
 
     std::string metrics_file, history_file = state_dir + "/malld.history.jsonl";
     const int metrics_interval = vm["metrics-interval"].as<int>();
@@ -356,8 +391,16 @@ int main(int argc, char **argv) {
         history_file = vm["history-file"].as<std::string>();
         if (history_file == "none") {
             history_file.clear();
-        } else if (auto why = check_folder("history-file", history_file); !why.empty()) {
-            return usage_error(why);
+        } else if (history_file.empty() || history_file.back() == '/') {
+            return usage_error("--history-file must name a file, not a folder");
+        } else if (history_file[0] != '/') {
+            return usage_error("--history-file '" + history_file + "' is not an absolute path: give one that "
+                               "starts with '/' (mallctl history reads it from malld's status)");
+        } else {
+            std::string why;
+            const std::string folder = mall::normalized_folder_path(folder_of(history_file), &why);
+            if (folder.empty()) return usage_error("--history-file '" + history_file + "': its folder " + why);
+            history_file = (folder == "/" ? "" : folder) + "/" + history_file.substr(history_file.find_last_of('/') + 1);
         }
     }
 
@@ -396,7 +439,43 @@ int main(int argc, char **argv) {
         slurm_note = slurm_why;
     }
 
-    if (vm["check"].as<bool>()) {
+    // --- the folders malld writes into, now that every option value is good ---
+    // The state file is trusted at the next start (cgroup paths, pids) and root writes into the
+    // folder: nobody else may write there, swap it for a link, or swap a folder above it. Checked
+    // here for the exit status and the words; created and opened for good by the server's start
+    // (Persistence::open), which checks it again as it opens it.
+    const bool check_only = vm["check"].as<bool>();
+    bool state_dir_missing = false;
+    {
+        std::string why;
+        const int fd = mall::open_private_folder(state_dir, ::geteuid(), false, 0700, &why, &state_dir_missing);
+        if (fd < 0 && !state_dir_missing)
+            return usage_error("--state-dir" + std::string(vm.count("state-dir") ? "" : " (the default for uid " +
+                               std::to_string(::geteuid()) + ")") + ": " + why + "; " +
+                               mall::Persistence::state_folder_fix());
+        if (fd >= 0) ::close(fd);
+    }
+    // A history file in a folder of its own: the same rules, checked and opened once now; every
+    // append goes through that descriptor (pinned, see files.hpp).
+    if (!history_file.empty() && folder_of(history_file) != state_dir) {
+        const std::string folder = folder_of(history_file);
+        std::string why;
+        bool missing = false;
+        const int fd = mall::open_private_folder(folder, ::geteuid(), false, 0700, &why, &missing);
+        if (missing)
+            return usage_error("--history-file '" + history_file + "': folder " + folder +
+                               " does not exist; create it first (mode 0700 or 0755)");
+        if (fd < 0)
+            return usage_error("--history-file '" + history_file + "': " + why +
+                               "; give a file in a folder of malld's own (such as the state folder, or "
+                               "/var/log/mall made with mkdir -m 0755), which only malld's user may write");
+        if (check_only)
+            ::close(fd);
+        else
+            mall::pin_folder(folder, fd);
+    }
+
+    if (check_only) {
         std::cout << "malld: the options are valid: pool " << pool.to_string() << " (" << pool.count()
                   << " cpus), policy " << mall::policy_name(*policy) << ", backend " << backend_text
                   << ", socket " << socket_path << ", state in " << state_dir

@@ -50,7 +50,8 @@ TimePoint steady_time(double wall, TimePoint now) {
 
 class StateWriter {
 public:
-    explicit StateWriter(std::string dir) : dir_(std::move(dir)), thread_(start_quiet_thread([this] { loop(); })) {}
+    StateWriter(int dir_fd, std::string dir)
+        : dir_fd_(dir_fd), dir_(std::move(dir)), thread_(start_quiet_thread([this] { loop(); })) {}
     ~StateWriter() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
@@ -82,7 +83,7 @@ private:
             busy_ = true;
             lock.unlock();
             std::string error;
-            bool ok = save_state(dir_, state, &error);
+            bool ok = save_state(dir_fd_, dir_, state, &error);
             if (ok) {
                 failures_.succeeded("the state file is written again");
             } else {
@@ -94,7 +95,8 @@ private:
         }
     }
 
-    std::string dir_;
+    int dir_fd_;       // the state folder as opened at start (Persistence owns it)
+    std::string dir_;  // its name, for messages
     std::mutex mutex_;
     std::condition_variable wake_;
     std::condition_variable idle_;
@@ -110,27 +112,29 @@ Persistence::Persistence(std::string state_dir) : dir_(std::move(state_dir)) {}
 Persistence::~Persistence() = default;
 
 std::optional<SavedState> Persistence::open(std::string *error) {
-    // The folder's parents as mkdir -p makes them; the folder itself is malld's alone.
-    const size_t slash = dir_.find_last_of('/');
-    std::string failed;
-    if ((slash != std::string::npos && slash > 0 && !make_directories(dir_.substr(0, slash), 0755, &failed)) ||
-        (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)) {
-        *error = "cannot create the state folder " + dir_ + ": " + std::strerror(errno) +
-                 "; create it (mode 0700) or pass another --state-dir";
+    // Opened once, walking from "/" (every folder above owned by root or malld's user and writable
+    // by nobody else unless sticky; the folder itself malld's alone, made 0700 with any missing
+    // folder above it): every later save and load goes through this descriptor.
+    std::string why;
+    const int fd = open_private_folder(dir_, ::geteuid(), true, 0700, &why);
+    if (fd < 0) {
+        *error = "the state folder: " + why + "; " + state_folder_fix();
         return std::nullopt;
     }
-    // malld_main checked it already; checked again now that it exists (it may have been made
-    // or swapped in between), as the reader of the file malld trusts.
-    if (auto why = private_folder_problem(dir_, ::geteuid()); !why.empty()) {
-        *error = "the state folder " + why + "; malld keeps its state in a folder of its own: chown " +
-                 (::geteuid() == 0 ? std::string("root:") : std::to_string(::geteuid())) +
-                 " and chmod 0700 it, or pass another --state-dir";
-        return std::nullopt;
-    }
-    if (int removed = remove_stale_state_temp_files(dir_))
+    dir_fd_.reset(fd);
+    // The history of finished jobs, when it lives here, is appended through the same folder.
+    pin_folder(dir_, ::dup(fd));
+    if (int removed = remove_stale_state_temp_files(dir_fd_.get()))
         log_info("removed " + std::to_string(removed) + " temporary state file(s) a stopped malld left in " + dir_);
-    writer_ = std::make_unique<StateWriter>(dir_);
-    return load_state(dir_, error);
+    writer_ = std::make_unique<StateWriter>(dir_fd_.get(), dir_);
+    return load_state(dir_fd_.get(), dir_, error);
+}
+
+std::string Persistence::state_folder_fix() {
+    return std::string("malld keeps its state in a folder of its own, which only malld's user may write, below "
+                       "folders only root or malld's user may write (or sticky ones, like /tmp): chown ") +
+           (::geteuid() == 0 ? std::string("root:") : std::to_string(::geteuid())) +
+           " and chmod 0700 the folder, chmod go-w a folder above it, or pass another --state-dir";
 }
 
 void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager &manager,
@@ -226,9 +230,11 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
         // caught up: the kernel then lets the job run on cpus the file calls free. Those cpus are
         // the job's until malld has narrowed it back to its published cpus (the page says those),
         // as after any shrink, so the policy never gives them to another job meanwhile. Cpus the
-        // file gives another job stay that job's: this job is narrowed off them at once.
+        // file gives another job stay that job's, and cpus reclaimed (a Slurm prolog's, reserved
+        // for a new job or not) stay free: this job is narrowed off them at once.
         const auto current = backend.current(id, live);
-        CpuSet others;
+        CpuSet others = manager.reclaimed();
+        for (const auto &[owner, cpus] : manager.reserved()) others |= cpus;
         for (const SavedJob &other : saved.jobs)
             if (other.job.spec.id != id) others |= other.job.held();
         for (const auto &[other_id, other] : manager.jobs()) others |= other.held();
@@ -263,7 +269,7 @@ void Persistence::adopt(const SavedState &saved, const CpuSet &pool, NodeManager
                                      "published cpus '" + job.published.to_string() + "'") +
                      (kept.empty() || shared.empty() ? "" : "; ") +
                      (shared.empty() ? std::string()
-                                     : "cpus '" + shared.to_string() + "' are another job's: narrowed to '" +
+                                     : "cpus '" + shared.to_string() + "' are another job's or reclaimed: narrowed to '" +
                                            job.cpuset.to_string() + "' now"));
             narrowing_any = true;
             std::string why;

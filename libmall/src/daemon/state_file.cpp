@@ -2,8 +2,10 @@
 // state_file.cpp — reads and writes "<dir>/malld.state.json". Writes are atomic (temp file, fsync,
 // rename, fsync of the folder), so a crash leaves either the old or the new file. The temp file
 // has an unpredictable name and is created O_EXCL|O_NOFOLLOW, mode 0600; the file is read with
-// O_NOFOLLOW: nothing planted in the folder is followed (malld also refuses a state folder others
-// can write, see malld_main.cpp). Reading checks the format name and schema version and every
+// O_NOFOLLOW: nothing planted in the folder is followed. malld works through the descriptor of the
+// folder it opened at start (openat, renameat, unlinkat: a folder renamed and replaced later is
+// never written into), and refuses a state folder others can write or swap (files.hpp's
+// open_private_folder, called by persistence.cpp). Reading checks the format name and schema version and every
 // field (a saved cgroup path must be a plain absolute path: no '.', '..' or empty components; the
 // backend checks at adoption that it lies under its cgroup mount), and rejects the whole file on
 // any error.
@@ -448,57 +450,88 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
     }
 }
 
-bool save_state(const std::string &dir, const SavedState &state, std::string *error) {
+bool save_state(int dir_fd, const std::string &dir, const SavedState &state, std::string *error) {
     const std::string path = state_path(dir);
     std::string text = state_to_json(state).dump(2) + "\n";
     std::string temp;
     // Readable by root only: the file names every job's owner, pids and cgroups.
-    int fd = create_temp_file(path, 0600, &temp);
+    int fd = create_temp_file_at(dir_fd, kStateFileName, 0600, &temp);
     if (fd < 0)
         return fail(error, "cannot create a temporary file next to " + path + ": " + std::strerror(errno) +
                                "; check that the state folder exists and is writable "
                                "(--state-dir)");
+    const std::string temp_path = dir + "/" + temp;
     if (!write_all(fd, text) || ::fsync(fd) != 0) {
         int err = errno;
         ::close(fd);
-        ::unlink(temp.c_str());
-        return fail(error, "cannot write " + temp + ": " + std::strerror(err) +
+        ::unlinkat(dir_fd, temp.c_str(), 0);
+        return fail(error, "cannot write " + temp_path + ": " + std::strerror(err) +
                                "; check free space on the state folder's file system");
     }
     ::close(fd);
-    // rename() replaces whatever is at `path` (a symlink too, never its target).
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
+    // renameat() replaces whatever is at the name (a symlink too, never its target), in the folder
+    // malld opened at start even if it was renamed since.
+    if (::renameat(dir_fd, temp.c_str(), dir_fd, kStateFileName) != 0) {
         int err = errno;
-        ::unlink(temp.c_str());
-        return fail(error, "cannot rename " + temp + " to " + path + ": " + std::strerror(err));
+        ::unlinkat(dir_fd, temp.c_str(), 0);
+        return fail(error, "cannot rename " + temp_path + " to " + path + ": " + std::strerror(err));
     }
-    // Make the rename itself durable.
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    ::fsync(dir_fd);  // makes the rename itself durable
     return true;
 }
 
-int remove_stale_state_temp_files(const std::string &dir) {
-    DIR *folder = ::opendir(dir.c_str());
-    if (!folder) return 0;
+namespace {
+
+// The folder `dir` opened for one call (no link followed at its last name), or -1 with *error.
+int open_state_folder(const std::string &dir, std::string *error) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && error)
+        *error = "cannot open the state folder " + dir + ": " + std::strerror(errno) +
+                 "; check that it exists and is a folder, not a symbolic link (--state-dir)";
+    return fd;
+}
+
+}  // namespace
+
+bool save_state(const std::string &dir, const SavedState &state, std::string *error) {
+    const int fd = open_state_folder(dir, error);
+    if (fd < 0) return false;
+    const bool ok = save_state(fd, dir, state, error);
+    ::close(fd);
+    return ok;
+}
+
+int remove_stale_state_temp_files(int dir_fd) {
+    const int listing = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // closedir closes it
+    if (listing < 0) return 0;
+    DIR *folder = ::fdopendir(listing);
+    if (!folder) {
+        ::close(listing);
+        return 0;
+    }
     const std::string prefix = std::string(kStateFileName) + ".tmp";
     int removed = 0;
     while (dirent *entry = ::readdir(folder)) {
         const std::string name = entry->d_name;
         if (name != prefix && name.rfind(prefix + ".", 0) != 0) continue;
-        if (::unlinkat(::dirfd(folder), name.c_str(), 0) == 0) ++removed;  // never follows a link
+        if (::unlinkat(dir_fd, name.c_str(), 0) == 0) ++removed;  // never follows a link
     }
     ::closedir(folder);
     return removed;
 }
 
-std::optional<SavedState> load_state(const std::string &dir, std::string *error) {
+int remove_stale_state_temp_files(const std::string &dir) {
+    const int fd = open_state_folder(dir, nullptr);
+    if (fd < 0) return 0;
+    const int removed = remove_stale_state_temp_files(fd);
+    ::close(fd);
+    return removed;
+}
+
+std::optional<SavedState> load_state(int dir_fd, const std::string &dir, std::string *error) {
     if (error) error->clear();
     const std::string path = state_path(dir);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = ::openat(dir_fd, kStateFileName, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return std::nullopt;  // a fresh start
         if (error)
@@ -543,6 +576,19 @@ std::optional<SavedState> load_state(const std::string &dir, std::string *error)
         if (error) *error = "the state file " + path + " is unusable: " + why + fix;
         return std::nullopt;
     }
+    return state;
+}
+
+std::optional<SavedState> load_state(const std::string &dir, std::string *error) {
+    if (error) error->clear();
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return std::nullopt;  // no folder: a fresh start
+        open_state_folder(dir, error);
+        return std::nullopt;
+    }
+    auto state = load_state(fd, dir, error);
+    ::close(fd);
     return state;
 }
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // state_file.hpp — malld's state on disk (JSON, mode 0600, written atomically: a temp file with an
-// unpredictable name created O_EXCL|O_NOFOLLOW + fsync + rename), so a restarted malld re-adopts
-// running jobs without touching their cpusets. Holds the pool, the
-// reclaimed cpus and those reserved for an owner, the policy, and per job: spec, order, pids with
+// unpredictable name created O_EXCL|O_NOFOLLOW + fsync + rename, all through the state folder's
+// descriptor), so a restarted malld re-adopts running jobs without touching their cpusets. Holds
+// the pool, the reclaimed cpus and those reserved for an owner, the policy, and per job: spec, order, pids with
 // their start times, the cgroups it is enforced on (in place, with their original cpus, or malld's
 // own), enforced and published cpus, generation, pin, usage cap, and its counters.
 // The field list is in state_file.cpp (visit_job_fields). Unreadable or foreign files are reported, never half-applied.
@@ -58,14 +58,20 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
 // writes the file when this changes. Taken from the same field list as state_to_json, so
 // every field the file gains counts.
 std::string state_fingerprint(const SavedState &state);
-// Writes "<dir>/malld.state.json" (mode 0600) through a temp file "malld.state.json.tmp.<random>"
-// created O_EXCL|O_NOFOLLOW, renamed over it. False with *error.
+// Writes "malld.state.json" (mode 0600) in the folder open as `dir_fd` (its name `dir` is for
+// messages) through a temp file "malld.state.json.tmp.<random>" created O_EXCL|O_NOFOLLOW there,
+// renamed over it (renameat), then fsyncs the folder. False with *error.
+bool save_state(int dir_fd, const std::string &dir, const SavedState &state, std::string *error);
+// The same for the folder at path `dir` (opened O_NOFOLLOW for this call: tests and tools).
 bool save_state(const std::string &dir, const SavedState &state, std::string *error);
-// Removes temp files a killed malld left in `dir` ("malld.state.json.tmp" of mallds before issue
-// 37 and "malld.state.json.tmp.*"), without following links. Returns how many.
+// Removes temp files a killed malld left in the folder ("malld.state.json.tmp" of mallds before
+// issue 37 and "malld.state.json.tmp.*"), without following links. Returns how many.
+int remove_stale_state_temp_files(int dir_fd);
 int remove_stale_state_temp_files(const std::string &dir);
 // nullopt with *error empty: no state file (a fresh start); with *error set: unreadable (a
-// symlink or anything but a regular file is refused, never followed).
+// symlink or anything but a regular file is refused, never followed). Read from the folder open as
+// `dir_fd` (openat O_NOFOLLOW), or at path `dir` (a missing folder is a fresh start).
+std::optional<SavedState> load_state(int dir_fd, const std::string &dir, std::string *error);
 std::optional<SavedState> load_state(const std::string &dir, std::string *error);
 
 }  // namespace mall
