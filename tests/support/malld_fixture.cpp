@@ -91,7 +91,7 @@ bool PrivateMalld::start(std::string *error) {
         wrapped.insert(wrapped.end(), command.begin(), command.end());
         command = std::move(wrapped);
     }
-    SpawnPlan plan = make_plan(command, {}, false);
+    SpawnPlan plan = make_plan(command, options_.env, false);
     pid_ = spawn(plan, log_fd, log_fd);
     ::close(log_fd);
     if (pid_ < 0) {

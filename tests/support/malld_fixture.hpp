@@ -205,6 +205,8 @@ struct MalldOptions {
     std::string cpus = "0-1";  // "" = malld's default (the whole topology)
     std::string log_level = "debug";
     std::vector<std::string> extra_args;
+    // Added to malld's environment (e.g. LD_PRELOAD of a test shim).
+    std::vector<std::pair<std::string, std::string>> env;
     // When set, malld starts inside this cgroup folder (as a systemd unit with Delegate=yes
     // would start it in its own cgroup).
     std::string start_in_cgroup;

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,6 +39,7 @@
 #ifndef SCM_MAX_FD
 #define SCM_MAX_FD 253  // the kernel's cap on descriptors in one message
 #endif
+static_assert(SCM_MAX_FD == mall::kMaxDescriptorsPerPacket);
 
 namespace mall {
 
@@ -88,6 +90,8 @@ std::string errno_text(int err) { return std::strerror(err); }
 // closer stuck in a close at exit must not find its mutex destroyed under it by static
 // destructors. pthread_atfork keeps it usable in a forked child, which inherits the queue (its
 // own copies of those descriptors) but not the thread: the child starts one of its own.
+// Each entry carries the owner it was handed in for; an owner's count covers its entries queued
+// and the one being closed, so that a close that hangs keeps counting against whoever caused it.
 class DescriptorCloser {
 public:
     static DescriptorCloser &instance() {
@@ -96,41 +100,51 @@ public:
     }
 
     // Queues fd unless kMaxQueuedCloses wait already (false, errno = ENOBUFS, fd untouched).
-    bool queue(int fd) {
+    bool queue(int fd, uint64_t owner) {
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            if (queue_.size() >= kMaxQueuedCloses) {
+            if (waiting_locked() >= kMaxQueuedCloses) {
                 errno = ENOBUFS;
                 return false;
             }
         }
-        return queue_received({fd});
+        return queue_received({fd}, owner);
     }
     // Queues descriptors already received: all of them, since they are ours now. False when that
-    // took the queue over kMaxQueuedCloses (the caller then drops the peer that sent them, so each
-    // peer overfills it by at most one packet's worth).
-    bool queue_received(const std::vector<int> &fds) {
+    // took the queue over kMaxQueuedCloses (the caller then drops the peer that sent them).
+    bool queue_received(const std::vector<int> &fds, uint64_t owner) {
         if (fds.empty()) return true;
-        std::deque<int> here;  // closed on this thread: no thread could be started, or no memory
+        std::deque<Entry> here;  // closed on this thread: no thread could be started, or no memory
         size_t queued = 0;
         bool within = true;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             try {
-                for (; queued < fds.size(); ++queued) queue_.push_back(fds[queued]);
+                for (; queued < fds.size(); ++queued) {
+                    queue_.push_back(Entry{fds[queued], owner});
+                    ++of_owner_[owner];
+                }
             } catch (...) {
             }
-            within = queue_.size() <= kMaxQueuedCloses;
-            if (!ensure_thread_locked()) here.swap(queue_);
+            within = waiting_locked() <= kMaxQueuedCloses;
+            if (!ensure_thread_locked()) {
+                here.swap(queue_);
+                of_owner_.clear();
+            }
         }
         cv_.notify_one();
-        for (int fd : here) ::close(fd);
+        for (const Entry &e : here) ::close(e.fd);
         for (size_t i = queued; i < fds.size(); ++i) ::close(fds[i]);
         return within;
     }
     size_t waiting() {
         std::lock_guard<std::mutex> lock(mutex_);
-        return queue_.size();
+        return waiting_locked();
+    }
+    size_t waiting(uint64_t owner) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = of_owner_.find(owner);
+        return it == of_owner_.end() ? 0 : it->second;
     }
     void stop(std::chrono::milliseconds wait) {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -150,6 +164,11 @@ public:
     }
 
 private:
+    struct Entry {
+        int fd;
+        uint64_t owner;
+    };
+
     DescriptorCloser() {
         // The child's copies of queued descriptors are left open (close-on-exec, like all of
         // ours): closing them is the parent's closer's business, and a child starts no thread
@@ -161,9 +180,13 @@ private:
                              closer.running_ = 0;
                              closer.stopping_ = false;
                              closer.queue_.clear();
+                             closer.of_owner_.clear();
+                             closer.closing_ = 0;
                              closer.mutex_.unlock();
                          });
     }
+
+    size_t waiting_locked() const { return queue_.size() + closing_; }
 
     // With mutex_ held (or in the fork child): a thread serves the queue, or false when none can
     // be started.
@@ -183,11 +206,15 @@ private:
         for (;;) {
             cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
             if (queue_.empty()) break;  // stopping, and nothing is left to close
-            const int fd = queue_.front();
+            const Entry entry = queue_.front();
             queue_.pop_front();
+            ++closing_;
             lock.unlock();
-            ::close(fd);
+            ::close(entry.fd);
             lock.lock();
+            --closing_;
+            auto it = of_owner_.find(entry.owner);
+            if (it != of_owner_.end() && --it->second == 0) of_owner_.erase(it);
         }
         --running_;
         done_.notify_all();
@@ -195,7 +222,9 @@ private:
 
     std::mutex mutex_;
     std::condition_variable cv_, done_;
-    std::deque<int> queue_;  // kMaxQueuedCloses, plus one packet's worth per peer that overfilled it
+    std::deque<Entry> queue_;  // at most kMaxQueuedCloses (+ one packet when recv_packet overfills it)
+    std::map<uint64_t, size_t> of_owner_;  // entries queued or being closed, per owner
+    size_t closing_ = 0;                   // entries being closed now (a stuck thread's among them)
     std::thread *thread_ = nullptr;  // the serving thread (null: none started yet, or stopped)
     int running_ = 0;                // threads in run(): a stop() that timed out leaves one more
     bool stopping_ = false;
@@ -402,7 +431,8 @@ bool send_packet(int fd, const std::string &data, int fd_to_pass, bool nonblocki
     return true;
 }
 
-ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd, bool nonblocking) {
+ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd, bool nonblocking,
+                    uint64_t closer_owner) {
     if (received_fd) *received_fd = -1;
     if (!data) {
         errno = EINVAL;
@@ -449,14 +479,15 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
     }
 
     data->assign(buffer.data(), static_cast<size_t>(n));
+    DescriptorCloser &closer = DescriptorCloser::instance();
     if (msg.msg_flags & MSG_TRUNC) {
         if (kept >= 0) unwanted.push_back(kept);
-        DescriptorCloser::instance().queue_received(unwanted);
+        closer.queue_received(unwanted, closer_owner);
         errno = EMSGSIZE;
         return -1;
     }
-    if (!DescriptorCloser::instance().queue_received(unwanted)) {
-        if (kept >= 0) DescriptorCloser::instance().queue_received({kept});
+    if (!closer.queue_received(unwanted, closer_owner)) {
+        if (kept >= 0) closer.queue_received({kept}, closer_owner);
         errno = ENOBUFS;
         return -1;
     }
@@ -464,9 +495,67 @@ ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd
     return n;
 }
 
-bool close_off_thread(int fd) { return DescriptorCloser::instance().queue(fd); }
+bool next_packet_carries_descriptors(int fd) {
+    // No room for control data: the kernel reports it with MSG_CTRUNC and installs nothing (the
+    // references it took for the peek are not the last ones: the packet still holds its files).
+    char byte;
+    iovec iov{&byte, 1};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    ssize_t n;
+    do {
+        n = ::recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n >= 0 && (msg.msg_flags & MSG_CTRUNC) != 0;
+}
+
+bool empty_socket_for_close(int fd, int max_packets) {
+    // After the shutdown the peer's sends fail (EPIPE): the receive queue can only shrink. With
+    // SO_PASSCRED every packet read comes with SCM_CREDENTIALS, which tells an empty packet from
+    // the end of the queue (both read as 0 bytes). The peek's control buffer holds the credentials
+    // and nothing more: a packet's descriptors do not fit, so none is installed and MSG_CTRUNC
+    // says they are there (the kernel puts the credentials before the descriptors).
+    int on = 1;
+    if (::shutdown(fd, SHUT_RDWR) != 0 && errno != ENOTCONN) return false;
+    if (::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0) return false;
+    for (int i = 0; i <= max_packets; ++i) {
+        char byte;
+        iovec iov{&byte, 1};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
+        msghdr peek{};
+        peek.msg_iov = &iov;
+        peek.msg_iovlen = 1;
+        peek.msg_control = control;
+        peek.msg_controllen = sizeof control;
+        ssize_t n;
+        do {
+            n = ::recvmsg(fd, &peek, MSG_PEEK | MSG_DONTWAIT);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN;
+        if (peek.msg_flags & MSG_CTRUNC) return false;  // descriptors wait: not on this thread
+        bool a_packet = n > 0;
+        for (cmsghdr *c = CMSG_FIRSTHDR(&peek); c; c = CMSG_NXTHDR(&peek, c))
+            a_packet = a_packet || (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS);
+        if (!a_packet) return true;  // the end: nothing is queued
+        // A packet without descriptors: discarded (the kernel drops the bytes past the first).
+        msghdr take{};
+        take.msg_iov = &iov;
+        take.msg_iovlen = 1;
+        ssize_t got;
+        do {
+            got = ::recvmsg(fd, &take, MSG_DONTWAIT);
+        } while (got < 0 && errno == EINTR);
+        if (got < 0) return false;
+    }
+    return false;  // more than max_packets wait: emptying the rest is the closer's work
+}
+
+bool close_off_thread(int fd, uint64_t owner) { return DescriptorCloser::instance().queue(fd, owner); }
 
 size_t descriptors_waiting_to_close() { return DescriptorCloser::instance().waiting(); }
+
+size_t descriptors_waiting_to_close(uint64_t owner) { return DescriptorCloser::instance().waiting(owner); }
 
 void stop_descriptor_closer(std::chrono::milliseconds wait) { DescriptorCloser::instance().stop(wait); }
 

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // unix_socket.hpp — small RAII helpers over AF_UNIX SOCK_SEQPACKET sockets: connect/listen,
-// send/receive one packet with an optional file descriptor (SCM_RIGHTS), peer credentials.
-// All functions report failures by return value (errno preserved) and never throw.
+// send/receive one packet with an optional file descriptor (SCM_RIGHTS), peer credentials, and the
+// closer thread that closes what a peer may make hang (descriptors it passed, sockets holding
+// them). All functions report failures by return value (errno preserved) and never throw.
 #pragma once
 
 #include <sys/types.h>
 #include <sys/un.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "rules.hpp"
@@ -70,24 +72,42 @@ bool send_packet(int fd, const std::string &data, int fd_to_pass = -1, bool nonb
 // Receives one packet into *data (resized to its length). *received_fd gets a passed descriptor
 // (close-on-exec) or -1. Returns: >0 bytes, 0 on orderly hang-up, -1 with errno on error.
 // A packet larger than max_size is reported with errno = EMSGSIZE (and *data holds the first bytes).
-// Descriptors the caller did not ask for go to the closer thread (close_off_thread()), never
-// closed on the caller's. When they took the closer's queue over kMaxQueuedCloses (it is stuck on
-// closes that do not finish), the packet is dropped with errno = ENOBUFS: the caller must drop
-// the peer, so that each peer overfills the queue by at most one packet (SCM_MAX_FD descriptors).
+// Descriptors the caller did not ask for go to the closer thread, counted for closer_owner (see
+// below), never closed on the caller's. When they took the closer's queue over kMaxQueuedCloses,
+// the packet is dropped with errno = ENOBUFS and the caller must drop the peer. A caller that
+// must keep the queue bounded receives only when kMaxDescriptorsPerPacket more fit (malld does:
+// connections.hpp), so that this never happens to it.
 ssize_t recv_packet(int fd, std::string *data, size_t max_size, int *received_fd = nullptr,
-                    bool nonblocking = false);
+                    bool nonblocking = false, uint64_t closer_owner = 0);
+// The most descriptors one packet can carry (the kernel's SCM_MAX_FD).
+inline constexpr size_t kMaxDescriptorsPerPacket = 253;
+// True when the next packet waiting on fd carries descriptors, seen without taking them: a peek
+// with no room for control data (the kernel installs none and says MSG_CTRUNC). False when it
+// carries none, or nothing waits, or on error (the receive that follows reports those).
+bool next_packet_carries_descriptors(int fd);
+// For a socket this process is done with: shuts it down both ways (the peer can queue nothing
+// more) and discards what waits in its receive queue, at most max_packets packets, as long as
+// none carries descriptors. True when the queue is then empty: closing the socket releases no
+// file a peer passed, so it cannot block and may happen on any thread. False: a packet with
+// descriptors (or more than max_packets packets) waits: hand the socket to the closer.
+bool empty_socket_for_close(int fd, int max_packets = 256);
 
 // The closer: one thread per process (started at first use, and again in a forked child) that
 // closes descriptors handed to it, because the last close of a peer-chosen file (a TCP socket
 // lingering with unsent data, a FUSE file, a Unix socket whose receive queue holds such files)
-// can block for a long time. Its queue holds at most kMaxQueuedCloses descriptors, so a peer that
-// makes every close hang costs one thread and a bounded number of descriptors, never more.
+// can block for a long time, for ever when the peer wants. Its queue holds at most
+// kMaxQueuedCloses descriptors (recv_packet may overfill it by one packet for a caller that does
+// not check for room first), so a peer that makes a close hang costs one thread and a bounded
+// number of descriptors, never more. Each descriptor is counted for an owner (malld: the user its
+// peer counts under) until its close has returned, so a caller can tell whose closes wait.
 inline constexpr size_t kMaxQueuedCloses = 1024;
-// Queues fd for the closer. False (fd still the caller's, errno = ENOBUFS) when the queue is full;
-// when no thread can be started, fd is closed here (the behaviour of old, thread-less code).
-bool close_off_thread(int fd);
-// Descriptors queued for the closer.
+// Queues fd for the closer, counted for owner. False (fd still the caller's, errno = ENOBUFS) when
+// the queue is full; when no thread can be started, fd is closed here (the behaviour of old,
+// thread-less code).
+bool close_off_thread(int fd, uint64_t owner = 0);
+// Descriptors queued for the closer or being closed (a stuck close counts), in all or of owner.
 size_t descriptors_waiting_to_close();
+size_t descriptors_waiting_to_close(uint64_t owner);
 // Lets the closer finish its queue for at most `wait`, then returns: the thread is joined when it
 // finished in time, else left to end with the process (it is stuck in a close). For shutdown.
 void stop_descriptor_closer(std::chrono::milliseconds wait);

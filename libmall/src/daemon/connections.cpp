@@ -1,21 +1,31 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // connections.cpp — see connections.hpp. Outbox bounds: kMaxOutbox packets and kMaxOutboxBytes
 // (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
-// Sockets are disposed of through the closer thread, parked while its queue is full.
+// Sockets are emptied and closed on the loop, or, when they hold passed descriptors, disposed of
+// through the closer thread, parked while its queue is full. limits_owner reads a peer's user
+// namespace (NS_GET_PARENT, NS_GET_OWNER_UID).
 #include "connections.hpp"
 
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "log.hpp"
+
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424  // the same number on every architecture
+#endif
 
 namespace mall {
 
@@ -26,14 +36,41 @@ constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes
 
 }  // namespace
 
-Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin) {
+uid_t limits_owner(const PeerCred &peer, int peer_pidfd) {
+    if (peer.pid <= 0) return peer.uid;
+    UniqueFd ns(::open(("/proc/" + std::to_string(peer.pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) return peer.uid;
+    // Opened while the peer still lives: PID was not reused (a pid is reused only after its exit).
+    if (peer_pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, peer_pidfd, 0, nullptr, 0) != 0) return peer.uid;
+    struct stat ours {};
+    if (::stat("/proc/self/ns/user", &ours) != 0) return peer.uid;
+    auto is_ours = [&](int fd) {
+        struct stat st {};
+        return ::fstat(fd, &st) == 0 && st.st_dev == ours.st_dev && st.st_ino == ours.st_ino;
+    };
+    if (is_ours(ns.get())) return peer.uid;
+    // Up the chain to the namespace whose parent is malld's: its owner is a user of malld's.
+    for (int depth = 0; depth < 40; ++depth) {  // the kernel nests at most 32
+        UniqueFd parent(::ioctl(ns.get(), NS_GET_PARENT));
+        if (!parent) return peer.uid;  // not below malld's namespace (EPERM): its uid must do
+        if (is_ours(parent.get())) {
+            uid_t owner = 0;
+            if (::ioctl(ns.get(), NS_GET_OWNER_UID, &owner) != 0) return peer.uid;
+            return owner;
+        }
+        ns = std::move(parent);
+    }
+    return peer.uid;
+}
+
+Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, uid_t owner) {
     const uint64_t id = next_id_++;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = epoll_tag(Source::Connection, id);
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
         log_warn(std::string("epoll_ctl failed for a new client: ") + std::strerror(errno));
-        dispose(std::move(fd), peer.uid, admin);
+        dispose(std::move(fd), owner, admin);
         return nullptr;
     }
     Connection &c = connections_[id];
@@ -41,58 +78,82 @@ Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pi
     c.fd = std::move(fd);
     c.peer = peer;
     c.admin = admin;
+    c.owner = owner;
     c.peer_pidfd = std::move(peer_pidfd);
     c.last_activity = Clock::now();
-    count(peer.uid, admin, +1);
+    count(owner, admin, +1);
     return &c;
 }
 
-void Connections::count(uid_t uid, bool admin, int change) {
+void Connections::count(uid_t owner, bool admin, int change) {
     if (!admin) non_admin_ += change;
-    int &of_uid = per_uid_[uid];
-    of_uid += change;
-    if (of_uid <= 0) per_uid_.erase(uid);
+    int &of_owner = per_owner_[owner];
+    of_owner += change;
+    if (of_owner <= 0) per_owner_.erase(owner);
 }
 
 bool Connections::may_watch(const Connection &c, std::string *why) const {
     if (c.admin || c.watcher) return true;
     int watching = 0;
     for (const auto &[id, other] : connections_)
-        if (other.watcher && !other.closing && other.peer.uid == c.peer.uid) ++watching;
+        if (other.watcher && !other.closing && other.owner == c.owner) ++watching;
     if (watching < kMaxWatchersPerUid) return true;
-    *why = "uid " + std::to_string(c.peer.uid) + " holds " + std::to_string(watching) +
+    *why = "uid " + std::to_string(c.owner) + " holds " + std::to_string(watching) +
            " watch connections already, the limit per non-admin user (" +
            std::to_string(kMaxWatchersPerUid) + "); close one (e.g. another mallctl watch) first";
     return false;
 }
 
-void Connections::dispose(UniqueFd fd, uid_t uid, bool admin) {
+size_t Connections::closer_debt(uid_t owner) const {
+    auto it = parked_of_.find(owner);
+    return (it == parked_of_.end() ? 0 : it->second) + descriptors_waiting_to_close(owner);
+}
+
+bool Connections::may_receive_descriptors(const Connection &c) const {
+    const size_t waiting = descriptors_waiting_to_close();
+    if (waiting == 0 && parked_.empty()) return true;
+    return waiting + kMaxDescriptorsPerPacket <= kMaxQueuedCloses && closer_debt(c.owner) == 0;
+}
+
+void Connections::dispose(UniqueFd fd, uid_t owner, bool admin) {
     if (!fd) return;
-    if (parked_.empty() && close_off_thread(fd.get())) {
+    if (empty_socket_for_close(fd.get())) {
+        fd.reset();  // nothing a peer passed is released: this close cannot block
+        return;
+    }
+    if (parked_.empty() && close_off_thread(fd.get(), owner)) {
         fd.release();
         return;
     }
-    if (parked_.size() >= kMaxParkedSockets) {
-        log_warn_limited("closer-stuck", "malld's closer thread is stuck and " + std::to_string(parked_.size()) +
-                                             " sockets wait for it already: closing one of uid " +
-                                             std::to_string(uid) + " on the loop");
-        return;  // fd's destructor closes it here: the last resort
-    }
     log_warn_limited("closer-parked", "malld's closer thread has " + std::to_string(descriptors_waiting_to_close()) +
-                                        " descriptors queued (a peer passed files whose close hangs); "
-                                        "the socket of uid " + std::to_string(uid) +
-                                        " waits for room and counts against that user's connections");
-    count(uid, admin, +1);
-    parked_.push_back(Parked{std::move(fd), uid, admin});
+                                          " descriptors queued (a peer passed files whose close hangs); "
+                                          "a socket of uid " + std::to_string(owner) +
+                                          " holding passed descriptors waits for room and counts against "
+                                          "that user's connections (parked: " + parked_owners_text() + ")");
+    count(owner, admin, +1);
+    ++parked_of_[owner];
+    parked_.push_back(Parked{std::move(fd), owner, admin});
 }
 
 void Connections::retry_parked() {
-    while (!parked_.empty() && close_off_thread(parked_.front().fd.get())) {
+    while (!parked_.empty() && close_off_thread(parked_.front().fd.get(), parked_.front().owner)) {
         Parked &first = parked_.front();
         first.fd.release();
-        count(first.uid, first.admin, -1);
+        count(first.owner, first.admin, -1);
+        auto it = parked_of_.find(first.owner);
+        if (it != parked_of_.end() && --it->second == 0) parked_of_.erase(it);
         parked_.pop_front();
     }
+}
+
+std::string Connections::parked_owners_text(size_t most) const {
+    std::vector<std::pair<size_t, uid_t>> by_count;
+    for (const auto &[owner, n] : parked_of_) by_count.emplace_back(n, owner);
+    std::sort(by_count.rbegin(), by_count.rend());
+    std::string text;
+    for (size_t i = 0; i < by_count.size() && i < most; ++i)
+        text += (i ? ", uid " : "uid ") + std::to_string(by_count[i].second) + ": " + std::to_string(by_count[i].first);
+    return text.empty() ? "none" : text;
 }
 
 Connection *Connections::find(uint64_t id) {
@@ -100,9 +161,9 @@ Connection *Connections::find(uint64_t id) {
     return it == connections_.end() ? nullptr : &it->second;
 }
 
-int Connections::count_of_uid(uid_t uid) const {
-    auto it = per_uid_.find(uid);
-    return it == per_uid_.end() ? 0 : it->second;
+int Connections::count_of_owner(uid_t owner) const {
+    auto it = per_owner_.find(owner);
+    return it == per_owner_.end() ? 0 : it->second;
 }
 
 bool Connections::send_message(Connection &c, proto::Type type, uint32_t request_id,
@@ -265,12 +326,12 @@ std::pair<std::string, uint64_t> Connections::close(uint64_t id) {
     if (c.fd) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
     log_debug("connection " + std::to_string(id) + " (uid " + std::to_string(c.peer.uid) + " pid " +
               std::to_string(c.peer.pid) + ") closed");
-    count(c.peer.uid, c.admin, -1);
+    count(c.owner, c.admin, -1);
     UniqueFd socket = std::move(c.fd);
-    const uid_t uid = c.peer.uid;
+    const uid_t owner = c.owner;
     const bool admin = c.admin;
     connections_.erase(it);
-    dispose(std::move(socket), uid, admin);
+    dispose(std::move(socket), owner, admin);
     return attached;
 }
 
@@ -278,14 +339,19 @@ void Connections::close_all() {
     for (auto &[id, c] : connections_) {
         if (!c.fd) continue;
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd.get(), nullptr);
+        if (empty_socket_for_close(c.fd.get())) {
+            c.fd.reset();
+            continue;
+        }
         // When the closer is full, the process's exit closes it instead.
-        close_off_thread(c.fd.get());
+        close_off_thread(c.fd.get(), c.owner);
         (void)c.fd.release();
     }
     for (Parked &p : parked_) (void)p.fd.release();
     connections_.clear();
     parked_.clear();
-    per_uid_.clear();
+    parked_of_.clear();
+    per_owner_.clear();
     non_admin_ = 0;
 }
 

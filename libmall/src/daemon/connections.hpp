@@ -5,14 +5,35 @@
 // reader that exceeds the bound loses its connection, and droppable packets (Notify, Event) are
 // dropped instead of queued. Connections are only marked `closing` here; the loop closes them
 // between batches of events (close()), so no caller ever holds a dangling reference.
-// A socket malld is done with is never closed on the loop: its receive queue may hold descriptors
-// a peer passed (kernels without SO_PASSRIGHTS), whose last close can block, so it goes to the
-// closer thread (unix_socket.hpp). While the closer's queue is full the socket is parked and still
-// counts against its uid's and malld's connection limits, so a peer that makes closes hang cannot
-// make malld hold more than those limits allow (at most kMaxParkedSockets are parked).
-// The limits: kMaxDaemonConnections in all; the last kAdminConnectionReserve of them only for
-// admins (root, malld's uid, --admin-uid); ordinary users at most their per-uid limit each
-// (malld --max-connections-per-user) and kMaxWatchersPerUid watchers each.
+// Sockets malld is done with (connections it closes, refuses or drops) are shut down and emptied
+// on the loop (empty_socket_for_close): one whose receive queue holds no packet with descriptors
+// is closed there and then, since its close releases nothing a peer chose; a hang-up, a refusal,
+// every connection of a client that never passes descriptors ends so. Only a socket whose queue
+// holds descriptors (kernels without SO_PASSRIGHTS, a peer that passed them) goes to the closer
+// thread (unix_socket.hpp), and while the closer's queue is full it is parked here. Nothing a
+// peer may make hang is ever closed on the loop.
+// Limits are counted per user (limits_owner): a peer in malld's user namespace under its uid, a
+// peer in another user namespace under the uid owning it (a rootless container's user, however
+// many subuids it maps). The limits: kMaxDaemonConnections in all; the last
+// kAdminConnectionReserve of them only for admins (root, malld's uid, --admin-uid); ordinary users
+// at most their per-user limit each (malld --max-connections-per-user, parked sockets included)
+// and kMaxWatchersPerUid watchers each.
+// What a client passing descriptors while a close hangs can cost malld (the closer stuck for good,
+// say on a FUSE file or a socket lingering with unsent data): one thread, and descriptors bounded
+// as follows. Descriptors are received only from a user with nothing waiting for the closer (no
+// descriptor queued or being closed, no socket parked) and only while the queue has room for a
+// whole packet (may_receive_descriptors), so received ones never exceed kMaxQueuedCloses and each
+// user adds at most one packet (kMaxDescriptorsPerPacket) until the closer has closed it; a
+// connection whose next packet carries descriptors at another time is dropped unread. A user with
+// more than kMaxCloserDebtPerUser descriptors or sockets waiting gets no new connection. Sockets
+// holding descriptors go to the closer while it has room (its kMaxQueuedCloses), else are parked,
+// counted against their user and malld's limits; once kMaxParkedSockets are parked malld accepts
+// nothing more (the server takes the listener out of its loop) until the closer catches up, so
+// malld holds at most kMaxDaemonConnections + kMaxParkedSockets sockets plus kMaxQueuedCloses
+// queued descriptors, and its loop never waits. While that lasts new clients, admins' included,
+// wait in the listen backlog (connections already open, such as watchers, go on working); the log
+// names the users whose sockets are parked, so that root can end them (which ends their hanging
+// closes: a FUSE server's death aborts its files, a reset ends a lingering socket).
 #pragma once
 
 #include <sys/types.h>
@@ -46,9 +67,12 @@ inline constexpr int kMaxDaemonConnections = 4096;
 // admins (root: the Slurm plugin, the OCI hook, mallctl) always find a free slot.
 inline constexpr int kAdminConnectionReserve = 256;
 inline constexpr int kMaxNonAdminConnections = kMaxDaemonConnections - kAdminConnectionReserve;
-// Sockets parked while the closer's queue is full (Connections::dispose); past this many (a
-// closer stuck for good), a socket is closed on the loop after all, the last resort.
+// Sockets holding passed descriptors parked while the closer's queue is full (Connections::dispose);
+// with this many parked malld accepts no connection until the closer catches up.
 inline constexpr size_t kMaxParkedSockets = 1024;
+// A non-admin user with more descriptors and sockets than this waiting for the closer gets no new
+// connection (clients that pass no descriptors never have any waiting).
+inline constexpr size_t kMaxCloserDebtPerUser = 16;
 // Watch subscribers are never closed as idle: an ordinary user may hold at most this many.
 inline constexpr int kMaxWatchersPerUid = 8;
 
@@ -61,6 +85,7 @@ struct Connection {
     UniqueFd fd;
     PeerCred peer;
     bool admin = false;  // the peer's uid is an admin's (AccessRules::is_admin), taken at accept
+    uid_t owner = 0;     // the user its limits count under (limits_owner), taken at accept
     bool watcher = false;
     bool closing = false;
     bool want_write = false;
@@ -76,29 +101,47 @@ struct Connection {
     TimePoint last_activity{};              // last packet received (idle connections close)
 };
 
+// The uid whose per-user limits a peer counts under: its own uid when it runs in malld's user
+// namespace (or when that cannot be told), else the uid owning the outermost user namespace
+// between malld's and the peer's (a rootless container's user, for all its subuids). The peer's
+// namespace is read from /proc/PID/ns/user; peer_pidfd (-1 if none) proves PID was still the
+// peer's when it was read (without it, a pid reused between connect and accept may be misread).
+uid_t limits_owner(const PeerCred &peer, int peer_pidfd);
+
 class Connections {
 public:
     explicit Connections(int epoll_fd) : epoll_fd_(epoll_fd) {}
     Connections(const Connections &) = delete;
     Connections &operator=(const Connections &) = delete;
 
-    // Takes an accepted socket into the loop (EPOLLIN). Null when epoll refuses it (the socket
-    // is disposed of).
-    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin);
+    // Takes an accepted socket into the loop (EPOLLIN), counted for `owner` (limits_owner). Null
+    // when epoll refuses it (the socket is disposed of).
+    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, uid_t owner);
     Connection *find(uint64_t id);
     // Connections open, parked sockets included (what kMaxDaemonConnections bounds).
     size_t size() const { return connections_.size() + parked_.size(); }
     // Of those, the ones of non-admin peers (what kMaxNonAdminConnections bounds).
     int non_admin_count() const { return non_admin_; }
-    int count_of_uid(uid_t uid) const;  // parked sockets included
-    // A Watch on c may start: an admin's, a connection watching already, or one of a uid that
+    int count_of_owner(uid_t owner) const;  // parked sockets included
+    // Descriptors and sockets of owner's that wait for the closer: queued, being closed, parked.
+    size_t closer_debt(uid_t owner) const;
+    // Whether descriptors may be received on c now: its user has nothing waiting for the closer and
+    // the closer's queue has room for a whole packet of them (see the bound above).
+    bool may_receive_descriptors(const Connection &c) const;
+    // A Watch on c may start: an admin's, a connection watching already, or one of a user that
     // holds fewer than kMaxWatchersPerUid watchers. Else false with *why in words.
     bool may_watch(const Connection &c, std::string *why) const;
-    // A socket malld is done with (a connection it refused or dropped): to the closer thread, or
-    // parked while the closer's queue is full (counted for `uid` meanwhile).
-    void dispose(UniqueFd fd, uid_t uid, bool admin);
+    // A socket malld is done with (a connection it refused or dropped): closed here when its
+    // receive queue holds no descriptors, else to the closer thread, or parked while the closer's
+    // queue is full (counted for `owner` meanwhile).
+    void dispose(UniqueFd fd, uid_t owner, bool admin);
     // Hands parked sockets to the closer as its queue makes room (the loop calls it).
     void retry_parked();
+    size_t parked() const { return parked_.size(); }
+    // kMaxParkedSockets are parked: malld must accept nothing until the closer catches up.
+    bool parked_full() const { return parked_.size() >= kMaxParkedSockets; }
+    // "uid U: N, ..." for the users with the most sockets parked (at most `most`), for the log.
+    std::string parked_owners_text(size_t most = 3) const;
     std::map<uint64_t, Connection> &all() { return connections_; }
     const std::map<uint64_t, Connection> &all() const { return connections_; }
 
@@ -142,15 +185,16 @@ private:
     int epoll_fd_;
     uint64_t next_id_ = 1;
     std::map<uint64_t, Connection> connections_;
-    std::map<uid_t, int> per_uid_;  // open connections (and parked sockets) of each peer uid
-    int non_admin_ = 0;             // open connections (and parked sockets) of non-admin peers
+    std::map<uid_t, int> per_owner_;  // open connections (and parked sockets) of each user
+    int non_admin_ = 0;               // open connections (and parked sockets) of non-admin peers
     struct Parked {
         UniqueFd fd;
-        uid_t uid;
+        uid_t owner;
         bool admin;
     };
-    std::deque<Parked> parked_;  // sockets waiting for room in the closer's queue
-    void count(uid_t uid, bool admin, int change);
+    std::deque<Parked> parked_;            // sockets waiting for room in the closer's queue
+    std::map<uid_t, size_t> parked_of_;    // of each user
+    void count(uid_t owner, bool admin, int change);
     EventView event_view_;
 };
 

@@ -7,7 +7,10 @@
 // /proc/PID/task/TID/children, a scan of all of /proc to find a job's descendants), and removing
 // an ended job's cgroup, which retries for up to 100 ms while the kernel lets go of an exiting
 // process (and first retries, as long again each, removals that failed before). Stop signals
-// arrive through a signalfd only.
+// arrive through a signalfd only. The loop closes no socket a peer may make hang (connections.hpp
+// says which go to the closer thread, and what bounds them); while kMaxParkedSockets are parked,
+// or while malld is out of descriptors with its spare spent, the listener is out of the loop (new
+// clients wait in the backlog) and the loop retries every kListenerRetry.
 #include "server.hpp"
 
 #include <fcntl.h>
@@ -40,6 +43,9 @@ namespace {
 // reason to stay silent this long: it only holds a descriptor.
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
 constexpr int kPacketsPerWakeup = 32;  // fairness between connections
+// While the listener is out of the loop, or sockets are parked, the loop looks this often whether
+// the closer has caught up (it wakes the loop in no other way).
+constexpr auto kListenerRetry = std::chrono::milliseconds(100);
 
 // Tells a client why its connection is refused before it is closed: a Reply to no request
 // (proto::kConnectionRefusalId), which every client reports instead of waiting for its own.
@@ -123,14 +129,8 @@ bool Server::start(std::string *error) {
     if (listen_flags < 0 || ::fcntl(lfd, F_SETFL, listen_flags | O_NONBLOCK) != 0)
         return fail(std::string("cannot make the socket non-blocking: ") + std::strerror(errno));
     // No client may push descriptors on malld: closing a peer-chosen file can block the loop.
-    // Set on the listener so that it already holds for packets sent before accept(). The tests
-    // set MALLD_TEST_WITHOUT_SO_PASSRIGHTS=1 to serve as on kernels before 6.16.
-    const char *without = std::getenv("MALLD_TEST_WITHOUT_SO_PASSRIGHTS");
-    refuse_descriptors_ = !(without && std::strcmp(without, "1") == 0);
-    if (!refuse_descriptors_)
-        log_warn("MALLD_TEST_WITHOUT_SO_PASSRIGHTS=1: malld takes passed descriptors as on kernels before "
-                 "6.16 (for tests only)");
-    else if (!refuse_passed_descriptors(lfd))
+    // Set on the listener so that it already holds for packets sent before accept().
+    if (!refuse_passed_descriptors(lfd))
         log_info(std::string("this kernel cannot refuse passed descriptors (SO_PASSRIGHTS: ") +
                  std::strerror(errno) + "); malld closes any it gets on its closer thread");
     // A descriptor in reserve: when malld runs out, it frees this one to accept and close the
@@ -188,6 +188,7 @@ bool Server::start(std::string *error) {
     };
     if (!watch(listen_fd_.get(), Source::Listen) || !watch(signal_fd_.get(), Source::Signal))
         return fail(std::string("epoll_ctl failed: ") + std::strerror(errno));
+    listener_armed_ = true;
     if (slurm_) {
         if (!watch(slurm_->fd(), Source::Slurm))
             return fail(std::string("epoll_ctl failed: ") + std::strerror(errno));
@@ -281,6 +282,7 @@ int Server::next_timeout_ms() const {
             consider(next_container_scan_);
             break;
         }
+    if (!listener_armed_ || connections_->parked() > 0) consider(now + kListenerRetry);
     if (!next) return -1;
     if (*next <= now) return 0;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(*next - now).count();
@@ -338,6 +340,9 @@ void Server::after_events() {
         handlers_->process_pending(Clock::now());
     }
     connections_->retry_parked();
+    if (!spare_fd_) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (spare_fd_) out_of_descriptors_ = false;
+    update_listener();
     save_state(Clock::now());
     if (next_metrics_write_ && Clock::now() >= *next_metrics_write_) write_metrics(Clock::now());
 }
@@ -402,7 +407,9 @@ void Server::close_connection(uint64_t id) {
 }
 
 // Out of descriptors (EMFILE/ENFILE): the pending connection would keep the listener readable
-// and the loop spinning. Free the spare descriptor, accept that connection and close it at once.
+// and the loop spinning. Free the spare descriptor, accept that connection and dispose of it at
+// once. When the spare cannot be had back at once (the socket went to the closer, which has not
+// closed it yet), the listener leaves the loop until after_events() has it back.
 void Server::accept_and_drop_one() {
     spare_fd_.reset();
     int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -413,15 +420,44 @@ void Server::accept_and_drop_one() {
         connections_->dispose(std::move(owned), peer.uid, access_.is_admin(peer.uid));
     }
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!spare_fd_) out_of_descriptors_ = true;
     log_warn_limited("emfile", "out of file descriptors (" + std::to_string(connections_->size()) +
                                    " connections open): refused a connection from uid " +
                                    std::to_string(peer.uid) + " pid " + std::to_string(peer.pid) +
                                    "; raise malld's open-file limit (ulimit -n / LimitNOFILE)");
 }
 
+void Server::update_listener() {
+    const bool wanted = !out_of_descriptors_ && !connections_->parked_full();
+    if (wanted == listener_armed_ || !listen_fd_) return;
+    if (wanted) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = epoll_tag(Source::Listen, 0);
+        if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
+            log_warn_limited("listener", std::string("cannot watch the socket again: ") + std::strerror(errno) +
+                                             "; malld tries again");
+            return;
+        }
+        listener_armed_ = true;
+        log_info("accepting connections again");
+        return;
+    }
+    ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+    listener_armed_ = false;
+    if (out_of_descriptors_)
+        log_warn("out of file descriptors and the spare one is still in use: new connections wait in the "
+                 "backlog until a descriptor is free (raise malld's open-file limit: ulimit -n / LimitNOFILE)");
+    else
+        log_warn(std::to_string(connections_->parked()) + " sockets holding passed descriptors wait for malld's "
+                 "stuck closer thread (parked: " + connections_->parked_owners_text() + "): new connections "
+                 "wait in the backlog until it catches up; ending those users' processes ends their hanging "
+                 "closes");
+}
+
 // Admins are refused only when every slot is taken, and ordinary users can never take the last
 // kAdminConnectionReserve: root's tools, the Slurm plugin and the OCI hook always get in.
-std::string Server::connection_refusal(const PeerCred &peer, bool admin) const {
+std::string Server::connection_refusal(const PeerCred &peer, bool admin, uid_t owner) const {
     const std::string who = "uid " + std::to_string(peer.uid) + " pid " + std::to_string(peer.pid);
     const size_t open = connections_->size();
     const size_t of_admins = open - static_cast<size_t>(connections_->non_admin_count());
@@ -442,33 +478,49 @@ std::string Server::connection_refusal(const PeerCred &peer, bool admin) const {
         return "malld serves " + limit + " connections of ordinary users already, their limit "
                "(the rest are kept for root and admin uids); try again later";
     }
-    if (connections_->count_of_uid(peer.uid) >= options_.max_connections_per_uid) {
+    // Under the uid owning the peer's user namespace: a rootless container's subuids are one user.
+    const std::string user = owner == peer.uid ? "uid " + std::to_string(owner)
+                                               : "uid " + std::to_string(owner) + " (owner of uid " +
+                                                     std::to_string(peer.uid) + "'s user namespace)";
+    if (connections_->count_of_owner(owner) >= options_.max_connections_per_uid) {
         const std::string limit = std::to_string(options_.max_connections_per_uid);
-        log_warn_limited("connections-per-uid", "refused a connection from " + who + ": that user has " +
+        log_warn_limited("connections-per-uid", "refused a connection from " + who + ": " + user + " has " +
                                                     limit + " connections open, the limit per non-admin user "
                                                             "(raise it with malld --max-connections-per-user)");
-        return "uid " + std::to_string(peer.uid) + " holds " + limit +
-               " connections, the per-user limit (malld --max-connections-per-user)";
+        return user + " holds " + limit + " connections, the per-user limit (malld --max-connections-per-user)";
+    }
+    if (const size_t debt = connections_->closer_debt(owner); debt > kMaxCloserDebtPerUser) {
+        log_warn_limited("closer-debt", "refused a connection from " + who + ": " + user + " passed malld " +
+                                            std::to_string(debt) + " descriptors or sockets still waiting to be "
+                                                                   "closed (their close hangs)");
+        return user + " passed malld descriptors that are still waiting to be closed; no connection until "
+                      "they are (clients never pass descriptors to malld)";
     }
     return "";
 }
 
 void Server::handle_listen() {
     for (int accepted = 0; accepted < 256; ++accepted) {  // bounded: other sources get their turn
+        // Each refusal may park one more socket: none is accepted with the parked list full.
+        if (connections_->parked_full() || out_of_descriptors_) break;
         int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
-            if ((errno == EMFILE || errno == ENFILE) && spare_fd_) {
-                accept_and_drop_one();
-                continue;
+            if (errno == EMFILE || errno == ENFILE) {
+                if (spare_fd_) {
+                    accept_and_drop_one();
+                    continue;
+                }
+                out_of_descriptors_ = true;  // no spare: the listener waits out of the loop
+                break;
             }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 log_warn_limited("accept", std::string("accept failed: ") + std::strerror(errno));
-            return;
+            break;
         }
         UniqueFd owned(fd);
         // Also set on the listener (inherited); repeated here in case the kernel does not pass it on.
-        if (refuse_descriptors_) refuse_passed_descriptors(fd);
+        refuse_passed_descriptors(fd);
         PeerCred peer;
         if (!peer_credentials(fd, &peer)) {
             log_warn_limited("credentials", std::string("cannot read the credentials of a new client: ") +
@@ -477,11 +529,6 @@ void Server::handle_listen() {
             continue;
         }
         const bool admin = access_.is_admin(peer.uid);
-        if (std::string why = connection_refusal(peer, admin); !why.empty()) {
-            refuse_connection(owned.get(), MALL_ERR_DENIED, why);
-            connections_->dispose(std::move(owned), peer.uid, admin);
-            continue;
-        }
         // The peer process itself, taken now: its pid may be reused before it sends Attach.
         UniqueFd pidfd(peer_pidfd(fd));
         const int pidfd_error = pidfd ? 0 : errno;
@@ -491,12 +538,20 @@ void Server::handle_listen() {
             connections_->dispose(std::move(owned), peer.uid, admin);
             continue;
         }
-        Connection *c = connections_->add(std::move(owned), peer, std::move(pidfd), admin);
+        const uid_t owner = admin ? peer.uid : limits_owner(peer, pidfd ? pidfd.get() : -1);
+        if (std::string why = connection_refusal(peer, admin, owner); !why.empty()) {
+            refuse_connection(owned.get(), MALL_ERR_DENIED, why);
+            connections_->dispose(std::move(owned), owner, admin);
+            continue;
+        }
+        Connection *c = connections_->add(std::move(owned), peer, std::move(pidfd), admin, owner);
         if (!c) continue;
         c->accepted_ticks = boot_time_ticks();
         log_debug("connection " + std::to_string(c->id) + " from uid " + std::to_string(peer.uid) +
-                  " pid " + std::to_string(peer.pid));
+                  " pid " + std::to_string(peer.pid) +
+                  (owner != peer.uid ? " (counted for uid " + std::to_string(owner) + ")" : ""));
     }
+    update_listener();
 }
 
 void Server::handle_signal() {
@@ -520,9 +575,21 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
     for (int k = 0; k < kPacketsPerWakeup && !c.closing; ++k) {
         std::string packet;
-        // Clients have no business passing descriptors: recv_packet hands any to the closer
-        // thread (a close can block) when we ask for none.
-        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true);
+        // Clients have no business passing descriptors. recv_packet hands any to the closer thread
+        // (a close can block), counted for the peer's user; while that user has some waiting, or
+        // the closer has no room for a whole packet, a packet that carries some is not read and
+        // the connection is dropped (connections.hpp: what bounds the closer's queue).
+        if (!connections_->may_receive_descriptors(c) && next_packet_carries_descriptors(c.fd.get())) {
+            log_warn_limited("closer-refused", "dropping the connection of uid " + std::to_string(c.peer.uid) +
+                                                   " pid " + std::to_string(c.peer.pid) +
+                                                   ": it passes descriptors while " +
+                                                   std::to_string(connections_->closer_debt(c.owner)) +
+                                                   " of that user's wait to be closed (malld's closer has " +
+                                                   std::to_string(descriptors_waiting_to_close()) + " queued)");
+            c.closing = true;
+            break;
+        }
+        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true, c.owner);
         if (n > 0) {
             c.last_activity = Clock::now();
             serve_packet(c, packet, access_, *manager_, *backend_, *handlers_, *connections_);
@@ -533,7 +600,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
             break;
         }
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == ENOBUFS) {  // the closer's queue is full: nothing was read
+        if (errno == ENOBUFS) {  // the closer's queue overflowed: the packet was read and dropped
             log_warn_limited("closer-full", "dropping the connection of uid " + std::to_string(c.peer.uid) +
                                                 " pid " + std::to_string(c.peer.pid) + ": malld's closer thread has " +
                                                 std::to_string(descriptors_waiting_to_close()) +

@@ -93,8 +93,12 @@ public:
 private:
     void handle_listen();
     void accept_and_drop_one();
-    // Why a new connection of `peer` is refused (logged, rate-limited), or "" when it is served.
-    std::string connection_refusal(const PeerCred &peer, bool admin) const;
+    // Why a new connection of `peer` (counted for `owner`: limits_owner) is refused (logged,
+    // rate-limited), or "" when it is served.
+    std::string connection_refusal(const PeerCred &peer, bool admin, uid_t owner) const;
+    // Puts the listener in the loop or takes it out: out while malld is out of descriptors with
+    // its spare spent, or while kMaxParkedSockets sockets are parked (connections.hpp).
+    void update_listener();
     void handle_signal();
     void handle_connection(uint64_t id, uint32_t events);
     void handle_slurm_results();
@@ -128,7 +132,8 @@ private:
     UniqueFd signal_fd_;
     UniqueFd spare_fd_;  // /dev/null held in reserve: freed to accept-and-close on EMFILE/ENFILE
     bool listening_ = false;
-    bool refuse_descriptors_ = true;  // SO_PASSRIGHTS off (MALLD_TEST_WITHOUT_SO_PASSRIGHTS: not)
+    bool listener_armed_ = false;      // the listener is in the epoll set
+    bool out_of_descriptors_ = false;  // EMFILE/ENFILE and no spare: until after_events() has one again
     bool stopping_ = false;
     // What enable_slurm_checks() asked for: start() builds slurm_ from it once the stop signals
     // are blocked, so the checker's thread can never take them.
