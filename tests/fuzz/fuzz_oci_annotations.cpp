@@ -7,9 +7,9 @@
 // then the state JSON. Checked besides "no
 // crash, leak or sanitizer report": a refusal says why on one printable line; an accepted request
 // keeps the admin's limits: the job is the prefix and then a valid job name that is never a Slurm
-// job's (slurm-...), 1 <= MIN <= MAX <= max(MAX-CORES, MIN) (MAX cut, asked_max only when it was
+// job's (slurm-...) nor a self-registered job's (self-...), 1 <= MIN <= MAX <= max(MAX-CORES, MIN) (MAX cut, asked_max only when it was
 // above the cap), the weight above 0, finite, at most MAX-WEIGHT; a prefix the hook accepts is
-// job-name characters, at most 32 of them, not starting slurm-.
+// job-name characters, at most 32 of them, not starting slurm- or self-.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,7 +34,8 @@ bool one_printable_line(const std::string &text) {
 
 void check_prefix_rule(const std::string &prefix) {
     const bool accepted = hook::job_prefix_problem(prefix).empty();
-    bool expected = prefix.size() <= hook::kMaxJobPrefixLength && prefix.rfind("slurm-", 0) != 0;
+    bool expected = prefix.size() <= hook::kMaxJobPrefixLength && prefix.rfind("slurm-", 0) != 0 &&
+                    prefix.rfind("self-", 0) != 0;
     for (char c : prefix) expected = expected && mall::proto::is_job_name_char(c);
     MALL_FUZZ_CHECK(accepted == expected, "prefix " + shown(prefix) + (accepted ? " accepted" : " refused"));
     if (!accepted)
@@ -92,6 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     "job " + shown(r.job) + " lacks the prefix " + shown(limits.job_prefix));
     MALL_FUZZ_CHECK(!mall::proto::invalid_job_name(r.job), "invalid job name " + shown(r.job));
     MALL_FUZZ_CHECK(r.job.rfind("slurm-", 0) != 0, "a Slurm job's name was accepted: " + shown(r.job));
+    MALL_FUZZ_CHECK(r.job.rfind("self-", 0) != 0, "a self-registered job's name was accepted: " + shown(r.job));
     MALL_FUZZ_CHECK(r.min >= 1, "MIN below 1");
     if (r.max) {
         MALL_FUZZ_CHECK(*r.max >= r.min, "MAX below MIN");

@@ -19,6 +19,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -202,9 +203,12 @@ protected:
         malld_.reset();
     }
 
-    // Register {pid} for job `job` of uid `job_uid`, sent by a process of uid `sender`.
-    std::string register_as(uid_t sender, const std::string &job, pid_t pid, uid_t job_uid) {
-        const json body{{"job", job}, {"uid", job_uid}, {"pids", {pid}}, {"min", 1}, {"max", 1}};
+    // Register {pid} for job `job` of uid `job_uid`, sent by a process of uid `sender`; `extra`'s
+    // fields ("container", "join") are added to the request.
+    std::string register_as(uid_t sender, const std::string &job, pid_t pid, uid_t job_uid,
+                            const json &extra = json::object()) {
+        json body{{"job", job}, {"uid", job_uid}, {"pids", {pid}}, {"min", 1}, {"max", 1}};
+        body.update(extra);
         if (sender == 0) return ask(malld_->socket(), proto::Type::Register, body);
         Peer peer(sender, "", [&] { return ask(malld_->socket(), proto::Type::Register, body); });
         return peer.result();
@@ -297,6 +301,185 @@ TEST_F(Issue37AdminUidRegister, RootRegistersAUsersTaskForThatUserButNotAnotherU
         << reply;
     const auto jobs = listed_jobs(malld_->socket());
     EXPECT_TRUE(std::find(jobs.begin(), jobs.end(), "slurm-3703") == jobs.end()) << status_text(*malld_);
+}
+
+// Root's processes are root's alone: the job's uid is the caller's word, so an admin uid that names
+// uid 0 for a root process must be refused (before, real uid 0 == job uid 0 let it take sshd,
+// slurmd or any root service, moved into malld's folder in `own` mode).
+TEST_F(Issue37AdminUidRegister, AnAdminUidCannotRegisterARootProcessForUid0) {
+    Child roots({"/bin/sleep", "120"});
+    ASSERT_TRUE(roots.started());
+    const std::string before = cgroup_of(roots.pid());
+    const std::string reply = register_as(kAdminUid, "roots-job", roots.pid(), 0, json{{"cgroup", "own"}});
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "a job of uid 0 (root) is registered only by that uid or root")) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+    EXPECT_EQ(cgroup_of(roots.pid()), before) << "root's process was moved";
+}
+
+// A process whose real uid is the user's but which runs as root (a setuid-root program): root's too.
+TEST_F(Issue37AdminUidRegister, AnAdminUidCannotRegisterAProcessRunningAsRootUnderAUsersRealUid) {
+    const std::string u = std::to_string(kUserUid);
+    Child setuid_root({"/usr/bin/setpriv", "--ruid=" + u, "--rgid=" + u, "--clear-groups", "--", "/bin/sleep", "120"});
+    ASSERT_TRUE(setuid_root.started());
+    ASSERT_TRUE(wait_until([&] { return runs_as(setuid_root.pid(), kUserUid); }, 10s));
+    const std::string reply = register_as(kAdminUid, "setuid-job", setuid_root.pid(), kUserUid);
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "pid " + std::to_string(setuid_root.pid()) + " runs as uid 0 (root)")) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+}
+
+// A rootless user namespace (unshare --user as uid 61003) belongs to its maker: an admin uid's
+// container job for uid 61002 may not take it (before, any process in any other user namespace was
+// accepted); for 61003, whose container it is, it may.
+TEST_F(Issue37AdminUidRegister, AnotherUsersRootlessNamespaceIsNotAnAdminsContainerJob) {
+    const std::string u = std::to_string(kOtherUserUid);
+    Child rootless({"/usr/bin/setpriv", "--reuid=" + u, "--regid=" + u, "--clear-groups", "--",
+                    "/usr/bin/unshare", "--user", "--", "/bin/sleep", "120"});
+    ASSERT_TRUE(rootless.started());
+    ASSERT_TRUE(wait_until([&] { return runs_as(rootless.pid(), kOtherUserUid) &&
+                                        shares_user_namespace(rootless.pid()) == false; }, 10s))
+        << "unshare --user did not start a process of uid " << u << " in a namespace of its own";
+    ASSERT_EQ(user_namespace_owner(rootless.pid()), kOtherUserUid);
+    std::string reply = register_as(kAdminUid, "ns-theirs", rootless.pid(), kUserUid, json{{"container", true}});
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "in a user namespace made by uid " + u)) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+    reply = register_as(kAdminUid, "ns-own", rootless.pid(), kOtherUserUid, json{{"container", true}});
+    EXPECT_EQ(reply.rfind("ok ", 0), 0u) << reply << "\n" << malld_->log();
+    EXPECT_EQ(listed_jobs(malld_->socket()), std::vector<std::string>{"ns-own"}) << status_text(*malld_);
+}
+
+// A process in a user namespace that uid `owner` made, running as host uid `mapped` (root wrote
+// the namespace's uid_map "0 mapped 1", as newuidmap does from /etc/subuid for a rootless
+// container): a rootless container's process of a subordinate uid. It lives until destroyed.
+class MappedNamespaceProcess {
+public:
+    MappedNamespaceProcess(uid_t owner, uid_t mapped) {
+        int unshared[2], mapped_pipe[2];
+        if (::pipe2(unshared, O_CLOEXEC) != 0 || ::pipe2(mapped_pipe, O_CLOEXEC) != 0) return;
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            char byte = 0;
+            if (::setgroups(0, nullptr) != 0 || ::setresgid(owner, owner, owner) != 0 ||
+                ::setresuid(owner, owner, owner) != 0 || ::unshare(CLONE_NEWUSER) != 0)
+                ::_exit(2);
+            if (::write(unshared[1], &byte, 1) != 1 || ::read(mapped_pipe[0], &byte, 1) != 1) ::_exit(3);
+            if (::setresuid(0, 0, 0) != 0) ::_exit(4);
+            ::execl("/bin/sleep", "sleep", "120", static_cast<char *>(nullptr));
+            ::_exit(5);
+        }
+        ::close(unshared[1]);
+        ::close(mapped_pipe[0]);
+        char byte = 0;
+        if (pid_ > 0 && ::read(unshared[0], &byte, 1) == 1 &&
+            write_text("/proc/" + std::to_string(pid_) + "/uid_map", "0 " + std::to_string(mapped) + " 1"))
+            ready_ = ::write(mapped_pipe[1], &byte, 1) == 1;
+        ::close(unshared[0]);
+        ::close(mapped_pipe[1]);
+    }
+    ~MappedNamespaceProcess() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+    }
+    MappedNamespaceProcess(const MappedNamespaceProcess &) = delete;
+    MappedNamespaceProcess &operator=(const MappedNamespaceProcess &) = delete;
+    bool ready() const { return ready_; }
+    pid_t pid() const { return pid_; }
+
+private:
+    pid_t pid_ = -1;
+    bool ready_ = false;
+};
+
+// A joining Register is judged by the job it joins: the request's "container": true does not make
+// a plain job a container job. Before, a process of another uid in another user namespace joined
+// a plain job of uid 61002 that way; a new container job of 61002 may hold it (61002 made its
+// namespace: its own rootless container's subordinate uid).
+TEST_F(Issue37AdminUidRegister, JoiningAPlainJobWithContainerTrueIsJudgedAsThatPlainJob) {
+    constexpr uid_t kSubordinateUid = 61004;
+    Child users_task(sleeper_as(kUserUid));
+    ASSERT_TRUE(users_task.started());
+    ASSERT_TRUE(wait_until([&] { return runs_as(users_task.pid(), kUserUid); }, 10s));
+    std::string reply = register_as(0, "plain", users_task.pid(), kUserUid);
+    ASSERT_EQ(reply.rfind("ok ", 0), 0u) << reply << "\n" << malld_->log();
+
+    MappedNamespaceProcess mapped(kUserUid, kSubordinateUid);
+    ASSERT_TRUE(mapped.ready()) << "could not start a process in a user namespace of uid " << kUserUid;
+    ASSERT_TRUE(wait_until([&] { return runs_as(mapped.pid(), kSubordinateUid); }, 10s))
+        << "the namespaced process does not run as uid " << kSubordinateUid;
+    ASSERT_EQ(user_namespace_owner(mapped.pid()), kUserUid);
+    reply = register_as(kAdminUid, "plain", mapped.pid(), kUserUid, json{{"container", true}, {"join", true}});
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "pid " + std::to_string(mapped.pid()) + " runs as uid " +
+                                          std::to_string(kSubordinateUid) + ", not as the job's uid " +
+                                          std::to_string(kUserUid)))
+        << reply;
+    auto plain = job_status(malld_->socket(), "plain");
+    ASSERT_TRUE(plain) << status_text(*malld_);
+    EXPECT_EQ((*plain)["pids"], json::array({users_task.pid()})) << plain->dump(2);
+
+    reply = register_as(kAdminUid, "users-ctr", mapped.pid(), kUserUid, json{{"container", true}});
+    EXPECT_EQ(reply.rfind("ok ", 0), 0u) << reply << "\n" << malld_->log();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 7 (review of 37.4): the reserved job-name prefixes (common/rules.hpp) hold for every
+// namer: "self-" is malld's for self-registered jobs, "slurm-" root's (the Slurm plugin's).
+class Issue37ReservedJobNames : public ::testing::Test {
+protected:
+    void SetUp() override {
+        MALL_REQUIRE_ROOT_AND_CPUSET();
+        MalldOptions options;
+        options.extra_args = {"--admin-uid", std::to_string(kAdminUid)};
+        malld_ = std::make_unique<PrivateMalld>(options);
+        std::string error;
+        ASSERT_TRUE(malld_->start(&error)) << error;
+    }
+    void TearDown() override { malld_.reset(); }
+    std::unique_ptr<PrivateMalld> malld_;
+};
+
+// mallrun's default name is the command's basename: ./self-play.sh was named self-play.sh-<pid>,
+// which malld refused. It gets "run-" in front and runs malleable.
+TEST_F(Issue37ReservedJobNames, MallrunsDefaultNameForACommandNamedSelfSomethingRegisters) {
+    const std::string script = malld_->dir() + "/self-play.sh";
+    ASSERT_TRUE(write_text(script, "#!/bin/sh\necho \"job=$MALL_JOB_ID\""));
+    ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+    auto r = run_command(mallrun_argv(malld_->socket(), "1:1", "", {script}, {"--require"}));
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\n" << malld_->log();
+    EXPECT_NE(r.out.find("job=run-self-play.sh-"), std::string::npos) << r.out << r.err;
+    EXPECT_EQ(malld_->log().find("kept for"), std::string::npos) << malld_->log();
+}
+
+TEST_F(Issue37ReservedJobNames, MallrunRefusesAReservedJobNameWithWords) {
+    auto r = run_command(mallrun_argv(malld_->socket(), "1:1", "self-7", {"/bin/true"}));
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains_icase(r.err, "bad job name 'self-7': job names starting with 'self-' are kept for "
+                                      "self-registered jobs"))
+        << r.err;
+    // slurm-<jobid> is root's (the plugin's, or root by hand): a user's mallrun is refused.
+    const std::string u = std::to_string(kAdminUid);
+    std::vector<std::string> as_user{"/usr/bin/setpriv", "--reuid=" + u, "--regid=" + u, "--clear-groups", "--"};
+    for (const auto &arg : mallrun_argv(malld_->socket(), "1:1", "slurm-5", {"/bin/true"})) as_user.push_back(arg);
+    r = run_command(as_user);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains_icase(r.err, "job names starting with 'slurm-' are kept for Slurm jobs")) << r.err;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+}
+
+// malld's Register: a slurm- name only from root; a self- name from nobody.
+TEST_F(Issue37ReservedJobNames, AnAdminUidCannotRegisterASlurmJobsName) {
+    Child own(sleeper_as(kAdminUid));
+    ASSERT_TRUE(own.started());
+    ASSERT_TRUE(wait_until([&] { return runs_as(own.pid(), kAdminUid); }, 10s));
+    const json body{{"job", "slurm-5"}, {"uid", kAdminUid}, {"pids", {own.pid()}}, {"min", 1}, {"max", 1}};
+    Peer admin(kAdminUid, "", [&] { return ask(malld_->socket(), proto::Type::Register, body); });
+    const std::string reply = admin.result();
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_INVAL) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "job names starting with 'slurm-' are kept for Slurm jobs")) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // test_oci_hook_input: proves that mall-oci-hook treats a container's annotations as requests
 // within the admin's limits (issue 37.11): whoever creates a container writes them, so a Slurm
-// job's name (slurm-N, which a Slurm epilog's Release ends) never becomes the container's job,
-// names go under the admin's --job-prefix, a weight above --max-weight is refused, MAX is cut to
-// --max-cores and MIN above it refused; and that its --log is never written through a symlink or
+// job's name (slurm-N, which a Slurm epilog's Release ends) or a self-registered job's (self-N)
+// never becomes the container's job, names go under the admin's --job-prefix (never a reserved
+// one), a weight above --max-weight is refused, MAX is cut to --max-cores and MIN above it
+// refused; and that its --log is never written through a symlink or
 // into anything but a regular file. The hook runs as built, with a crafted OCI state on stdin and
 // a socket nobody listens on (it stops before registering), and the annotation parser is driven
 // directly too. Every temporary file is removed; the watchdog fails a hang.
@@ -105,17 +106,37 @@ TEST(Issue37OciHookAnnotations, ASlurmJobsNameIsRefusedEvenWithoutAPrefix) {
     HookRun run;
     auto r = run.run({{"io.mall.malleable", "1:2"}, {"io.mall.job", "slurm-5"}}, {"--job-prefix", ""});
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(contains(r.err, "bad annotation io.mall.job='slurm-5': the job's name 'slurm-5' would be malld's "
-                                "name for a Slurm job"))
+    EXPECT_TRUE(contains(r.err, "bad annotation io.mall.job='slurm-5': the job's name 'slurm-5' is reserved, which a "
+                                "container may not take (job names starting with 'slurm-' are kept for Slurm jobs"))
         << r.err;
     // A prefix that ends where "slurm-" begins: the whole name counts.
     r = run.run({{"io.mall.malleable", "1:2"}, {"io.mall.job", "-5"}}, {"--job-prefix", "slurm"});
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(contains(r.err, "would be malld's name for a Slurm job")) << r.err;
+    EXPECT_TRUE(contains(r.err, "job names starting with 'slurm-' are kept for Slurm jobs")) << r.err;
     // The admin cannot pick a Slurm prefix either.
     r = run.run({{"io.mall.malleable", "1:2"}}, {"--job-prefix", "slurm-9"});
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(contains(r.err, "--job-prefix 'slurm-9' starts as malld's names for Slurm jobs")) << r.err;
+    EXPECT_TRUE(contains(r.err, "--job-prefix 'slurm-9' would make every container's job name reserved: job names "
+                                "starting with 'slurm-' are kept for Slurm jobs"))
+        << r.err;
+}
+
+// "self-<pid>" is malld's name for a self-registered job (re-adopted in place by that name after a
+// restart): the admin's --job-prefix may not start with it (before, only "slurm-" was refused), nor
+// may a container's name under an empty prefix.
+TEST(Issue37OciHookAnnotations, TheSelfRegisteredJobsPrefixIsRefusedAsJobPrefixAndAsAName) {
+    HookRun run;
+    auto r = run.run({{"io.mall.malleable", "1:2"}}, {"--job-prefix", "self-"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "--job-prefix 'self-' would make every container's job name reserved: job names "
+                                "starting with 'self-' are kept for self-registered jobs"))
+        << r.err;
+    r = run.run({{"io.mall.malleable", "1:2"}, {"io.mall.job", "self-42"}}, {"--job-prefix", ""});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, "bad annotation io.mall.job='self-42': the job's name 'self-42' is reserved")) << r.err;
+    EXPECT_NE(hook::job_prefix_problem("self-"), "");
+    EXPECT_NE(hook::job_prefix_problem("self-team."), "");
+    EXPECT_EQ(hook::job_prefix_problem("selfish-"), "");
 }
 
 TEST(Issue37OciHookAnnotations, NamesWithSlashesOrControlCharactersAreRefused) {

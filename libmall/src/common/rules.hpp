@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // rules.hpp — the values and bounds every part of mall must agree on, each defined once: the
 // default socket, malld's default ack timeout, how long tools wait to connect, the job weight
-// bound. Header-only and free of dependencies beyond the public mall.h, so pure parsers (the
+// bound, the job-name prefixes kept for malld's own naming. Header-only and free of dependencies beyond the public mall.h, so pure parsers (the
 // Slurm plugin's option logic) use the same rule as malld without linking mall_common. Change a
 // rule here and nowhere else.
 #pragma once
 
 #include <chrono>
+#include <string>
+#include <string_view>
 
 #include "mall/mall.h"
 
@@ -62,5 +64,49 @@ constexpr bool text_ends_with_number(const char *text, long long number) {
 static_assert(text_ends_with_number(kWeightRule, static_cast<long long>(kMaxWeight)),
               "kWeightRule must end with kMaxWeight's digits");
 inline constexpr bool valid_weight(double weight) { return weight > 0 && weight <= kMaxWeight; }
+
+// Job names malld gives a meaning by their prefix, and who alone may give such a name:
+//   "self-"  self-registered jobs: malld names a process that attached without a job self-<pid>
+//            and re-adopts a job of that name after a restart as self-registered (in place, never
+//            moved), so no Register, mallrun or container may take such a name;
+//   "slurm-" Slurm jobs: the Slurm plugin (root, in slurmstepd) registers slurm-<jobid>, Slurm's
+//            epilog releases it and malld --slurm checks it against slurmctld, so only root names
+//            one (the plugin, or root testing by hand with mallrun --job).
+// malld's Register, mallrun (--job and its default name) and mall-oci-hook (--job-prefix and the
+// container's name) all ask reserved_job_name_problem(); add a prefix here and nowhere else.
+enum class JobNamer {
+    SelfRegistration,  // malld itself, naming a self-registered job
+    Root,              // a sender or tool user of uid 0 (the Slurm plugin)
+    Other,             // everyone else: an --admin-uid, mallrun run by a user, a container's annotation
+};
+struct ReservedJobPrefix {
+    const char *prefix;
+    const char *kept_for;  // "kept for <this>": what the names are and who gives them
+    JobNamer namer;        // who may give such a name
+};
+inline constexpr const char *kSelfJobPrefix = "self-";
+inline constexpr const char *kSlurmJobPrefix = "slurm-";
+inline constexpr ReservedJobPrefix kReservedJobPrefixes[] = {
+    {kSelfJobPrefix,
+     "self-registered jobs (malld names them self-<pid> and re-adopts them by that name after a restart)",
+     JobNamer::SelfRegistration},
+    {kSlurmJobPrefix,
+     "Slurm jobs (the Slurm plugin registers slurm-<jobid> as root; Slurm's epilog releases it)",
+     JobNamer::Root},
+};
+// The reserved prefix `name` starts with; nullptr for a name under none.
+inline const ReservedJobPrefix *reserved_job_prefix(std::string_view name) {
+    for (const ReservedJobPrefix &reserved : kReservedJobPrefixes)
+        if (name.substr(0, std::string_view(reserved.prefix).size()) == reserved.prefix) return &reserved;
+    return nullptr;
+}
+// "" when `namer` may give a job the name `name` (or a prefix of job names, such as the OCI hook's
+// --job-prefix: a prefix under a reserved one makes every name under it reserved); else the words
+// of the refusal, "job names starting with 'slurm-' are kept for Slurm jobs (...)".
+inline std::string reserved_job_name_problem(std::string_view name, JobNamer namer) {
+    const ReservedJobPrefix *reserved = reserved_job_prefix(name);
+    if (!reserved || reserved->namer == namer) return "";
+    return std::string("job names starting with '") + reserved->prefix + "' are kept for " + reserved->kept_for;
+}
 
 }  // namespace mall

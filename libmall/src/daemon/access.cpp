@@ -25,8 +25,9 @@ constexpr int kRefusalLinesAll = 50;
 constexpr auto kRefusalPeriod = std::chrono::seconds(10);
 
 // The request table: each message type, its handler, and the role a peer needs to send it.
-//   admin:    root, malld's own euid, or an --admin-uid. Only admins move cpus between jobs. Their
-//             Register names only processes a job may hold (register_pids_allowed).
+//   admin:    root, malld's own euid, or an --admin-uid (Connection::admin, taken at accept).
+//             Only admins move cpus between jobs. Their Register names only processes a job may
+//             hold, and a non-root admin's never root's (register_pids_allowed).
 //   owner:    Attach. The peer's uid owns the job (or is an admin) and the peer process is one of
 //             the job's registered processes or descends from one.
 //   attached: Ack, Progress and Usage, only on the connection that attached (so a process can
@@ -124,20 +125,29 @@ bool may_log_refusal(Connection &c) {
 namespace {
 
 // Register puts processes under malld's control (their cgroup resized in place, or moved into
-// malld's folder with their descendants; their threads' masks set), so even an admin uid's Register
-// names only processes a job may hold. Refused for any peer: pid 1 (every process descends from
-// it), kernel threads, malld itself and its ancestors, and a thread id instead of its process.
-// Refused for an admin uid: a process whose real uid is not the job's uid ("uid"). Two exceptions
-// to that uid rule only: root may name a process that still runs as root (slurmstepd's task
-// between its fork and its setuid to the user, when the Slurm plugin registers it in
-// task_post_fork for the user's uid); and container jobs (the request says "cgroup": "container" or
-// "container-systemd", or "container": true) may name a process of any uid when root registers
-// them or the process runs in another user namespace than malld's (a rootless container), since
-// their processes run as the container's users, mapped: mallrun --container registers the
-// engine's client (never moved nor resized), the OCI hook the container's init while it still
-// runs as the container's root. Fields that are missing or malformed are left to the handler,
+// malld's folder with their descendants; their threads' masks set), so even an admin's Register
+// names only processes a job may hold.
+// Refused for any sender: pid 1 (every process descends from it), kernel threads, malld itself and
+// its ancestors, and a thread id instead of its process.
+// The uid rule: a job holds processes whose real uid is the job's uid ("uid"), except:
+// - root (the Slurm plugin, the OCI hook, mallrun and mallctl run as root) may name a process that
+//   still runs as root for a user's job (slurmstepd's task between its fork and its setuid, which
+//   the plugin registers in task_post_fork for the user's uid), and a process of any uid for a
+//   container job ("cgroup": "container" or "container-systemd", or "container": true), since a
+//   container's processes run as its users, mapped: mallrun --container registers the engine's
+//   client (never moved nor resized), the OCI hook the container's init while it is the
+//   container's root.
+// - any other admin (an --admin-uid; malld's own uid when malld is not root) never registers a job
+//   for a protected uid nor names a process that runs as one in any of its uids (real, effective,
+//   saved, filesystem: a setuid-root program too): root's, and malld's own unless the sender is
+//   malld's uid. For a container job it may name a process of another uid only inside a user
+//   namespace the job's uid made (the owner of the outermost namespace below malld's, ioctl
+//   NS_GET_OWNER_UID: that user's rootless container), never another user's container or sandbox.
+// A Register that joins an existing job ("join": true) is judged by that job's uid and container
+// flag, never by the request's. Fields that are missing or malformed are left to the handler,
 // which refuses them with its own words. True when every pid may be registered; else *why.
-bool register_pids_allowed(const Connection &c, const proto::Message &msg, std::string *why) {
+bool register_pids_allowed(const NodeManager &manager, const Connection &c, const proto::Message &msg,
+                           std::string *why) {
     const nlohmann::json &body = msg.body;
     auto pids = body.find("pids");
     if (pids == body.end() || !pids->is_array()) return true;
@@ -150,6 +160,31 @@ bool register_pids_allowed(const Connection &c, const proto::Message &msg, std::
         if (auto parsed = parse_cgroup_mode(mode->get<std::string>())) container = is_container_mode(*parsed);
     if (auto flag = body.find("container"); flag != body.end() && flag->is_boolean() && flag->get<bool>())
         container = true;
+    const auto join = body.find("join");
+    const auto name = body.find("job");
+    if (join != body.end() && join->is_boolean() && join->get<bool>() && name != body.end() && name->is_string())
+        if (const Job *existing = manager.find(name->get<std::string>())) {
+            container = existing->spec.container;
+            job_uid = existing->spec.uid;
+        }
+    const bool peer_root = c.peer.uid == 0;
+    // The uids a non-root admin may not touch: root's, and malld's own (unless it is the sender's).
+    std::vector<uid_t> protected_uids;
+    if (!peer_root) {
+        protected_uids.push_back(0);
+        if (::geteuid() != 0 && ::geteuid() != c.peer.uid) protected_uids.push_back(::geteuid());
+    }
+    auto is_protected = [&](uid_t uid) {
+        return std::find(protected_uids.begin(), protected_uids.end(), uid) != protected_uids.end();
+    };
+    auto whose = [](uid_t uid) { return uid == 0 ? std::string(" (root)") : std::string(" (malld's own)"); };
+    const std::string sender = "uid " + std::to_string(c.peer.uid);
+    if (job_uid && is_protected(*job_uid)) {
+        *why = "a job of uid " + std::to_string(*job_uid) + whose(*job_uid) + " is registered only by that uid "
+               "or root; " + sender + " is an admin uid, which may register jobs of other users only "
+               "(register it as root, e.g. sudo mallrun)";
+        return false;
+    }
     const pid_t self = ::getpid();
     const std::vector<pid_t> malld_ancestors = ancestors_of(self);
     for (const auto &p : *pids) {
@@ -179,16 +214,32 @@ bool register_pids_allowed(const Connection &c, const proto::Message &msg, std::
             *why = text + " is a thread of process " + std::to_string(*group) + ": register the process";
             return false;
         }
+        for (uid_t uid : process_uids(pid))
+            if (is_protected(uid)) {
+                *why = text + " runs as uid " + std::to_string(uid) + whose(uid) + ": that uid's processes are "
+                       "registered only by that uid or root, never by " + sender + " (an admin uid)";
+                return false;
+            }
         if (!job_uid) continue;
         const auto real = process_real_uid(pid);
         if (!real || *real == *job_uid) continue;
-        const bool peer_root = c.peer.uid == 0;
         if (peer_root && *real == 0) continue;  // a launcher's task before it drops to the user
-        if (container && (peer_root || shares_user_namespace(pid) == false)) continue;
-        *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " +
-               std::to_string(*job_uid) + ": a job holds only its owner's processes (register it "
-               "for uid " + std::to_string(*real) + ", or start the job's processes as uid " +
-               std::to_string(*job_uid) + ")";
+        if (peer_root && container) continue;   // a container's processes run as its users, mapped
+        const std::string job_uid_text = std::to_string(*job_uid);
+        if (container) {
+            const auto owner = user_namespace_owner(pid);
+            if (owner && *owner == *job_uid) continue;  // the job's user's own rootless container
+            *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
+                   ", " + (owner ? "in a user namespace made by uid " + std::to_string(*owner)
+                                 : std::string("in malld's user namespace")) +
+                   ": an admin uid's container job holds only processes of the job's uid or of a "
+                   "user namespace that uid made (its own rootless container); register it for uid " +
+                   (owner ? std::to_string(*owner) : std::to_string(*real)) + ", or as root";
+            return false;
+        }
+        *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
+               ": a job holds only its owner's processes (register it for uid " + std::to_string(*real) +
+               ", or start the job's processes as uid " + job_uid_text + ")";
         return false;
     }
     return true;
@@ -208,13 +259,13 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
         case Role::Any:
             return true;
         case Role::Admin:
-            if (!rules.is_admin(c.peer.uid)) {
+            if (!c.admin) {  // rules.is_admin(c.peer.uid), taken at accept
                 *why = type + " needs root or an admin uid (malld --admin-uid); uid " +
                        std::to_string(c.peer.uid) + " is neither";
                 return false;
             }
             // What an admin may register: only processes a job may hold.
-            return rule.type != proto::Type::Register || register_pids_allowed(c, msg, why);
+            return rule.type != proto::Type::Register || register_pids_allowed(manager, c, msg, why);
         case Role::Attached:
             if (!c.job.empty() && manager.find(c.job)) return true;
             *why = type + " is only accepted on a connection attached to a job (send Attach first)";
@@ -263,7 +314,7 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
             // A container job's processes may run as any uid (--user, user namespaces): living in
             // one of its cgroups, which only root or the engine can place a process in, is proof.
             const bool container_member = job->spec.container && backend.in_job_cgroups(name, c.peer.pid);
-            if (c.peer.uid != job->spec.uid && !rules.is_admin(c.peer.uid) && !container_member) {
+            if (c.peer.uid != job->spec.uid && !c.admin && !container_member) {
                 *why = "job " + name + " belongs to uid " + std::to_string(job->spec.uid) +
                        "; uid " + std::to_string(c.peer.uid) + " may not attach to it";
                 return false;

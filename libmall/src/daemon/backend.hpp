@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../common/cpuset.hpp"
+#include "../common/rules.hpp"
 #include "procfs.hpp"
 
 namespace mall {
@@ -101,7 +102,8 @@ public:
                        const std::vector<JobCgroup> &saved, const CpuSet &enforced) = 0;
     // Why a cgroup the state file saved for `job` is not one this backend could have saved (the
     // cgroup backends: not strictly below their cgroup mount, not a plain path, an in-place one
-    // in malld's own folders), or "" when it may be adopted. A crafted file must not steer root's
+    // that no job is ever resized in: never_delegated_reason's malld's own folders, the cgroup
+    // malld runs in and its ancestors), or "" when it may be adopted. A crafted file must not steer root's
     // cgroup writes. Affinity keeps no cgroups and adopts none: "".
     virtual std::string saved_cgroup_problem(const std::string &job, const JobCgroup &saved) const {
         (void)job, (void)saved;
@@ -142,9 +144,9 @@ public:
     virtual std::string describe() const = 0;  // e.g. "cgroup-v1 cpuset at /sys/fs/cgroup/cpuset/mall"
 };
 
-// The names of self-registered jobs ("self-<pid>"), which Register refuses for other jobs: a
-// re-adopted job of that name is enforced as a self-registered one (set_self_registered).
-constexpr const char *kSelfJobPrefix = "self-";
+// Self-registered jobs are named kSelfJobPrefix + pid (common/rules.hpp, which Register refuses
+// for other jobs): a re-adopted job of that name is enforced as a self-registered one
+// (set_self_registered).
 
 // Creates the backend. Auto picks cgroup-v1, then cgroup-v2, then affinity, and *why tells which
 // and why the better ones were not usable. `parent` is the cgroup folder name (e.g. "mall").

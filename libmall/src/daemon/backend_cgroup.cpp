@@ -120,14 +120,18 @@ void CgroupBackend::adopt(const std::string &job, const std::vector<pid_t> &pids
 }
 
 // A saved path must name a folder below the mount as classify() would have recorded it; a crafted
-// one (outside the mount, "..", shorter than the mount) is refused before any write to it.
+// one (outside the mount, "..", shorter than the mount) is refused before any write to it, and an
+// in-place one must be a cgroup classify() could have resized in place: never one that
+// never_delegated_reason() names (malld's own folders, the cgroup malld runs in and its
+// ancestors, e.g. /system.slice), whatever the job.
 std::string CgroupBackend::saved_cgroup_problem(const std::string &job, const JobCgroup &saved) const {
     (void)job;
     if (auto why = absolute_path_problem(saved.path); !why.empty()) return why;
     if (saved.path == mount_ || !is_path_prefix(mount_, saved.path))
         return "does not lie below the cgroup hierarchy malld uses (" + mount_ + ")";
-    if (saved.in_place && is_path_prefix(parent_rel_, saved.path.substr(mount_.size())))
-        return "is one of malld's own folders (" + parent_dir_ + "), never a cgroup resized in place";
+    if (!saved.in_place) return "";
+    if (std::string never = never_delegated_reason(saved.path.substr(mount_.size())); !never.empty())
+        return "is " + never + ", never a cgroup resized in place";
     return "";
 }
 

@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "access.hpp"
-#include "common/files.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
 #include "slurm_reconcile.hpp"
@@ -22,35 +20,6 @@ namespace {
 // How much longer than the ack timeout a deferred reply may wait: the transition it waits for
 // may need one ack timeout after the request, plus a loop turn or two.
 constexpr auto kDeferredReplySlack = std::chrono::seconds(5);
-
-// The path of pid's cgroup in the hierarchy malld enforces with (cgroup v2's "0::" line, v1's
-// cpuset line) as /proc/PID/cgroup shows it to malld, when that path is not plain: a process whose
-// cgroup lies outside malld's cgroup namespace reads "/.." there (and process_cgroup() then says
-// "no cgroup"). nullopt when the path is plain, or the file or line is missing.
-std::optional<std::string> cgroup_outside_namespace(pid_t pid, bool v2) {
-    std::string text;
-    if (!read_text_file("/proc/" + std::to_string(pid) + "/cgroup", &text)) return std::nullopt;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-        // hierarchy-id:controller,controller:path (the path may itself hold ':')
-        const size_t first = line.find(':');
-        const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
-        if (second == std::string::npos) continue;
-        const std::string id = line.substr(0, first);
-        const std::string controllers = line.substr(first + 1, second - first - 1);
-        bool ours = v2 && id == "0" && controllers.empty();
-        if (!v2) {
-            std::istringstream names(controllers);
-            for (std::string name; std::getline(names, name, ',');) ours = ours || name == "cpuset";
-        }
-        if (!ours) continue;
-        const std::string path = line.substr(second + 1);
-        if (!path.empty() && !absolute_path_problem(path).empty()) return path;
-        return std::nullopt;
-    }
-    return std::nullopt;
-}
 
 }  // namespace
 
@@ -73,8 +42,7 @@ RequestHandlers::RequestHandlers(std::chrono::milliseconds ack_timeout, const Cp
 RequestHandlers::~RequestHandlers() { connections_.set_event_view(nullptr); }
 
 StatusViewer RequestHandlers::viewer_of(const Connection &c) const {
-    const bool admin = access_ ? access_->is_admin(c.peer.uid) : AccessRules{}.is_admin(c.peer.uid);
-    return StatusViewer{c.peer.uid, admin};
+    return StatusViewer{c.peer.uid, c.admin};  // taken at accept (AccessRules::is_admin)
 }
 
 std::optional<nlohmann::json> RequestHandlers::event_for_watcher(const Connection &c,
@@ -98,9 +66,10 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     JobSpec spec;
     spec.id = proto::get_string(body, "job");
     if (auto bad = proto::invalid_job_name(spec.id)) throw proto::ProtocolError("bad job name: " + *bad);
-    if (spec.id.rfind(kSelfJobPrefix, 0) == 0)
-        throw proto::ProtocolError("job names starting with '" + std::string(kSelfJobPrefix) +
-                                   "' are kept for self-registered jobs: choose another name");
+    // self-<pid> is malld's own name for self-registered jobs; slurm-<jobid> is root's (the plugin).
+    const JobNamer namer = c.peer.uid == 0 ? JobNamer::Root : JobNamer::Other;
+    if (std::string reserved = reserved_job_name_problem(spec.id, namer); !reserved.empty())
+        throw proto::ProtocolError(reserved + ": choose another name");
     spec.uid = static_cast<uid_t>(proto::get_int(body, "uid", 0, proto::kMaxUid));
     spec.min = static_cast<int>(proto::get_int(body, "min", 0, CpuSet::kMaxCpus));
     spec.max = static_cast<int>(proto::get_int(body, "max", 1, CpuSet::kMaxCpus));
@@ -139,10 +108,14 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
         spec.weight = w->get<double>();
     }
     // "join": a further task of a job already registered on this node (several Slurm tasks of one
-    // job share its allocation) adds its pids instead of being refused as a duplicate.
+    // job share its allocation) adds its pids instead of being refused as a duplicate. The job
+    // stays what it was registered as: a joiner's "container" says nothing (authorize() checked
+    // the pids against the existing job's flag too).
     auto join = body.find("join");
     if (join != body.end() && !join->is_boolean()) throw proto::ProtocolError("field \"join\" must be true or false");
-    const bool joining = join != body.end() && join->get<bool>() && manager_.find(spec.id) != nullptr;
+    const Job *existing = manager_.find(spec.id);
+    const bool joining = join != body.end() && join->get<bool>() && existing != nullptr;
+    if (joining) spec.container = existing->spec.container;
     if (spec.container && backend_.kind() == BackendKind::Affinity) {
         const std::string why = "job " + spec.id + " is a container job, which needs malld's cgroup "
                                 "backend (the container engine puts the container in the job's "
@@ -177,15 +150,16 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     // the job's cpus unconfined. Refused, except for a container job, whose registered pid (the
     // engine's client) is never moved nor resized; the affinity backend uses no cgroup.
     if (backend_.kind() != BackendKind::Affinity && !is_container_mode(cgroup_mode))
-        for (pid_t pid : spec.pids)
-            if (auto outside = cgroup_outside_namespace(pid, backend_.kind() == BackendKind::CgroupV2)) {
-                const std::string p = std::to_string(pid);
-                cgroup_error = "pid " + p + "'s cgroup path as malld sees it is outside malld's cgroup namespace (" +
-                               *outside + " in /proc/" + p + "/cgroup), so malld can neither move nor resize "
-                               "it; run malld in the host's cgroup namespace (or register only processes "
-                               "inside malld's)";
-                break;
-            }
+        for (pid_t pid : spec.pids) {
+            const CgroupReading cgroup = read_process_cgroup(pid, backend_.kind() == BackendKind::CgroupV2);
+            if (cgroup.kind != CgroupReading::Kind::NotPlain) continue;
+            const std::string p = std::to_string(pid);
+            cgroup_error = "pid " + p + "'s cgroup path as malld sees it is outside malld's cgroup namespace (" +
+                           cgroup.path + " in /proc/" + p + "/cgroup), so malld can neither move nor resize "
+                           "it; run malld in the host's cgroup namespace (or register only processes "
+                           "inside malld's)";
+            break;
+        }
     if (cgroup_error.empty() && cgroup_mode == CgroupMode::ContainerSystemd && !systemd_slice::job_slice_name(spec.id))
         cgroup_error = "job name '" + spec.id + "' is too long for a systemd slice name once escaped ('-' "
                        "and ':' take 4 characters each, 244 at most): use a shorter name";

@@ -28,7 +28,6 @@
 namespace mall {
 
 class SlurmReconciler;
-struct AccessRules;
 
 class RequestHandlers {
 public:
@@ -39,9 +38,6 @@ public:
     ~RequestHandlers();
     RequestHandlers(const RequestHandlers &) = delete;
     RequestHandlers &operator=(const RequestHandlers &) = delete;
-    // Who is an admin (--admin-uid) for what Status and Watch show (status_view.hpp); until it is
-    // set, root and malld's own uid only. `rules` must outlive the handlers.
-    void set_access_rules(const AccessRules *rules) { access_ = rules; }
 
     // --- one per request type (access.cpp's table names them) ---
     void handle_register(Connection &c, const proto::Message &msg);
@@ -100,7 +96,8 @@ private:
     bool finish_reclaim(const PendingReply &p, Connection *asker, TimePoint now);
     std::chrono::milliseconds reply_wait() const;  // how long a deferred reply may wait
     TimePoint reply_deadline() const;              // now + reply_wait()
-    // The peer of `c` as status_view.hpp judges it (its uid, whether it is an admin).
+    // The peer of `c` as status_view.hpp judges it (its uid, and whether it is an admin: the
+    // connection's `admin`, taken at accept by AccessRules::is_admin).
     StatusViewer viewer_of(const Connection &c) const;
     // What watcher `c` may see of `event` (status_view.hpp); none: it is not sent to c.
     std::optional<nlohmann::json> event_for_watcher(const Connection &c, const nlohmann::json &event) const;
@@ -113,7 +110,6 @@ private:
     PidWatcher &pids_;
     CpusetBackend &backend_;
     SlurmReconciler *slurm_;
-    const AccessRules *access_ = nullptr;
     uint64_t next_attach_id_ = 1;
     std::vector<PendingReply> pending_;
     nlohmann::json status_extras_ = nlohmann::json::object();

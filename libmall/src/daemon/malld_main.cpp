@@ -214,10 +214,13 @@ int main(int argc, char **argv) {
         ("admin-uid", po::value(&admin_uids)->composing(),
          "a uid that may administer malld besides root and malld's own user (repeatable): register "
          "and deregister jobs, set, reclaim, release, change the policy. Its Register may name only "
-         "processes that run as the job's uid (container jobs: any uid, when in a user namespace of "
-         "their own), never pid 1, a kernel thread, malld or one of malld's ancestors; root may also "
-         "name a task that still runs as root (the Slurm plugin's, before slurmstepd drops it to "
-         "the user)")
+         "processes that run as the job's uid, and never registers a job for root (or malld's "
+         "user) nor names a process running as root in any of its uids; for a container job, also "
+         "processes of a user namespace the job's uid made (that user's rootless container). No "
+         "Register, root's included, names pid 1, a kernel thread, malld or one of malld's "
+         "ancestors. Root may also name a task that still runs as root (the Slurm plugin's, before "
+         "slurmstepd drops it to the user) and, for a container job, a process of any uid (the "
+         "container's mapped users). Job names starting with slurm- are root's, self- malld's")
         ("allow-self-register", po::bool_switch(),
          "let a process without a registration register itself (job \"self-<pid>\") on attach, "
          "only in a cgroup delegated to its uid (the folder and its cgroup.procs owned by that uid) "

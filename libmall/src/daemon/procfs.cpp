@@ -2,10 +2,15 @@
 // procfs.cpp — see procfs.hpp. /proc/PID/stat is split after the LAST ')' because the command
 // name may hold spaces and parentheses. descendants_of() reads /proc/PID/task/TID/children where
 // the kernel has it (CONFIG_PROC_CHILDREN) and falls back to one scan of every /proc/*/stat.
+// A user namespace's owner comes from the ioctls on its /proc/PID/ns/user file (linux/nsfs.h).
 #include "procfs.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +22,10 @@
 #include <sstream>
 
 #include "../common/files.hpp"
+
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424  // the same number on every architecture
+#endif
 
 namespace mall {
 
@@ -221,6 +230,52 @@ std::optional<bool> shares_user_namespace(pid_t pid) {
     return theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino;
 }
 
+std::optional<uid_t> user_namespace_owner(pid_t pid, int pidfd) {
+    struct stat ours {};
+    if (pid <= 0 || ::stat("/proc/self/ns/user", &ours) != 0) return std::nullopt;
+    auto is_ours = [&](int fd) {
+        struct stat st {};
+        return ::fstat(fd, &st) == 0 && st.st_dev == ours.st_dev && st.st_ino == ours.st_ino;
+    };
+    int ns = ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0) return std::nullopt;
+    // Opened while that process still lived: the file is its (a pid is reused only after an exit).
+    if (pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0) {
+        ::close(ns);
+        return std::nullopt;
+    }
+    std::optional<uid_t> owner;
+    // User namespaces nest at most 32 deep: climb until the parent is this process's namespace.
+    for (int depth = 0; depth <= 32 && !is_ours(ns); ++depth) {
+        const int parent = ::ioctl(ns, NS_GET_PARENT);
+        if (parent < 0) break;  // EPERM: not below this process's namespace
+        if (is_ours(parent)) {
+            uid_t uid = 0;
+            if (::ioctl(ns, NS_GET_OWNER_UID, &uid) == 0) owner = uid;
+            ::close(parent);
+            break;
+        }
+        ::close(ns);
+        ns = parent;
+    }
+    ::close(ns);
+    return owner;
+}
+
+std::vector<uid_t> process_uids(pid_t pid) {
+    std::vector<uid_t> uids;
+    if (pid <= 0) return uids;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("Uid:", 0) != 0) continue;
+        std::istringstream fields(line.substr(4));
+        for (unsigned long uid = 0; fields >> uid;) uids.push_back(static_cast<uid_t>(uid));
+        break;
+    }
+    return uids;
+}
+
 std::vector<pid_t> threads_of(pid_t pid) {
     std::vector<pid_t> tids;
     std::string dir = "/proc/" + std::to_string(pid) + "/task";
@@ -315,10 +370,11 @@ std::vector<MountEntry> read_mountinfo() {
     return mounts;
 }
 
-std::optional<std::string> process_cgroup(pid_t pid, bool v2) {
+CgroupReading read_process_cgroup(pid_t pid, bool v2) {
+    CgroupReading reading;
     std::string text;
     if (!read_text_file(pid == 0 ? "/proc/self/cgroup" : "/proc/" + std::to_string(pid) + "/cgroup", &text))
-        return std::nullopt;
+        return reading;  // Unreadable
     std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
@@ -328,21 +384,27 @@ std::optional<std::string> process_cgroup(pid_t pid, bool v2) {
         if (second == std::string::npos) continue;
         const std::string id = line.substr(0, first);
         const std::string controllers = line.substr(first + 1, second - first - 1);
-        std::string path = line.substr(second + 1);
-        if (path.empty()) continue;
-        // A cgroup outside this process's cgroup namespace reads "/../.." (and a path must be
-        // plain to be joined to a mount): such a process has no cgroup malld may use.
-        if (!absolute_path_problem(path).empty()) return std::nullopt;
-        if (v2) {
-            if (id == "0" && controllers.empty()) return path;
-            continue;
+        bool ours = v2 && id == "0" && controllers.empty();
+        if (!v2) {
+            std::istringstream names(controllers);
+            for (std::string name; std::getline(names, name, ',');) ours = ours || name == "cpuset";
         }
-        std::istringstream names(controllers);
-        std::string name;
-        while (std::getline(names, name, ','))
-            if (name == "cpuset") return path;
+        if (!ours) continue;
+        reading.path = line.substr(second + 1);
+        // A cgroup outside the reader's cgroup namespace reads "/../.." (and a path must be plain
+        // to be joined to a mount): such a process has no cgroup malld may use.
+        reading.kind = absolute_path_problem(reading.path).empty() ? CgroupReading::Kind::Plain
+                                                                   : CgroupReading::Kind::NotPlain;
+        return reading;
     }
-    return std::nullopt;
+    reading.kind = CgroupReading::Kind::NoLine;
+    return reading;
+}
+
+std::optional<std::string> process_cgroup(pid_t pid, bool v2) {
+    CgroupReading reading = read_process_cgroup(pid, v2);
+    if (reading.kind != CgroupReading::Kind::Plain) return std::nullopt;
+    return std::move(reading.path);
 }
 
 }  // namespace mall

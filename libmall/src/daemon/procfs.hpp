@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
 // time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and ancestors,
-// its uids and thread group (/proc/PID/status), its user namespace (/proc/PID/ns/user),
+// its uids and thread group (/proc/PID/status), its user namespace and who owns it
+// (/proc/PID/ns/user),
 // the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount
 // table (/proc/self/mountinfo). Every
 // reader returns "unknown" (nullopt, false or empty) for a process that is gone or unreadable and
@@ -38,6 +39,15 @@ std::vector<pid_t> ancestors_of(pid_t pid);
 // /proc/self/ns/user are one namespace), false in another one (a rootless container's); nullopt
 // when unreadable.
 std::optional<bool> shares_user_namespace(pid_t pid);
+// The uid that owns the process's user namespace as seen from this process's: for a process in a
+// namespace nested below this one, the owner of the outermost namespace below this one (the user
+// who made it: a rootless container's, whatever namespaces it made inside). nullopt when the
+// process runs in this process's namespace (there is no such owner), is gone, or the kernel
+// cannot say (ioctl NS_GET_OWNER_UID / NS_GET_PARENT, Linux 4.11). With `pidfd` (>= 0) for that
+// process, also nullopt when it exited before its namespace file was opened (pid reuse).
+std::optional<uid_t> user_namespace_owner(pid_t pid, int pidfd = -1);
+// The process's uids (/proc/PID/status "Uid:": real, effective, saved, filesystem); empty when gone.
+std::vector<uid_t> process_uids(pid_t pid);
 std::vector<pid_t> threads_of(pid_t pid);      // /proc/PID/task/*, sorted
 std::vector<pid_t> descendants_of(pid_t pid);  // children, grandchildren... (not pid), sorted
 // The pid a pidfd refers to (/proc/self/fdinfo "Pid:"): -1 once the process has exited and been
@@ -56,12 +66,24 @@ struct MountEntry {
 };
 std::vector<MountEntry> read_mountinfo();  // /proc/self/mountinfo
 
-// The cgroup of a process in the hierarchy that holds the cpuset controller, from /proc/PID/cgroup
-// ("/" for the root, "/slurm/uid_0/job_5/step_0" ...): on cgroup v1 the line whose controller list
-// names cpuset, on cgroup v2 the "0::" line. nullopt when the process is gone or has no such line,
-// and when that line's path is not plain (absolute_path_problem: "/.." where the cgroup lies
-// outside malld's cgroup namespace, empty or "." components).
-// pid 0 reads /proc/self/cgroup.
+// The cgroup of a process in the hierarchy that holds the cpuset controller, as /proc/PID/cgroup
+// shows it ("/" for the root, "/slurm/uid_0/job_5/step_0" ...): on cgroup v1 the line whose
+// controller list names cpuset, on cgroup v2 the "0::" line. The one reader of that file: a path
+// malld may join to its mount, or why there is none. pid 0 reads /proc/self/cgroup.
+struct CgroupReading {
+    enum class Kind {
+        Plain,        // `path` is the cgroup
+        NotPlain,     // the line's path is not plain (absolute_path_problem): "/.." where the
+                      // cgroup lies outside the reader's cgroup namespace, empty or "." parts;
+                      // `path` is the line's path as the file shows it
+        NoLine,       // the file has no such line (no cpuset hierarchy for this process)
+        Unreadable,   // the process is gone, or its file cannot be read
+    };
+    Kind kind = Kind::Unreadable;
+    std::string path;
+};
+CgroupReading read_process_cgroup(pid_t pid, bool v2);
+// read_process_cgroup's path when it is Plain; nullopt for every other kind.
 std::optional<std::string> process_cgroup(pid_t pid, bool v2);
 
 }  // namespace mall

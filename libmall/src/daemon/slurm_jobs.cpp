@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "../common/quiet_thread.hpp"
+#include "../common/rules.hpp"
 
 #ifdef MALL_WITH_SLURM
 #include <dlfcn.h>
@@ -32,14 +33,10 @@ extern "C" {
 
 namespace mall {
 
-namespace {
-constexpr std::string_view kSlurmJobPrefix = "slurm-";
-}  // namespace
-
 std::string slurm_job_name(uint32_t job_id) { return std::string(kSlurmJobPrefix) + std::to_string(job_id); }
 
 std::optional<uint32_t> slurm_job_id_of(const std::string &job_name) {
-    constexpr std::string_view prefix = kSlurmJobPrefix;
+    const std::string_view prefix = kSlurmJobPrefix;  // common/rules.hpp
     if (job_name.size() <= prefix.size() || job_name.compare(0, prefix.size(), prefix) != 0)
         return std::nullopt;
     uint64_t id = 0;

@@ -7,10 +7,10 @@
 // cgroup in the container's scope) and returns once the job holds cores; `poststop`
 // deregisters what createRuntime registered. Annotations io.mall.* say what to do, within the
 // limits the admin sets with the hook's options in the hooks.d file (whoever creates a container
-// writes its annotations): job names under --job-prefix (never a Slurm job's), weights up to
-// --max-weight, MAX cut to --max-cores. It never waits unbounded, never fails a container's
-// teardown, and fails a start only on bad annotations or, with io.mall.require=true, when malld is
-// unreachable or refuses. Its --log is opened without following a symlink, and only as a regular
+// writes its annotations): job names under --job-prefix (never a reserved one: slurm-, self-),
+// weights up to --max-weight, MAX cut to --max-cores. It never waits unbounded, never fails a
+// container's teardown, and fails a start only on bad annotations or, with io.mall.require=true,
+// when malld is unreachable or refuses. Its --log is opened without following a symlink, and only as a regular
 // file. Here: the help, the bounded reads, the two stages and their talk with malld; what is read
 // of the container (the state, its user, the annotations) is mall_oci_hook_container.cpp's.
 #include <fcntl.h>
@@ -110,8 +110,8 @@ void print_help() {
            "  io.mall.job=NAME             the job's name after this node's --job-prefix: job\n"
            "                               PREFIXNAME (all of it 1-64 characters from A-Z a-z\n"
            "                               0-9 . _ : -); default: PREFIX<first 12 characters of\n"
-           "                               the id>. A name that would be a Slurm job's (slurm-N)\n"
-           "                               is refused\n"
+           "                               the id>. A reserved name is refused: a Slurm job's\n"
+           "                               (slurm-N), a self-registered job's (self-N)\n"
            "  io.mall.weight=W             the job's share for weight-aware policies, default 1:\n"
            "                               a number above 0 and at most --max-weight\n"
            "  io.mall.require=true|false   true: the container does not start when malld cannot\n"
@@ -141,7 +141,8 @@ void print_help() {
            "                  "
         << kMaxJobPrefixLength
         << " characters from A-Z a-z 0-9 . _ : -, not starting with\n"
-           "                  slurm-; \"\" for none (io.mall.job=slurm-N is refused all the same)\n"
+           "                  slurm- or self-; \"\" for none (io.mall.job=slurm-N is refused all\n"
+           "                  the same)\n"
            "  --max-weight W  the largest io.mall.weight a container may ask for (default "
         << kDefaultMaxWeight
         << ";\n"

@@ -150,9 +150,9 @@ std::string job_prefix_problem(const std::string &prefix) {
     for (char c : prefix)
         if (!mall::proto::is_job_name_char(c))
             return "--job-prefix '" + shown(prefix) + "' holds a character job names cannot have (use A-Z a-z 0-9 . _ : -)";
-    if (prefix.rfind(kSlurmJobPrefix, 0) == 0)
-        return "--job-prefix '" + shown(prefix) + "' starts as malld's names for Slurm jobs (" + kSlurmJobPrefix +
-               "<jobid>), which Slurm's epilog ends; choose another, e.g. " + kDefaultJobPrefix;
+    if (std::string reserved = mall::reserved_job_name_problem(prefix, mall::JobNamer::Other); !reserved.empty())
+        return "--job-prefix '" + shown(prefix) + "' would make every container's job name reserved: " + reserved +
+               "; choose another, e.g. " + kDefaultJobPrefix;
     return "";
 }
 
@@ -168,19 +168,19 @@ std::optional<std::string> job_name_of(const State &s, const std::string &prefix
                      fix_hint(kAnnJob, "train-a");
             return std::nullopt;
         }
-        if (job.rfind(kSlurmJobPrefix, 0) == 0) {
+        if (std::string reserved = mall::reserved_job_name_problem(job, mall::JobNamer::Other); !reserved.empty()) {
             *error = std::string("bad annotation ") + kAnnJob + "='" + shown(*named) + "': the job's name '" +
-                     shown(job) + "' would be malld's name for a Slurm job (" + kSlurmJobPrefix +
-                     "<jobid>), which a container may not take" + fix_hint(kAnnJob, "train-a");
+                     shown(job) + "' is reserved, which a container may not take (" + reserved + ")" +
+                     fix_hint(kAnnJob, "train-a");
             return std::nullopt;
         }
         return job;
     }
     std::string job = prefix;
     for (char c : s.id.substr(0, 12)) job += mall::proto::is_job_name_char(c) ? c : '_';
-    if (mall::proto::invalid_job_name(job) || job.rfind(kSlurmJobPrefix, 0) == 0) {
+    if (mall::proto::invalid_job_name(job) || mall::reserved_job_prefix(job)) {
         // Only a hook run without the usual --job-prefix can get here (an empty prefix and an id
-        // that reads "slurm-...").
+        // that reads "slurm-..." or "self-...").
         *error = "the container's default job name '" + shown(job) + "' (this node's prefix '" + prefix +
                  "', then its id) cannot be used; give it a name" + fix_hint(kAnnJob, "train-a");
         return std::nullopt;

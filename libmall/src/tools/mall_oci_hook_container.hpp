@@ -30,9 +30,8 @@ inline constexpr const char *kAnnRequire = "io.mall.require";
 inline constexpr const char *kDefaultJobPrefix = "ctr-";
 inline constexpr double kDefaultMaxWeight = 100;
 inline constexpr size_t kMaxJobPrefixLength = 32;
-// Malld's names for Slurm jobs ("slurm-<jobid>"): a Slurm epilog releases them, so a container
-// job never takes one.
-inline constexpr const char *kSlurmJobPrefix = "slurm-";
+// A container job never takes a reserved name (mall::reserved_job_name_problem with
+// JobNamer::Other: "slurm-<jobid>", which a Slurm epilog releases; "self-<pid>").
 
 struct Limits {
     std::string job_prefix = kDefaultJobPrefix;  // every job name starts with it
@@ -41,7 +40,7 @@ struct Limits {
 };
 
 // "" when `prefix` may start every container job's name (job-name characters, at most
-// kMaxJobPrefixLength, not a Slurm job's name); else what is wrong.
+// kMaxJobPrefixLength, under no reserved prefix: not slurm-, not self-); else what is wrong.
 std::string job_prefix_problem(const std::string &prefix);
 
 // The OCI state: the container's id, bundle, init pid and string annotations.

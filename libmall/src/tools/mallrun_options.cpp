@@ -48,7 +48,10 @@ void print_help() {
            "  --malleable=MIN[:MAX]  the job's core limits: integers >= 1 with MIN <= MAX.\n"
            "                         Without MAX the job may grow to the whole pool.\n"
            "  --job NAME             the job's name (1-64 characters from A-Z a-z 0-9 . _ : -);\n"
-           "                         default: <basename of CMD>-<pid of mallrun>\n"
+           "                         default: <basename of CMD>-<pid of mallrun>. Names\n"
+           "                         starting with self- (self-registered jobs) are refused,\n"
+           "                         slurm- (Slurm jobs) unless run as root; a default name\n"
+           "                         that would start so gets run- in front\n"
            "  --weight W             the job's relative share for weight-aware policies (> 0,\n"
            "                         default 1; the equal and static policies ignore it)\n"
            "  --cgroup MODE          where malld's cgroup backends enforce the job's cores:\n"
@@ -183,13 +186,17 @@ bool split_command_line(int argc, char **argv, std::vector<std::string> *own,
     return true;
 }
 
-// A valid job name from CMD's basename: invalid characters become '_', at most kMaxJobNameLength
-// characters.
+// Put before a default name that would start with a reserved prefix (./self-play.py, slurm-x.sh).
+constexpr const char *kDefaultNameGuard = "run-";
+
+// A valid job name from CMD's basename: invalid characters become '_', "run-" in front of a name
+// under a reserved prefix (common/rules.hpp: self-, slurm-), at most kMaxJobNameLength characters.
 std::string default_job_name(const std::string &cmd) {
     std::string base = cmd.substr(cmd.find_last_of('/') == std::string::npos ? 0 : cmd.find_last_of('/') + 1);
     std::string clean;
     for (char c : base) clean += mall::proto::is_job_name_char(c) ? c : '_';
     if (clean.empty()) clean = "job";
+    if (mall::reserved_job_prefix(clean)) clean = kDefaultNameGuard + clean;
     std::string suffix = "-" + std::to_string(getpid());
     constexpr size_t kMax = mall::proto::kMaxJobNameLength;
     if (clean.size() + suffix.size() > kMax) clean.resize(kMax - suffix.size());
@@ -242,6 +249,10 @@ std::optional<int> parse_command_line(int argc, char **argv, Options *options) {
     if (o.command.empty()) return usage_error("no command given; put it after --, e.g. mallrun --malleable=1:2 -- ./train");
     o.job = vm.count("job") ? vm["job"].as<std::string>() : default_job_name(o.command[0]);
     if (auto why = mall::proto::invalid_job_name(o.job)) return usage_error("bad job name '" + o.job + "': " + *why);
+    // Root may name a Slurm job by hand (slurm-<jobid>, as the plugin would); nobody a self-registered one.
+    const auto namer = ::geteuid() == 0 ? mall::JobNamer::Root : mall::JobNamer::Other;
+    if (std::string reserved = mall::reserved_job_name_problem(o.job, namer); !reserved.empty())
+        return usage_error("bad job name '" + o.job + "': " + reserved + "; choose another --job");
     if (vm.count("cgroup")) {
         o.cgroup_mode = vm["cgroup"].as<std::string>();
         if (o.cgroup_mode != "auto" && o.cgroup_mode != "own" && o.cgroup_mode != "in-place")
