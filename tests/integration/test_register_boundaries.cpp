@@ -6,6 +6,15 @@
 //   refused with words naming the pid and why, `mallctl status --json` lists no job, and pid 1's
 //   cgroup is unchanged; the same admin may register its own process, and root may register a
 //   user's task for that user (the Slurm plugin's Register) but not another user's process.
+// - Root's processes are root's: the admin uid cannot register a root process for job uid 0, nor a
+//   process running as root under a user's real uid. Its container jobs hold another uid's process
+//   only in a user namespace the job's uid made: another user's `unshare --user` (uid 61003) is
+//   refused for uid 61002, accepted for 61003; a process of a subordinate uid (61004) in 61002's
+//   namespace joins no plain job of 61002 by saying "container": true, but may be 61002's
+//   container job.
+// - Reserved job names (common/rules.hpp): mallrun's default name for ./self-play.sh registers
+//   (run-self-play.sh-<pid>), mallrun --job self-7 (and a user's --job slurm-5) is refused with
+//   words, and the admin uid's Register of slurm-5 is refused.
 // - With --allow-self-register, a process of uid 61002 self-registers (Attach without a job) only
 //   where its cgroup is delegated to 61002 (a cpuset folder and its cgroup.procs chowned to it, as an
 //   admin or systemd's Delegate= would) and holds only its processes: malld then resizes that folder
