@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/rules.hpp"
 #include "spank_plugin.hpp"
 
 namespace mall::spank {
@@ -32,7 +33,7 @@ bool g_reclaimed = false;           // this process already sent the Reclaim for
 
 }  // namespace
 
-std::string malld_job_name(uint32_t id) { return "slurm-" + std::to_string(id); }
+std::string malld_job_name(uint32_t id) { return mall::kSlurmJobPrefix + std::to_string(id); }
 
 CallbackBudget::CallbackBudget()
     : end_(std::chrono::steady_clock::now() +
