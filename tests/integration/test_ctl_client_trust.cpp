@@ -2,11 +2,15 @@
 // test_ctl_client_trust.cpp — the tools (mallctl, mallrun; the OCI hook and the Slurm plugin connect
 // through the same CtlClient) trust a server only as libmall does (issue 37, point 5 carried to the
 // tools; unit/test_client_trust.cpp is libmall's side): its SO_PEERCRED uid must be root, the
-// tool's user, or the owner of the socket file. A local user (uid 61001, a forked child that
-// setuid()s to it) listens on a socket whose file is root's (as one squatting a path root's tools
-// were pointed at): `mallctl status` and `mallrun --require` exit 3 ("malld unreachable") and say
-// the server is not malld, and the server receives no request. The same server owning its socket
-// file (a user's private malld) is accepted: `mallctl status --json` prints its answer.
+// tool's user, or the owner of the socket file where only root and that owner write the folders on
+// the way. A local user (uid 61001, a forked child that setuid()s to it) listens on a socket whose
+// file is root's (as one squatting a path root's tools were pointed at): `mallctl status` and
+// `mallrun --require` exit 3 ("malld unreachable") and say the server is not malld, and the server
+// receives no request. The same user listening on a socket of its own in a folder of its own under
+// /tmp (bind() makes any listener its socket's owner; the sticky /tmp lets anyone make that
+// folder) is refused too, by root's mallctl and by a third user's (61002, setpriv). Its socket in
+// a folder of its own that root made for it (a 0755 folder in a root-only chain, as /run/mall
+// for malld under a service account) is accepted: `mallctl status --json` prints its answer.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -34,6 +38,21 @@ namespace {
 using nlohmann::json;
 
 constexpr uid_t kOtherUid = 61001;  // a throwaway uid: no passwd entry needed
+constexpr uid_t kThirdUid = 61002;  // a tool's user that is neither root nor the server's
+
+// argv that runs `argv` as `uid` (gid the same, no supplementary groups).
+std::vector<std::string> as_user(uid_t uid, std::vector<std::string> argv) {
+    std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid),
+                                    "--regid=" + std::to_string(uid), "--clear-groups"};
+    out.insert(out.end(), argv.begin(), argv.end());
+    return out;
+}
+
+// Whether only root may write folder (root's, no group or other write bit).
+bool only_root_writes(const std::string &folder) {
+    struct stat st{};
+    return ::lstat(folder.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 && (st.st_mode & 022) == 0;
+}
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
@@ -180,21 +199,73 @@ TEST_F(CtlClientTrust, Issue37ToolsRefuseAServerOfAnotherUserNotOwningTheSocket)
     EXPECT_EQ(server.requests(), 0) << "a request reached the server that is not malld";
 }
 
-// The same server owning its socket file (a user's private malld, or malld under a service
-// account) is accepted as before: its answer is printed.
-TEST_F(CtlClientTrust, Issue37ToolsAcceptAServerThatOwnsItsSocket) {
+// Review finding 4: owning the socket vouched for any server (bind() makes its listener the
+// owner). A user's server on its own socket in its own folder under the sticky, world-writable
+// /tmp (user B's /tmp/mall/malld.sock, made before A's) is refused by root's mallctl and by a
+// third user's, and receives no request.
+TEST_F(CtlClientTrust, Issue37ToolsRefuseAServerOwningItsSocketInAFolderUnderTmp) {
+    struct stat tmp{};
+    ASSERT_EQ(::stat("/tmp", &tmp), 0);
+    ASSERT_TRUE((tmp.st_mode & S_IWOTH) && (tmp.st_mode & S_ISVTX)) << "/tmp is not sticky and world-writable here";
+    ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0) << std::strerror(errno);  // the third user may reach the socket
     ServerOfAnotherUser server(socket_);
     ASSERT_TRUE(server.ready());
     struct stat st{};
     ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
     ASSERT_EQ(st.st_uid, kOtherUid);
 
-    CommandResult status = run_command(mallctl_argv(socket_, {"status", "--json"}));
-    EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
-    json body = json::parse(status.out, nullptr, false);
-    ASSERT_TRUE(body.is_object()) << status.out << status.err;
-    EXPECT_EQ(body.value("served_by_uid", 0u), kOtherUid) << status.out;
-    EXPECT_GE(server.requests(), 1);
+    for (bool as_root : {true, false}) {
+        std::vector<std::string> argv = mallctl_argv(socket_, {"status", "--json"});
+        CommandResult status = run_command(as_root ? argv : as_user(kThirdUid, argv));
+        SCOPED_TRACE(as_root ? "root's mallctl" : "uid 61002's mallctl");
+        EXPECT_EQ(status.exit_code, 3) << status.out << status.err;
+        EXPECT_TRUE(contains(status.err, "uid " + std::to_string(kOtherUid))) << status.err;
+        EXPECT_TRUE(contains(status.err, "others may write /tmp")) << status.err;
+        EXPECT_TRUE(contains(status.err, "not malld")) << status.err;
+        EXPECT_FALSE(contains(status.out, "served_by_uid")) << status.out;
+    }
+    EXPECT_EQ(server.requests(), 0) << "a request reached the server that is not malld";
+}
+
+// The same server owning its socket in a folder of its own that root made for it, in folders only
+// root writes (malld under a service account in /run/mall), is accepted as before, by root's
+// mallctl and by a third user's: its answer is printed.
+TEST_F(CtlClientTrust, Issue37ToolsAcceptAServerOwningItsSocketWhereOnlyRootAndItWrite) {
+    std::string base;
+    for (const char *parent : {"/run", "/var/lib"}) {
+        if (!only_root_writes("/") || !only_root_writes(parent)) continue;
+        std::string pattern = std::string(parent) + "/mall_ctl_trust_XXXXXX";
+        if (::mkdtemp(pattern.data()) != nullptr) {
+            base = pattern;
+            break;
+        }
+    }
+    if (base.empty()) GTEST_SKIP() << "no folder chain only root writes (/run, /var/lib)";
+    struct RemoveAtEnd {
+        std::string path;
+        ~RemoveAtEnd() {
+            std::error_code ignored;
+            std::filesystem::remove_all(path, ignored);
+        }
+    } remove_base{base};
+    ASSERT_EQ(::chmod(base.c_str(), 0755), 0) << std::strerror(errno);
+    const std::string service_folder = base + "/mall";
+    ASSERT_EQ(::mkdir(service_folder.c_str(), 0755), 0) << std::strerror(errno);
+    ASSERT_EQ(::chown(service_folder.c_str(), kOtherUid, kOtherUid), 0) << std::strerror(errno);
+    const std::string socket = service_folder + "/malld.sock";
+    ServerOfAnotherUser server(socket);
+    ASSERT_TRUE(server.ready());
+
+    for (bool as_root : {true, false}) {
+        std::vector<std::string> argv = mallctl_argv(socket, {"status", "--json"});
+        CommandResult status = run_command(as_root ? argv : as_user(kThirdUid, argv));
+        SCOPED_TRACE(as_root ? "root's mallctl" : "uid 61002's mallctl");
+        EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
+        json body = json::parse(status.out, nullptr, false);
+        ASSERT_TRUE(body.is_object()) << status.out << status.err;
+        EXPECT_EQ(body.value("served_by_uid", 0u), kOtherUid) << status.out;
+    }
+    EXPECT_GE(server.requests(), 2);
 }
 
 }  // namespace

@@ -24,7 +24,8 @@
  * - mall_on_resize*() may run concurrently with mall_step(); a callback registered meanwhile runs
  *   from the next change on.
  * - A resize callback must not call mall_step() or mall_close() on its handle (it runs inside
- *   mall_step()); other calls are allowed.
+ *   mall_step()); other calls are allowed. It may fork (e.g. to start a pool of workers of the new
+ *   size): in the child, that mall_step() finishes on the child's detached copy (see mall_open()).
  * - mall_close() must be the handle's last call: no other call on the handle may run concurrently
  *   with it or start after it. It must not be called from a resize callback.
  * - The pointer mall_job_id() returns stays valid, and its text unchanged, until mall_close().
@@ -151,9 +152,12 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * A handle belongs to the process that opened it: in a forked child the parent's handle is
  * detached (mall_step() reports no change, mall_attached() MALL_ERR_DETACHED), and mall_close()
  * there frees only the child's copy: the parent's handle keeps following malld. A child that is to
- * be malleable opens its own. libmall refuses a server that runs as neither root, this user nor
- * the socket file's owner, and a page that is not sealed as malld seals it (MALL_ERR_NODAEMON,
- * MALL_ERR_PROTOCOL, with words). */
+ * be malleable opens its own. A resize callback may fork too: the child returns from it and its
+ * mall_step() finishes on the detached copy (the later callbacks run there, nothing reaches malld).
+ * libmall refuses a server that runs as neither root, this user nor the socket file's owner, the
+ * owner only where root and it alone may write every folder on the socket's path (symlinks'
+ * included; a sticky /tmp is writable by others), and a page that is not sealed as malld seals it
+ * (MALL_ERR_NODAEMON, MALL_ERR_PROTOCOL, with words). */
 MALL_EXPORT int mall_open(const char *socket_path, mall_t **out, mall_error_t *err);
 
 /* Since API 0.3.0: mall_open() with options. Set the struct up with MALL_OPEN_OPTIONS_INIT, then

@@ -50,14 +50,24 @@ int map_page_and_eventfds(mall_handle *m, mall_error_t *err) {
 pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
 mall_handle *g_open_head = nullptr;
 
+// When forget_parent_state runs: in the fork handler, where the forking thread may be inside a
+// resize callback and so hold the step lock, or at close, where no thread of the child holds it.
+enum class DetachedAt { Fork, Close };
+
 // Makes m a forked child's detached copy (see lifecycle.hpp). Runs in the child before fork()
 // returns there, or at close in a child the fork handlers missed: single-threaded, and the locks
-// of the handle may be held by threads that do not exist here, so they are made anew.
-void forget_parent_state(mall_handle *m) {
+// of the handle may be held by threads that do not exist here, so they are made anew. All but the
+// step lock at the fork: a resize callback that forked holds it in the forking thread, whose
+// mall_step() releases it on the way out (in the child as in the parent: made anew, it would be
+// unlocked while nobody holds it). A copy never takes it again (apply_change returns first for a
+// copy; only an attach, which a copy never makes, takes it too), so one that a thread missing
+// here held stays locked, unused; at close it is made anew, before it is freed.
+void forget_parent_state(mall_handle *m, DetachedAt when) {
     m->forked_copy = true;
     new (&m->monitor) std::thread();  // the parent's monitor is not this process's to join or detach
-    for (std::mutex *mu : {&m->conn_mu, &m->step_mu, &m->state_mu, &m->callbacks_mu, &m->threads_mu, &m->notify_mu})
+    for (std::mutex *mu : {&m->conn_mu, &m->state_mu, &m->callbacks_mu, &m->threads_mu, &m->notify_mu})
         new (mu) std::mutex();
+    if (when == DetachedAt::Close) new (&m->step_mu) std::mutex();
     m->attached.store(false, std::memory_order_relaxed);
     if (m->sock >= 0) ::close(m->sock);  // the child's reference only: the parent's connection stays
     m->sock = -1;
@@ -89,7 +99,7 @@ void forget_parent_state(mall_handle *m) {
 void before_fork() { ::pthread_mutex_lock(&g_open_mu); }
 void after_fork_in_parent() { ::pthread_mutex_unlock(&g_open_mu); }
 void after_fork_in_child() {
-    for (mall_handle *m = g_open_head; m != nullptr; m = m->next_open) forget_parent_state(m);
+    for (mall_handle *m = g_open_head; m != nullptr; m = m->next_open) forget_parent_state(m, DetachedAt::Fork);
     ::pthread_mutex_unlock(&g_open_mu);  // locked by this same thread in before_fork
 }
 
@@ -151,7 +161,10 @@ void destroy(mall_handle *m) {
     unlist_open_handle(m);
     // A forked child's copy frees only its own state (forget_parent_state made its monitor
     // unjoinable and its eventfds its own); one the fork handlers missed becomes such a copy now.
-    if (!m->forked_copy && m->opener_pid != 0 && m->opener_pid != ::getpid()) forget_parent_state(m);
+    if (!m->forked_copy && m->opener_pid != 0 && m->opener_pid != ::getpid())
+        forget_parent_state(m, DetachedAt::Close);
+    else if (m->forked_copy)
+        new (&m->step_mu) std::mutex();  // left at the fork as it was, perhaps held by a thread not here
     if (m->monitor.joinable()) {
         eventfd_signal(m->stop_event_fd);
         m->monitor.join();

@@ -11,7 +11,8 @@
 // Fork: every open handle is listed; in a forked child (pthread_atfork) each becomes a detached
 // copy that never follows malld: no monitor thread (there is none in the child), no connection,
 // a private zero page (mall_step() says "no change"), a mall_fd() eventfd of its own, and locks
-// free again. Its mall_close() frees only the child's state: it writes nothing the parent shares
+// free again (the step lock once the forking thread's mall_step() returns: a resize callback
+// may fork). Its mall_close() frees only the child's state: it writes nothing the parent shares
 // (no stop eventfd write, no message to malld), joins nothing, so the parent's handle keeps
 // following malld. A copy made without the fork handlers (raw clone) is recognised at close by its
 // pid and treated the same way.

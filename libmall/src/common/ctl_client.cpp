@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "mall/mall.h"
 
@@ -82,23 +83,109 @@ ConnectFailure explain_connect_failure(const std::string &path, int err, SocketN
     return f;
 }
 
+namespace {
+
+// Decimal text by snprintf: std::to_string would export a libstdc++ template from libmall.so.
+std::string decimal(unsigned long value) {
+    char text[24];
+    std::snprintf(text, sizeof text, "%lu", value);
+    return std::string(text);
+}
+
+// The names of path, "" and "." left out ("/a//./b" -> a, b), last first: the stack that
+// socket_lookup_problem pops.
+void push_names_reversed(const std::string &path, std::vector<std::string> *pending) {
+    std::vector<std::string> names;
+    size_t start = 0;
+    while (start <= path.size()) {
+        size_t slash = path.find('/', start);
+        if (slash == std::string::npos) slash = path.size();
+        std::string name = path.substr(start, slash - start);
+        if (!name.empty() && name != ".") names.push_back(std::move(name));
+        start = slash + 1;
+    }
+    pending->insert(pending->end(), names.rbegin(), names.rend());
+}
+
+// Whether only root and `owner` may change what the names in a folder stand for: a folder owned
+// by root or owner, writable by neither its group nor others. A sticky bit is no exception: in a
+// sticky /tmp anyone may make a folder of their own (/tmp/mall) and bind malld's socket name in it.
+bool only_root_or_owner_writes(const struct stat &st, uid_t owner) {
+    return S_ISDIR(st.st_mode) && (st.st_uid == 0 || st.st_uid == owner) &&
+           (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+// Walks path as connect(2) resolves it, one name at a time (symlinks followed: at most 40), and
+// checks every folder a name is looked up in, those that symlinks lead to included: "" when only
+// root and `owner` write each of them, with *reached the lstat of the file the path names; else
+// the first other folder, with why, in words. Walked by hand rather than with realpath(): a
+// symlink in a folder others write (/tmp/mall -> a folder of the owner's) is a step others decide.
+std::string socket_lookup_problem(const std::string &path, uid_t owner, struct stat *reached) {
+    std::vector<std::string> pending;  // the names still to look up, next at the back
+    push_names_reversed(path, &pending);
+    if (path.empty() || path[0] != '/') {
+        char cwd[4096];
+        if (::getcwd(cwd, sizeof cwd) == nullptr)
+            return std::string("cannot learn the working folder: ") + std::strerror(errno);
+        push_names_reversed(cwd, &pending);
+    }
+    std::string folder = "/";  // where the next name is looked up: no symlink in it, checked
+    struct stat st{};
+    if (::lstat("/", &st) != 0) return std::string("cannot stat /: ") + std::strerror(errno);
+    if (!only_root_or_owner_writes(st, owner)) return "others may write /";
+    int links = 0;
+    while (!pending.empty()) {
+        const std::string name = std::move(pending.back());
+        pending.pop_back();
+        if (name == "..") {  // the folder above: an ancestor of a checked folder, checked already
+            const size_t slash = folder.find_last_of('/');
+            folder = slash == 0 ? "/" : folder.substr(0, slash);
+            continue;
+        }
+        const std::string next = (folder == "/" ? "" : folder) + "/" + name;
+        if (::lstat(next.c_str(), &st) != 0) return "cannot stat " + next + ": " + std::strerror(errno);
+        if (S_ISLNK(st.st_mode)) {
+            char target[4096];
+            const ssize_t n = ++links > 40 ? -1 : ::readlink(next.c_str(), target, sizeof target);
+            if (n <= 0 || static_cast<size_t>(n) >= sizeof target) return "cannot follow " + next;
+            const std::string text(target, static_cast<size_t>(n));
+            push_names_reversed(text, &pending);
+            if (text[0] == '/') folder = "/";
+            continue;
+        }
+        if (pending.empty()) {
+            *reached = st;
+            return "";
+        }
+        if (!S_ISDIR(st.st_mode)) return next + " is not a folder";
+        if (!only_root_or_owner_writes(st, owner)) return "others may write " + next;
+        folder = next;
+    }
+    return "the path names no file";  // "/" or only "..": no socket
+}
+
+}  // namespace
+
 std::string server_identity_problem(int sock, const std::string &path) {
-    // Decimal text by snprintf: std::to_string would export a libstdc++ template from libmall.so.
-    auto decimal = [](unsigned long value) {
-        char text[24];
-        std::snprintf(text, sizeof text, "%lu", value);
-        return std::string(text);
-    };
     PeerCred peer;
     if (!peer_credentials(sock, &peer))
         return std::string("cannot learn who the server runs as (SO_PEERCRED): ") + std::strerror(errno);
     if (peer.uid == 0 || peer.uid == ::geteuid() || peer.uid == ::getuid()) return "";
     struct stat st{};
     const bool is_socket = ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-    if (is_socket && st.st_uid == peer.uid) return "";
     // The words that matter first.
-    return "it runs as uid " + decimal(peer.uid) + ", not root, this user or the socket's owner (" +
-           (is_socket ? "uid " + decimal(st.st_uid) : std::string("no socket")) + "): not malld";
+    if (!is_socket || st.st_uid != peer.uid)
+        return "it runs as uid " + decimal(peer.uid) + ", not root, this user or the socket's owner (" +
+               (is_socket ? "uid " + decimal(st.st_uid) : std::string("no socket")) + "): not malld";
+    // bind() makes every listener the owner of its socket file, an impostor too: the owner is
+    // malld only where root placed it (malld under a service account in a folder root made for
+    // it), that is where nobody but root and the owner decides what the path leads to.
+    struct stat reached{};
+    std::string problem = socket_lookup_problem(path, peer.uid, &reached);
+    if (problem.empty() && (reached.st_dev != st.st_dev || reached.st_ino != st.st_ino))
+        problem = "the socket changed meanwhile";
+    if (problem.empty()) return "";
+    return "it runs as uid " + decimal(peer.uid) + ", not root or this user, and " + problem + ": not malld";
 }
 
 std::optional<CtlClient> CtlClient::connect(const std::string &socket_path, std::string *error,

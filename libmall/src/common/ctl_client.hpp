@@ -39,12 +39,18 @@ struct ConnectFailure {
 ConnectFailure explain_connect_failure(const std::string &path, int err, SocketNaming naming);
 
 // Whether the server that sock reached through the socket file at path may be malld: "" when it
-// may, else the refusal in words (short and path-free: libmall's mall_error_t keeps 160 bytes; the
-// caller adds where to look). The rule, for libmall and every tool alike: the server's SO_PEERCRED
-// uid (the one it had when it listened) is root (a node's malld), this process's user (a private
-// malld of the user's own) or the owner of the socket file (malld under a service account of its
-// own). Anyone else (a local user, or a container's root, listening on a path a client was pointed
-// at) is not malld. The owner is that of the file connect(2) reached: stat, not lstat, follows a
+// may, else the refusal in words (short: libmall's mall_error_t keeps 160 bytes; the caller adds
+// where to look). The rule, for libmall and every tool alike: the server's SO_PEERCRED uid (the
+// one it had when it listened) is root (a node's malld), this process's user (a private malld of
+// the user's own), or the owner of the socket file (malld under a service account of its own)
+// where only root and that owner decide what path leads to: every folder a name of path is looked
+// up in (those of its symlinks' targets too) is owned by root or the owner and writable by neither
+// group nor others, a sticky one included. bind() makes every listener its socket file's owner,
+// so the owner alone vouches for nothing: a user who made /tmp/mall first listens there as its
+// owner. A rootless container sees host root as the overflow uid and its own / as root's: malld's
+// socket folder, mounted from the host, owned by "the overflow uid" as the socket, still passes.
+// Anyone else (a local user, or a container's root, listening on a path a client was pointed at)
+// is not malld. The owner is that of the file connect(2) reached: stat, not lstat, follows a
 // symlink as connect did, and only a socket counts (a swapped-in other file names no server).
 std::string server_identity_problem(int sock, const std::string &path);
 
