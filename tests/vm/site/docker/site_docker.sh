@@ -112,7 +112,8 @@ rc=$?
 cat "$work/mallrun-dk1.txt" | sed 's/^/  | /'
 [ "$rc" = 0 ] && pass "mallrun --container -- docker run -d: exit 0 after $((SECONDS - t)) s" ||
   fatal "mallrun --container -- docker run -d exited $rc"
-grep -F "mallrun: running docker run" "$work/mallrun-dk1.txt" | grep -qF -- "--cgroup-parent=$slice" &&
+# As root mallrun runs the engine from the system folders, by its full path (issue 37).
+grep -E "mallrun: running (/usr/s?bin/|/s?bin/)?docker run" "$work/mallrun-dk1.txt" | grep -qF -- "--cgroup-parent=$slice" &&
   pass "mallrun ran docker with --cgroup-parent=$slice" || fail "mallrun's docker command lacks --cgroup-parent=$slice"
 cid=$(dk inspect --format '{{.Id}}' "$name")
 cpid=$(dk inspect --format '{{.State.Pid}}' "$name")

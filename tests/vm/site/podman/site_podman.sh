@@ -166,12 +166,13 @@ for stage in createRuntime poststop; do
 }
 EOF
 done
-job=hk-1 name=$prefix-hk
+# The hook names the job under its --job-prefix (default ctr-): io.mall.job=hk-1 is job ctr-hk-1.
+annotation_job=hk-1 job=ctr-hk-1 name=$prefix-hk
 t=$SECONDS
-pm --hooks-dir "$hooks" run -d --name "$name" --annotation io.mall.malleable=1:2 --annotation "io.mall.job=$job" \
+pm --hooks-dir "$hooks" run -d --name "$name" --annotation io.mall.malleable=1:2 --annotation "io.mall.job=$annotation_job" \
   "${run_opts[@]}" /usr/bin/python3 "$work/train.py" >"$work/hook-run.txt" 2>&1 ||
-  fatal "podman --hooks-dir run with io.mall.job=$job failed: $(cat "$work/hook-run.txt")"
-pass "podman --hooks-dir ... run -d --annotation io.mall.job=$job: started in $((SECONDS - t)) s"
+  fatal "podman --hooks-dir run with io.mall.job=$annotation_job failed: $(cat "$work/hook-run.txt")"
+pass "podman --hooks-dir ... run -d --annotation io.mall.job=$annotation_job (job $job): started in $((SECONDS - t)) s"
 cid=$(pm inspect --format '{{.Id}}' "$name")
 cpid=$(pm inspect --format '{{.State.Pid}}' "$name")
 want_cg="/machine.slice/libpod-$cid.scope/container"
