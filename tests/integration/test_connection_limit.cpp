@@ -4,21 +4,26 @@
 // limit was 64 and rank 65 retried forever), a user over the limit set with
 // --max-connections-per-user gets an error naming the limit and the option (tools and libmall
 // alike), root is never locked out (not even when 16 ordinary uids each take all they may: issue
-// 37.2), an ordinary user holds at most 8 watchers, and a bad limit is a usage error that starts
+// 37.2), an ordinary user holds at most 8 watchers, the uids of a user namespace (a rootless
+// container's subuids) share their owner's limit, and a bad limit is a usage error that starts
 // nothing.
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <cstring>
 
 #include <gtest/gtest.h>
 
 #include "common/ctl_client.hpp"
+#include "common/protocol.hpp"
+#include "common/unix_socket.hpp"
 #include "daemon/connections.hpp"
 #include "mall/mall.h"
 #include "support/malld_fixture.hpp"
@@ -277,6 +282,106 @@ TEST_F(ConnectionLimit, Issue37WatchersAreLimitedPerUser) {
         ASSERT_TRUE(r.ok) << r.error;
         root_watchers.push_back(std::move(*client));
     }
+}
+
+// Regression (issue 37.2, review): per-user limits were counted per uid, so one person whose user
+// namespace maps a subuid range (a rootless container) held the per-user limit once per uid, and
+// 18 such uids filled every slot of ordinary users. Now a peer in another user namespace counts
+// under the namespace's owner: 4 uids of one namespace (owned by uid 61060) share its 8.
+TEST_F(ConnectionLimit, Issue37TheUidsOfAUserNamespaceShareItsOwnersLimit) {
+    auto malld = start_malld({"--max-connections-per-user", "8"});
+    ASSERT_TRUE(malld->running());
+    const uid_t owner = 61060, first_subuid = 300001;
+    constexpr int kUids = 4;
+    int results[2], mapped[2], release[2];
+    ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(mapped, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(release, O_CLOEXEC), 0);
+    const std::string socket = malld->socket();
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::close(results[0]);
+        ::close(mapped[1]);
+        ::close(release[1]);  // the test's: its close lets everyone here end
+        // The namespace's root: as uid 61060 it makes a user namespace, which the test maps.
+        if (::setgroups(0, nullptr) != 0 || ::setresgid(owner, owner, owner) != 0 ||
+            ::setresuid(owner, owner, owner) != 0 || ::unshare(CLONE_NEWUSER) != 0)
+            ::_exit(10);
+        char byte;
+        if (::write(results[1], "u", 1) != 1 || ::read(mapped[0], &byte, 1) != 1) ::_exit(11);
+        // One process per uid of the namespace, one after the other, each holding what it got.
+        for (uid_t uid = 1; uid <= kUids; ++uid) {
+            int done[2];
+            if (::pipe2(done, O_CLOEXEC) != 0) ::_exit(12);
+            pid_t member = ::fork();
+            if (member == 0) {
+                if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(13);
+                std::vector<UniqueFd> held;
+                int answered = 0;
+                for (int i = 0; i < 8; ++i) {
+                    UniqueFd c(unix_connect(socket, 5s));
+                    proto::Message status;
+                    status.type = proto::Type::Status;
+                    status.request_id = 7;
+                    std::string reply;
+                    if (!c || !send_packet(c.get(), proto::encode(status)) || wait_readable(c.get(), 10s) != 1 ||
+                        recv_packet(c.get(), &reply, proto::kMaxPacket) <= 0)
+                        break;
+                    auto message = proto::decode(reply, nullptr);
+                    if (!message || message->request_id != 7) break;  // the refusal has its own id
+                    ++answered;
+                    held.push_back(std::move(c));
+                }
+                if (::write(results[1], &answered, sizeof answered) != sizeof answered) ::_exit(14);
+                (void)!::write(done[1], "x", 1);
+                (void)!::read(release[0], &byte, 1);  // holds its connections until the test ends
+                ::_exit(0);
+            }
+            ::close(done[1]);
+            if (member < 0 || ::read(done[0], &byte, 1) != 1) ::_exit(15);
+            ::close(done[0]);
+        }
+        (void)!::read(release[0], &byte, 1);
+        ::_exit(0);
+    }
+    ::close(results[1]);
+    ::close(mapped[0]);
+    ::close(release[0]);
+    struct Reap {
+        pid_t pid;
+        int release_end;
+        ~Reap() {
+            ::close(release_end);  // the members let go of their connections and exit
+            ::waitpid(pid, nullptr, 0);
+        }
+    } reap{child, release[1]};
+    char byte;
+    ASSERT_EQ(::read(results[0], &byte, 1), 1) << "the child could not make a user namespace";
+    const std::string ids = "0 " + std::to_string(owner) + " 1\n1 " + std::to_string(first_subuid) + " " +
+                            std::to_string(kUids) + "\n";
+    for (const char *map : {"uid_map", "gid_map"}) {
+        std::ofstream out("/proc/" + std::to_string(child) + "/" + map);
+        out << ids;
+        out.close();
+        ASSERT_TRUE(out) << "cannot write " << map;
+    }
+    ASSERT_EQ(::write(mapped[1], "m", 1), 1);
+    ::close(mapped[1]);
+    int total = 0;
+    for (int i = 0; i < kUids; ++i) {
+        int answered = 0;
+        ASSERT_EQ(::read(results[0], &answered, sizeof answered), static_cast<ssize_t>(sizeof answered))
+            << "member " << i << " of the namespace failed";
+        total += answered;
+    }
+    ::close(results[0]);
+    EXPECT_EQ(total, 8) << kUids << " uids of one user namespace held " << total
+                        << " connections; the namespace's owner may hold 8";
+    EXPECT_NE(malld->log().find("uid 61060 (owner of uid 30000"), std::string::npos) << malld->log();
+    // Another user still gets in.
+    Flood other = flood_as_nobody(socket, 4);
+    EXPECT_EQ(other.answered, 4) << other.refusal;
 }
 
 TEST_F(ConnectionLimit, ABadLimitIsAUsageError) {

@@ -109,8 +109,19 @@ bool may_log_refusal(Connection &c) {
     static LogBudget all(kRefusalLinesAll, kRefusalPeriod);
     const auto now = std::chrono::steady_clock::now();
     uint64_t held_of_uid = 0, held_of_all = 0;
-    if (!per_uid.allow(c.peer.uid, now, &held_of_uid)) return false;
-    if (!all.allow(0, now, &held_of_all)) return false;
+    // Both budgets are asked before either is spent, and a refusal not logged is counted once: in
+    // the all-users count when that budget is empty, else in its uid's. Each count comes out in
+    // the "suppressed" line logged with that budget's next refusal.
+    if (!all.has_token(0, now)) {
+        all.hold(0, now);
+        return false;
+    }
+    if (!per_uid.has_token(c.peer.uid, now)) {
+        per_uid.hold(c.peer.uid, now);
+        return false;
+    }
+    per_uid.allow(c.peer.uid, now, &held_of_uid);
+    all.allow(0, now, &held_of_all);
     const std::string period = std::to_string(kRefusalPeriod.count());
     if (held_of_all > 0)
         log_warn("suppressed " + std::to_string(held_of_all) + " refusal(s) of all users (at most " +

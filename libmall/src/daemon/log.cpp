@@ -88,10 +88,13 @@ void log_warn_limited(const std::string &kind, const std::string &text) {
     log_warn(text + (left_out ? " (" + std::to_string(left_out) + " similar warning(s) left out)" : ""));
 }
 
-bool LogBudget::allow(uint64_t key, std::chrono::steady_clock::time_point now, uint64_t *held_back) {
+LogBudget::Bucket &LogBudget::refilled(uint64_t key, std::chrono::steady_clock::time_point now) {
     using Seconds = std::chrono::duration<double>;
     const double per_second = burst_ / std::max(Seconds(period_).count(), 1e-3);
-    if (buckets_.size() > 4096) {  // forget keys that are quiet again (full bucket, nothing held)
+    // Forget keys that are quiet again (full bucket, nothing held): a scan of the whole table, so
+    // at most once per period however many keys keep it over the mark.
+    if (buckets_.size() > 4096 && (!last_pruned_ || now - *last_pruned_ >= period_)) {
+        last_pruned_ = now;
         for (auto it = buckets_.begin(); it != buckets_.end();) {
             const Bucket &b = it->second;
             const double tokens = b.tokens + Seconds(now - b.refilled).count() * per_second;
@@ -106,6 +109,17 @@ bool LogBudget::allow(uint64_t key, std::chrono::steady_clock::time_point now, u
         b.tokens = std::min<double>(burst_, b.tokens + Seconds(now - b.refilled).count() * per_second);
     }
     b.refilled = now;
+    return b;
+}
+
+bool LogBudget::has_token(uint64_t key, std::chrono::steady_clock::time_point now) {
+    return refilled(key, now).tokens >= 1;
+}
+
+void LogBudget::hold(uint64_t key, std::chrono::steady_clock::time_point now) { ++refilled(key, now).held_back; }
+
+bool LogBudget::allow(uint64_t key, std::chrono::steady_clock::time_point now, uint64_t *held_back) {
+    Bucket &b = refilled(key, now);
     if (b.tokens < 1) {
         ++b.held_back;
         return false;

@@ -33,11 +33,20 @@ void log_warn_limited(const std::string &kind, const std::string &text);
 // A token bucket per key (a uid) for lines a client can cause at will (refusals): `burst` lines at
 // once, then one more every period / burst. Lines over the budget are only counted; when the
 // key's next line is allowed, held_back says how many were left out since its last one. The
-// table forgets keys whose bucket is full again, so it stays small. One owner thread.
+// table forgets keys whose bucket is full again (looked for at most once per period, once it
+// holds over 4096 keys), so it stays small and a line costs O(log keys). One owner thread.
+// Callers that weigh several budgets ask has_token() of each first, then spend with allow() only
+// when all have one, and count a line none may log with hold() in the budget that refused it.
 class LogBudget {
 public:
     LogBudget(int burst, std::chrono::steady_clock::duration period) : burst_(burst), period_(period) {}
+    // Spends a token of key's when it has one (true, *held_back: lines left out before); else
+    // counts the line as held back (false).
     bool allow(uint64_t key, std::chrono::steady_clock::time_point now, uint64_t *held_back);
+    // Whether key has a token now; spends nothing.
+    bool has_token(uint64_t key, std::chrono::steady_clock::time_point now);
+    // Counts a line of key's that is not logged (told with its next allowed line).
+    void hold(uint64_t key, std::chrono::steady_clock::time_point now);
 
 private:
     struct Bucket {
@@ -45,9 +54,11 @@ private:
         std::chrono::steady_clock::time_point refilled{};
         uint64_t held_back = 0;
     };
+    Bucket &refilled(uint64_t key, std::chrono::steady_clock::time_point now);
     int burst_;
     std::chrono::steady_clock::duration period_;
     std::map<uint64_t, Bucket> buckets_;
+    std::optional<std::chrono::steady_clock::time_point> last_pruned_;
 };
 
 // For work malld repeats that may fail for a while (a file it rewrites, an update it sends): each
