@@ -2,17 +2,14 @@
 // connections.cpp — see connections.hpp. Outbox bounds: kMaxOutbox packets and kMaxOutboxBytes
 // (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
 // Sockets are emptied and closed on the loop, or, when they hold passed descriptors, disposed of
-// through the closer thread, parked while its queue is full. limits_owner reads a peer's user
-// namespace (NS_GET_PARENT, NS_GET_OWNER_UID).
+// through the closer thread, parked while its queue is full. limits_owner takes a peer's user
+// namespace owner from procfs's user_namespace_owner (the one reader of that rule).
 #include "connections.hpp"
 
 #include <fcntl.h>
-#include <linux/nsfs.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/epoll.h>
 
@@ -22,10 +19,7 @@
 #include <vector>
 
 #include "log.hpp"
-
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424  // the same number on every architecture
-#endif
+#include "procfs.hpp"
 
 namespace mall {
 
@@ -37,30 +31,8 @@ constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes
 }  // namespace
 
 uid_t limits_owner(const PeerCred &peer, int peer_pidfd) {
-    if (peer.pid <= 0) return peer.uid;
-    UniqueFd ns(::open(("/proc/" + std::to_string(peer.pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns) return peer.uid;
-    // Opened while the peer still lives: PID was not reused (a pid is reused only after its exit).
-    if (peer_pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, peer_pidfd, 0, nullptr, 0) != 0) return peer.uid;
-    struct stat ours {};
-    if (::stat("/proc/self/ns/user", &ours) != 0) return peer.uid;
-    auto is_ours = [&](int fd) {
-        struct stat st {};
-        return ::fstat(fd, &st) == 0 && st.st_dev == ours.st_dev && st.st_ino == ours.st_ino;
-    };
-    if (is_ours(ns.get())) return peer.uid;
-    // Up the chain to the namespace whose parent is malld's: its owner is a user of malld's.
-    for (int depth = 0; depth < 40; ++depth) {  // the kernel nests at most 32
-        UniqueFd parent(::ioctl(ns.get(), NS_GET_PARENT));
-        if (!parent) return peer.uid;  // not below malld's namespace (EPERM): its uid must do
-        if (is_ours(parent.get())) {
-            uid_t owner = 0;
-            if (::ioctl(ns.get(), NS_GET_OWNER_UID, &owner) != 0) return peer.uid;
-            return owner;
-        }
-        ns = std::move(parent);
-    }
-    return peer.uid;
+    // A peer in malld's own user namespace (nullopt) counts under its uid.
+    return user_namespace_owner(peer.pid, peer_pidfd).value_or(peer.uid);
 }
 
 Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, uid_t owner) {
