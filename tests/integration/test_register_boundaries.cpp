@@ -7,7 +7,9 @@
 //   cgroup is unchanged; the same admin may register its own process, and root may register a
 //   user's task for that user (the Slurm plugin's Register) but not another user's process.
 // - Root's processes are root's: the admin uid cannot register a root process for job uid 0, nor a
-//   process running as root under a user's real uid. Its container jobs hold another uid's process
+//   process running as root under a user's real uid, nor a user's process whose child stays root
+//   (malld would move it with its descendants), nor resize in place a cgroup that also holds root's
+//   process. Its container jobs hold another uid's process
 //   only in a user namespace the job's uid made: another user's `unshare --user` (uid 61003) is
 //   refused for uid 61002, accepted for 61003; a process of a subordinate uid (61004) in 61002's
 //   namespace joins no plain job of 61002 by saying "container": true, but may be 61002's
@@ -336,6 +338,62 @@ TEST_F(Issue37AdminUidRegister, AnAdminUidCannotRegisterAProcessRunningAsRootUnd
     EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
     EXPECT_TRUE(contains_icase(reply, "pid " + std::to_string(setuid_root.pid()) + " runs as uid 0 (root)")) << reply;
     EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+}
+
+// malld moves (or pins) a registered process with all its descendants, so the uid rule holds for
+// them too: a user's login shell whose child runs as root (`sudo -s`) is not the admin uid's to
+// take. Here the named process (uid 61002) forked a child that stayed root before dropping to the
+// user; the refusal names the child and nothing moves.
+TEST_F(Issue37AdminUidRegister, AnAdminUidCannotRegisterAProcessWhoseDescendantRunsAsRoot) {
+    const std::string u = std::to_string(kUserUid);
+    Child shell({"/bin/sh", "-c", "/bin/sleep 120 & exec setpriv --reuid=" + u + " --regid=" + u +
+                                      " --clear-groups -- /bin/sleep 120"});
+    ASSERT_TRUE(shell.started());
+    ASSERT_TRUE(wait_until([&] { return runs_as(shell.pid(), kUserUid); }, 10s));
+    std::vector<pid_t> children;
+    ASSERT_TRUE(wait_until([&] { return (children = descendants_of(shell.pid())).size() == 1; }, 10s));
+    const pid_t roots_child = children.front();
+    ASSERT_TRUE(runs_as(roots_child, 0));
+    const std::string child_file = "/proc/" + std::to_string(roots_child) + "/cgroup";
+    const std::string shell_before = cgroup_of(shell.pid()), child_before = read_file(child_file);
+    for (const char *mode : {"own", "auto"}) {
+        const std::string job = std::string("shell-") + mode;
+        const std::string reply = register_as(kAdminUid, job, shell.pid(), kUserUid, json{{"cgroup", mode}});
+        EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << mode << ": " << reply;
+        EXPECT_TRUE(contains_icase(reply, "pid " + std::to_string(roots_child) + ", a descendant of pid " +
+                                              std::to_string(shell.pid())))
+            << reply;
+        EXPECT_TRUE(contains_icase(reply, "runs as uid 0 (root)")) << reply;
+        EXPECT_EQ(read_file(child_file), child_before) << "root's child was moved (" << mode << ")";
+        EXPECT_EQ(cgroup_of(shell.pid()), shell_before) << "the named process was moved (" << mode << ")";
+        EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+    }
+    // The control: root (the Slurm plugin) may still register it.
+    const std::string reply = register_as(0, "roots-shell", shell.pid(), kUserUid);
+    EXPECT_EQ(reply.rfind("ok ", 0), 0u) << reply << "\n" << malld_->log();
+}
+
+// Resizing a cgroup in place confines every process in it: an admin uid may not register a user's
+// process in place where the cgroup also holds root's process (a step cgroup shared with a root
+// service). The cgroup keeps its cpus and no job appears.
+TEST_F(Issue37AdminUidRegister, AnAdminUidCannotResizeInPlaceACgroupThatHoldsRootsProcess) {
+    TestCgroupTree tree("mall_admin_inplace_" + std::to_string(::getpid()));
+    std::string error;
+    const std::string shared = tree.make("shared", "0-1", &error);
+    ASSERT_FALSE(shared.empty()) << error;
+    Child roots({"/bin/sh", "-c", "echo $$ > " + shared + "/cgroup.procs && exec /bin/sleep 120"});
+    Child users(sleeper_as(kUserUid, shared));
+    ASSERT_TRUE(roots.started() && users.started());
+    ASSERT_TRUE(wait_until([&] { return cgroup_of(roots.pid()) == relative(shared); }, 10s));
+    ASSERT_TRUE(wait_until([&] { return runs_as(users.pid(), kUserUid); }, 10s));
+    ASSERT_EQ(cgroup_of(users.pid()), relative(shared));
+    const std::string reply =
+        register_as(kAdminUid, "in-shared", users.pid(), kUserUid, json{{"cgroup", "in-place"}});
+    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_DENIED) + " ", 0), 0u) << reply;
+    EXPECT_TRUE(contains_icase(reply, "pid " + std::to_string(roots.pid()) + ", in cgroup " + shared)) << reply;
+    EXPECT_TRUE(contains_icase(reply, "runs as uid 0 (root)")) << reply;
+    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
+    EXPECT_EQ(cgroup_cpus(shared).value_or("?"), "0-1") << "the shared cgroup was resized";
 }
 
 // A rootless user namespace (unshare --user as uid 61003) belongs to its maker: an admin uid's

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cgroup_tree.hpp"
 #include "handlers.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
@@ -154,11 +155,18 @@ namespace {
 //   malld's uid. For a container job it may name a process of another uid only inside a user
 //   namespace the job's uid made (the owner of the outermost namespace below malld's, ioctl
 //   NS_GET_OWNER_UID: that user's rootless container), never another user's container or sandbox.
+//   What malld does to a named process it also does to others, so for such an admin the rule
+//   holds for them too: every descendant of a named pid (moved into malld's folder with it, its
+//   threads pinned) passes the same uid rule, unless the job's mode leaves the named process alone
+//   (a container mode's launcher); and a cgroup resized in place (the backend says which:
+//   cgroup_resized_in_place) holds no process of a protected uid, in it or below it. A process
+//   that appears after the check (a later `sudo` in a job's shell) lands in the job's cgroup as any
+//   child does; the rule is about what the Register itself takes.
 // A Register that joins an existing job ("join": true) is judged by that job's uid and container
 // flag, never by the request's. Fields that are missing or malformed are left to the handler,
 // which refuses them with its own words. True when every pid may be registered; else *why.
-bool register_pids_allowed(const NodeManager &manager, const Connection &c, const proto::Message &msg,
-                           std::string *why) {
+bool register_pids_allowed(const NodeManager &manager, const CpusetBackend &backend, const Connection &c,
+                           const proto::Message &msg, std::string *why) {
     const nlohmann::json &body = msg.body;
     auto pids = body.find("pids");
     if (pids == body.end() || !pids->is_array()) return true;
@@ -166,17 +174,20 @@ bool register_pids_allowed(const NodeManager &manager, const Connection &c, cons
     if (auto u = body.find("uid"); u != body.end() && u->is_number_integer() && u->get<int64_t>() >= 0 &&
                                    u->get<int64_t>() <= proto::kMaxUid)
         job_uid = static_cast<uid_t>(u->get<int64_t>());
-    bool container = false;
-    if (auto mode = body.find("cgroup"); mode != body.end() && mode->is_string())
-        if (auto parsed = parse_cgroup_mode(mode->get<std::string>())) container = is_container_mode(*parsed);
+    CgroupMode mode = CgroupMode::Auto;
+    if (auto field = body.find("cgroup"); field != body.end() && field->is_string())
+        if (auto parsed = parse_cgroup_mode(field->get<std::string>())) mode = *parsed;
+    bool container = is_container_mode(mode);
     if (auto flag = body.find("container"); flag != body.end() && flag->is_boolean() && flag->get<bool>())
         container = true;
     const auto join = body.find("join");
     const auto name = body.find("job");
-    if (join != body.end() && join->is_boolean() && join->get<bool>() && name != body.end() && name->is_string())
-        if (const Job *existing = manager.find(name->get<std::string>())) {
-            container = existing->spec.container;
-            job_uid = existing->spec.uid;
+    const std::string job_name = name != body.end() && name->is_string() ? name->get<std::string>() : "";
+    const Job *joined = nullptr;
+    if (join != body.end() && join->is_boolean() && join->get<bool>() && !job_name.empty())
+        if ((joined = manager.find(job_name))) {
+            container = joined->spec.container;
+            job_uid = joined->spec.uid;
         }
     const bool peer_root = c.peer.uid == 0;
     // The uids a non-root admin may not touch: root's, and malld's own (unless it is the sender's).
@@ -196,6 +207,42 @@ bool register_pids_allowed(const NodeManager &manager, const Connection &c, cons
                "(register it as root, e.g. sudo mallrun)";
         return false;
     }
+    // Why the process `pid` (called `text` in the words) runs as a protected uid, or "".
+    auto protected_refusal = [&](pid_t pid, const std::string &text) -> std::string {
+        for (uid_t uid : process_uids(pid))
+            if (is_protected(uid))
+                return text + " runs as uid " + std::to_string(uid) + whose(uid) + ": that uid's processes are "
+                       "registered only by that uid or root, never by " + sender + " (an admin uid)";
+        return "";
+    };
+    // Why the job may not hold the process `pid` (called `text`) by its real uid, or "". A
+    // descendant of a job's process may also run in a user namespace the job's uid made (the
+    // user's rootless container started from the job): `descendant`.
+    auto job_uid_refusal = [&](pid_t pid, const std::string &text, bool descendant) -> std::string {
+        if (!job_uid) return "";
+        const auto real = process_real_uid(pid);
+        if (!real || *real == *job_uid) return "";
+        if (peer_root && *real == 0) return "";  // a launcher's task before it drops to the user
+        if (peer_root && container) return "";   // a container's processes run as its users, mapped
+        const std::string job_uid_text = std::to_string(*job_uid);
+        const auto owner = container || descendant ? user_namespace_owner(pid) : std::nullopt;
+        if (owner && *owner == *job_uid) return "";  // the job's user's own rootless container
+        if (container) {
+            return text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
+                   ", " + (owner ? "in a user namespace made by uid " + std::to_string(*owner)
+                                 : std::string("in malld's user namespace")) +
+                   ": an admin uid's container job holds only processes of the job's uid or of a "
+                   "user namespace that uid made (its own rootless container); register it for uid " +
+                   (owner ? std::to_string(*owner) : std::to_string(*real)) + ", or as root";
+        }
+        return text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
+               ": a job holds only its owner's processes (register it for uid " + std::to_string(*real) +
+               ", or start the job's processes as uid " + job_uid_text + ")";
+    };
+    // A container mode's launcher (a new job's) is never moved, resized nor pinned: its
+    // descendants stay untouched too.
+    const bool descendants_taken = !(is_container_mode(mode) && !joined);
+    std::vector<std::string> in_place_checked;
     const pid_t self = ::getpid();
     const std::vector<pid_t> malld_ancestors = ancestors_of(self);
     for (const auto &p : *pids) {
@@ -225,33 +272,39 @@ bool register_pids_allowed(const NodeManager &manager, const Connection &c, cons
             *why = text + " is a thread of process " + std::to_string(*group) + ": register the process";
             return false;
         }
-        for (uid_t uid : process_uids(pid))
-            if (is_protected(uid)) {
-                *why = text + " runs as uid " + std::to_string(uid) + whose(uid) + ": that uid's processes are "
-                       "registered only by that uid or root, never by " + sender + " (an admin uid)";
-                return false;
-            }
-        if (!job_uid) continue;
-        const auto real = process_real_uid(pid);
-        if (!real || *real == *job_uid) continue;
-        if (peer_root && *real == 0) continue;  // a launcher's task before it drops to the user
-        if (peer_root && container) continue;   // a container's processes run as its users, mapped
-        const std::string job_uid_text = std::to_string(*job_uid);
-        if (container) {
-            const auto owner = user_namespace_owner(pid);
-            if (owner && *owner == *job_uid) continue;  // the job's user's own rootless container
-            *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
-                   ", " + (owner ? "in a user namespace made by uid " + std::to_string(*owner)
-                                 : std::string("in malld's user namespace")) +
-                   ": an admin uid's container job holds only processes of the job's uid or of a "
-                   "user namespace that uid made (its own rootless container); register it for uid " +
-                   (owner ? std::to_string(*owner) : std::to_string(*real)) + ", or as root";
+        if (std::string refusal = protected_refusal(pid, text); !refusal.empty()) {
+            *why = refusal;
             return false;
         }
-        *why = text + " runs as uid " + std::to_string(*real) + ", not as the job's uid " + job_uid_text +
-               ": a job holds only its owner's processes (register it for uid " + std::to_string(*real) +
-               ", or start the job's processes as uid " + job_uid_text + ")";
-        return false;
+        if (std::string refusal = job_uid_refusal(pid, text, false); !refusal.empty()) {
+            *why = refusal;
+            return false;
+        }
+        if (peer_root) continue;  // root's Register takes what it names, descendants included
+        const std::string fix = "; register the job as root, or only processes whose descendants all "
+                                "belong to the job";
+        if (descendants_taken)
+            for (pid_t d : descendants_of(pid)) {
+                const std::string d_text = "pid " + std::to_string(d) + ", a descendant of " + text +
+                                           " (malld moves or pins it with " + text + "),";
+                std::string refusal = protected_refusal(d, d_text);
+                if (refusal.empty()) refusal = job_uid_refusal(d, d_text, true);
+                if (!refusal.empty()) {
+                    *why = refusal + fix;
+                    return false;
+                }
+            }
+        const auto dir = backend.cgroup_resized_in_place(job_name, pid, mode);
+        if (!dir || std::count(in_place_checked.begin(), in_place_checked.end(), *dir) != 0) continue;
+        in_place_checked.push_back(*dir);
+        for (pid_t member : cgroup_tree::pids_in_tree(*dir)) {
+            const std::string m_text = "pid " + std::to_string(member) + ", in cgroup " + *dir +
+                                       " (which malld would resize in place for " + text + ") or below it,";
+            if (std::string refusal = protected_refusal(member, m_text); !refusal.empty()) {
+                *why = refusal + "; register the job as root, or in cgroup mode own";
+                return false;
+            }
+        }
     }
     return true;
 }
@@ -276,7 +329,7 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
                 return false;
             }
             // What an admin may register: only processes a job may hold.
-            return rule.type != proto::Type::Register || register_pids_allowed(manager, c, msg, why);
+            return rule.type != proto::Type::Register || register_pids_allowed(manager, backend, c, msg, why);
         case Role::Attached:
             if (!c.job.empty() && manager.find(c.job)) return true;
             *why = type + " is only accepted on a connection attached to a job (send Attach first)";

@@ -89,6 +89,16 @@ public:
         (void)pid, (void)uid, (void)error;
         return true;
     }
+    // The cgroup folder a Register of `pid` for `job` would resize in place (under the job's mode
+    // when it exists, else `mode`), read without writing anything; nullopt when the process would
+    // be moved into malld's own folder, is left where it is (a container mode's launcher), or the
+    // backend keeps no cgroups (affinity). Authorization asks it which processes such a resize
+    // would confine (every process in that folder and below it).
+    virtual std::optional<std::string> cgroup_resized_in_place(const std::string &job, pid_t pid,
+                                                               CgroupMode mode) const {
+        (void)job, (void)pid, (void)mode;
+        return std::nullopt;
+    }
     // Records a job about to be self-registered (after check_self_registration): enforced in place
     // in its delegated cgroup only, never moved, its cgroup's parents never widened.
     virtual void set_self_registered(const std::string &job) { (void)job; }

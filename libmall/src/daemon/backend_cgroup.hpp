@@ -52,6 +52,8 @@ public:
     // --- backend_in_place.cpp
     bool check_pids(const std::vector<pid_t> &pids, CgroupMode mode, std::string *error) const override;
     bool check_self_registration(pid_t pid, uid_t uid, std::string *error) const override;
+    std::optional<std::string> cgroup_resized_in_place(const std::string &job, pid_t pid,
+                                                       CgroupMode mode) const override;
     // --- cgroup_membership.cpp
     bool in_job_cgroups(const std::string &job, pid_t pid) const override;
     std::vector<pid_t> member_pids(const std::string &job) const override;

@@ -4,7 +4,8 @@
 // resizes that cgroup without moving any process: ancestors widened first, descendants narrowed
 // first, and at the job's end the cgroup gets back the cpus it had at registration. check_pids
 // says beforehand, without writing, whether a registration's processes can be enforced so, and
-// check_self_registration whether a self-registering process lives in a cgroup delegated to it.
+// check_self_registration whether a self-registering process lives in a cgroup delegated to it;
+// cgroup_resized_in_place tells authorization which cgroup a Register would resize.
 #include "backend_cgroup.hpp"
 
 #include <sys/stat.h>
@@ -109,6 +110,24 @@ bool CgroupBackend::check_self_registration(pid_t pid, uid_t uid, std::string *e
                           pool_.to_string() + ", and malld never widens a cgroup that limits a user");
     }
     return true;
+}
+
+// classify()'s decision for one process, read ahead without recording or writing anything.
+std::optional<std::string> CgroupBackend::cgroup_resized_in_place(const std::string &job, pid_t pid,
+                                                                  CgroupMode mode) const {
+    bool delegated = false;
+    if (auto it = jobs_.find(job); it != jobs_.end()) {
+        mode = it->second.mode;
+        delegated = it->second.delegated;
+    }
+    auto rel = cgroup_of(pid);
+    if (!rel || is_container_mode(mode)) return std::nullopt;
+    // A self-registered job's process outside a delegable cgroup is left alone; any other job's
+    // process goes to malld's own folder in `own` mode or where no cgroup was made for it.
+    const bool not_in_place = delegated ? !never_delegated_reason(*rel).empty()
+                                        : mode == CgroupMode::Own || needs_own_folder(*rel);
+    if (not_in_place) return std::nullopt;
+    return mount_ + *rel;
 }
 
 // Why malld may not resize `dir` in place, or nullopt when it may.
