@@ -5,8 +5,9 @@
 // --max-connections-per-user gets an error naming the limit and the option (tools and libmall
 // alike), root is never locked out (not even when 16 ordinary uids each take all they may: issue
 // 37.2), an ordinary user holds at most 8 watchers, the uids of a user namespace (a rootless
-// container's subuids) share their owner's limit, and a bad limit is a usage error that starts
-// nothing.
+// container's subuids) share their owner's limit, a user namespace root made is a user of its own
+// (neither sharing root's connections nor another such namespace's), and a bad limit is a usage
+// error that starts nothing.
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <cstring>
 
@@ -284,6 +286,131 @@ TEST_F(ConnectionLimit, Issue37WatchersAreLimitedPerUser) {
     }
 }
 
+// Processes in a user namespace that `maker` makes (root, or a throwaway uid), mapped by the test:
+// its uid 0 is `first_outer` outside, its uids 1..members first_outer+1... Member k (uid k inside)
+// opens connections one after the other, each answered a Status, until one is refused or `most`
+// are open, reports, and holds them while this object lives; members run one after the other.
+class NamespaceMembers {
+public:
+    NamespaceMembers(const std::string &socket, uid_t maker, uid_t first_outer, int members, int most) {
+        int results[2], mapped[2], release[2];
+        if (::pipe2(results, O_CLOEXEC) != 0 || ::pipe2(mapped, O_CLOEXEC) != 0 ||
+            ::pipe2(release, O_CLOEXEC) != 0) {
+            failure = "no pipes";
+            return;
+        }
+        child_ = ::fork();
+        if (child_ == 0) {
+            ::close(results[0]);
+            ::close(mapped[1]);
+            ::close(release[1]);  // the test's: its close lets everyone here end
+            if (::setgroups(0, nullptr) != 0 || ::setresgid(maker, maker, maker) != 0 ||
+                ::setresuid(maker, maker, maker) != 0 || ::unshare(CLONE_NEWUSER) != 0)
+                ::_exit(10);
+            char byte;
+            if (::write(results[1], "u", 1) != 1 || ::read(mapped[0], &byte, 1) != 1) ::_exit(11);
+            for (uid_t uid = 1; uid <= static_cast<uid_t>(members); ++uid) {
+                int done[2];
+                if (::pipe2(done, O_CLOEXEC) != 0) ::_exit(12);
+                pid_t member = ::fork();
+                if (member == 0) {
+                    if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(13);
+                    std::vector<UniqueFd> held;
+                    Report report{};
+                    for (int i = 0; i < most; ++i) {
+                        UniqueFd c(unix_connect(socket, 5s));
+                        proto::Message status;
+                        status.type = proto::Type::Status;
+                        status.request_id = 7;
+                        std::string reply;
+                        // A refused connection may be shut down before the send: its refusal
+                        // waits to be read all the same.
+                        const bool sent = c && send_packet(c.get(), proto::encode(status));
+                        if (!c || wait_readable(c.get(), 10s) != 1 ||
+                            recv_packet(c.get(), &reply, proto::kMaxPacket) <= 0) {
+                            std::snprintf(report.refusal, sizeof report.refusal, "%s: %s",
+                                          !c ? "no connection" : sent ? "no reply" : "send failed, no reply",
+                                          std::strerror(errno));
+                            break;
+                        }
+                        auto message = proto::decode(reply, nullptr);
+                        if (!message || message->request_id != 7) {  // the refusal has its own id
+                            const std::string why = message ? message->body.value("error", "") : "undecodable";
+                            std::snprintf(report.refusal, sizeof report.refusal, "%s", why.c_str());
+                            break;
+                        }
+                        ++report.answered;
+                        held.push_back(std::move(c));
+                    }
+                    if (::write(results[1], &report, sizeof report) != sizeof report) ::_exit(14);
+                    (void)!::write(done[1], "x", 1);
+                    (void)!::read(release[0], &byte, 1);  // holds its connections until the test ends
+                    ::_exit(0);
+                }
+                ::close(done[1]);
+                if (member < 0 || ::read(done[0], &byte, 1) != 1) ::_exit(15);
+                ::close(done[0]);
+            }
+            (void)!::read(release[0], &byte, 1);
+            ::_exit(0);
+        }
+        ::close(results[1]);
+        ::close(mapped[0]);
+        ::close(release[0]);
+        release_ = release[1];
+        char byte;
+        if (child_ < 0 || ::read(results[0], &byte, 1) != 1) {
+            failure = "the child could not make a user namespace";
+        } else {
+            const std::string ids = "0 " + std::to_string(first_outer) + " 1\n1 " +
+                                    std::to_string(first_outer + 1) + " " + std::to_string(members) + "\n";
+            for (const char *map : {"uid_map", "gid_map"}) {
+                std::ofstream out("/proc/" + std::to_string(child_) + "/" + map);
+                out << ids;
+                out.close();
+                if (!out) failure = std::string("cannot write ") + map;
+            }
+        }
+        if (failure.empty() && ::write(mapped[1], "m", 1) == 1) {
+            for (int i = 0; i < members; ++i) {
+                Report report{};
+                if (::read(results[0], &report, sizeof report) != static_cast<ssize_t>(sizeof report)) {
+                    failure = "member " + std::to_string(i + 1) + " of the namespace failed";
+                    break;
+                }
+                answered.push_back(report.answered);
+                refusals.emplace_back(report.refusal);
+            }
+        }
+        ::close(mapped[1]);
+        ::close(results[0]);
+    }
+    ~NamespaceMembers() {
+        if (release_ >= 0) ::close(release_);  // the members let go of their connections and exit
+        if (child_ > 0) ::waitpid(child_, nullptr, 0);
+    }
+    NamespaceMembers(const NamespaceMembers &) = delete;
+    NamespaceMembers &operator=(const NamespaceMembers &) = delete;
+
+    int total() const {
+        int sum = 0;
+        for (int n : answered) sum += n;
+        return sum;
+    }
+
+    std::vector<int> answered;          // connections each member holds
+    std::vector<std::string> refusals;  // why each member's next one was refused ("" when none was)
+    std::string failure;                // why the namespace could not be set up ("" when it was)
+
+private:
+    struct Report {
+        int answered;
+        char refusal[512];
+    };
+    pid_t child_ = -1;
+    int release_ = -1;
+};
+
 // Regression (issue 37.2, review): per-user limits were counted per uid, so one person whose user
 // namespace maps a subuid range (a rootless container) held the per-user limit once per uid, and
 // 18 such uids filled every slot of ordinary users. Now a peer in another user namespace counts
@@ -291,97 +418,71 @@ TEST_F(ConnectionLimit, Issue37WatchersAreLimitedPerUser) {
 TEST_F(ConnectionLimit, Issue37TheUidsOfAUserNamespaceShareItsOwnersLimit) {
     auto malld = start_malld({"--max-connections-per-user", "8"});
     ASSERT_TRUE(malld->running());
-    const uid_t owner = 61060, first_subuid = 300001;
     constexpr int kUids = 4;
-    int results[2], mapped[2], release[2];
-    ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
-    ASSERT_EQ(::pipe2(mapped, O_CLOEXEC), 0);
-    ASSERT_EQ(::pipe2(release, O_CLOEXEC), 0);
-    const std::string socket = malld->socket();
-    pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        ::close(results[0]);
-        ::close(mapped[1]);
-        ::close(release[1]);  // the test's: its close lets everyone here end
-        // The namespace's root: as uid 61060 it makes a user namespace, which the test maps.
-        if (::setgroups(0, nullptr) != 0 || ::setresgid(owner, owner, owner) != 0 ||
-            ::setresuid(owner, owner, owner) != 0 || ::unshare(CLONE_NEWUSER) != 0)
-            ::_exit(10);
-        char byte;
-        if (::write(results[1], "u", 1) != 1 || ::read(mapped[0], &byte, 1) != 1) ::_exit(11);
-        // One process per uid of the namespace, one after the other, each holding what it got.
-        for (uid_t uid = 1; uid <= kUids; ++uid) {
-            int done[2];
-            if (::pipe2(done, O_CLOEXEC) != 0) ::_exit(12);
-            pid_t member = ::fork();
-            if (member == 0) {
-                if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(13);
-                std::vector<UniqueFd> held;
-                int answered = 0;
-                for (int i = 0; i < 8; ++i) {
-                    UniqueFd c(unix_connect(socket, 5s));
-                    proto::Message status;
-                    status.type = proto::Type::Status;
-                    status.request_id = 7;
-                    std::string reply;
-                    if (!c || !send_packet(c.get(), proto::encode(status)) || wait_readable(c.get(), 10s) != 1 ||
-                        recv_packet(c.get(), &reply, proto::kMaxPacket) <= 0)
-                        break;
-                    auto message = proto::decode(reply, nullptr);
-                    if (!message || message->request_id != 7) break;  // the refusal has its own id
-                    ++answered;
-                    held.push_back(std::move(c));
-                }
-                if (::write(results[1], &answered, sizeof answered) != sizeof answered) ::_exit(14);
-                (void)!::write(done[1], "x", 1);
-                (void)!::read(release[0], &byte, 1);  // holds its connections until the test ends
-                ::_exit(0);
-            }
-            ::close(done[1]);
-            if (member < 0 || ::read(done[0], &byte, 1) != 1) ::_exit(15);
-            ::close(done[0]);
-        }
-        (void)!::read(release[0], &byte, 1);
-        ::_exit(0);
-    }
-    ::close(results[1]);
-    ::close(mapped[0]);
-    ::close(release[0]);
-    struct Reap {
-        pid_t pid;
-        int release_end;
-        ~Reap() {
-            ::close(release_end);  // the members let go of their connections and exit
-            ::waitpid(pid, nullptr, 0);
-        }
-    } reap{child, release[1]};
-    char byte;
-    ASSERT_EQ(::read(results[0], &byte, 1), 1) << "the child could not make a user namespace";
-    const std::string ids = "0 " + std::to_string(owner) + " 1\n1 " + std::to_string(first_subuid) + " " +
-                            std::to_string(kUids) + "\n";
-    for (const char *map : {"uid_map", "gid_map"}) {
-        std::ofstream out("/proc/" + std::to_string(child) + "/" + map);
-        out << ids;
-        out.close();
-        ASSERT_TRUE(out) << "cannot write " << map;
-    }
-    ASSERT_EQ(::write(mapped[1], "m", 1), 1);
-    ::close(mapped[1]);
-    int total = 0;
-    for (int i = 0; i < kUids; ++i) {
-        int answered = 0;
-        ASSERT_EQ(::read(results[0], &answered, sizeof answered), static_cast<ssize_t>(sizeof answered))
-            << "member " << i << " of the namespace failed";
-        total += answered;
-    }
-    ::close(results[0]);
-    EXPECT_EQ(total, 8) << kUids << " uids of one user namespace held " << total
-                        << " connections; the namespace's owner may hold 8";
+    NamespaceMembers members(malld->socket(), 61060, 300000, kUids, 8);
+    ASSERT_EQ(members.failure, "");
+    EXPECT_EQ(members.total(), 8) << kUids << " uids of one user namespace held " << members.total()
+                                  << " connections; the namespace's owner may hold 8";
     EXPECT_NE(malld->log().find("uid 61060 (owner of uid 30000"), std::string::npos) << malld->log();
     // Another user still gets in.
-    Flood other = flood_as_nobody(socket, 4);
+    Flood other = flood_as_nobody(malld->socket(), 4);
     EXPECT_EQ(other.answered, 4) << other.refusal;
+}
+
+// Root's connections, each an admin's, open before the namespace test below.
+std::vector<CtlClient> root_connections(const std::string &socket, int count) {
+    std::vector<CtlClient> held;
+    for (int i = 0; i < count; ++i) {
+        std::string error;
+        auto client = CtlClient::connect(socket, &error);
+        if (!client) break;
+        CtlResult r = client->request(proto::Type::Status, json::object(), 10s);
+        if (!r.ok) break;
+        held.push_back(std::move(*client));
+    }
+    return held;
+}
+
+// Regression (issue 37.2, review): a user namespace root made (rootful podman --userns=auto, a
+// Kubernetes pod with user namespaces) counted under uid 0, the same per-user bucket root's own
+// connections filled: with root holding 6 connections and a limit of 4, every process of such a
+// container was refused. Admins are now counted for nobody, and a root-made namespace is a user
+// of its own.
+TEST_F(ConnectionLimit, Issue37RootHoldingManyConnectionsDoesNotLockOutARootMadeUserNamespace) {
+    auto malld = start_malld({"--max-connections-per-user", "4"});
+    ASSERT_TRUE(malld->running());
+    std::vector<CtlClient> roots = root_connections(malld->socket(), 6);
+    ASSERT_EQ(roots.size(), 6u) << malld->log();
+    NamespaceMembers container(malld->socket(), 0, 400000, 1, 5);
+    ASSERT_EQ(container.failure, "");
+    ASSERT_EQ(container.answered.size(), 1u);
+    EXPECT_EQ(container.answered[0], 4) << container.refusals[0] << "\n" << malld->log();
+    // Its fifth is refused, under the namespace, not under root.
+    EXPECT_NE(container.refusals[0].find("(made by root)"), std::string::npos) << container.refusals[0];
+    EXPECT_NE(container.refusals[0].find("holds 4 connections"), std::string::npos) << container.refusals[0];
+    EXPECT_EQ(container.refusals[0].find("uid 0 "), std::string::npos) << container.refusals[0];
+    // Root still gets in.
+    CommandResult status = run_command(mallctl_argv(malld->socket(), {"status"}));
+    EXPECT_EQ(status.exit_code, 0) << status.err;
+}
+
+// Regression (issue 37.2, review): every user namespace root made counted under uid 0, so two
+// containers of different tenants shared one limit (and one closer debt): the first took all 4
+// and the second got none. Each namespace now has a budget of its own.
+TEST_F(ConnectionLimit, Issue37TwoRootMadeUserNamespacesHaveSeparateBudgets) {
+    auto malld = start_malld({"--max-connections-per-user", "4"});
+    ASSERT_TRUE(malld->running());
+    NamespaceMembers first(malld->socket(), 0, 410000, 2, 3);
+    ASSERT_EQ(first.failure, "");
+    NamespaceMembers second(malld->socket(), 0, 420000, 2, 3);
+    ASSERT_EQ(second.failure, "");
+    ASSERT_EQ(first.answered.size(), 2u);
+    ASSERT_EQ(second.answered.size(), 2u);
+    // Two uids in each, 3 tries each: each namespace holds its 4, no more.
+    EXPECT_EQ(first.total(), 4) << first.refusals[1] << "\n" << malld->log();
+    EXPECT_EQ(second.total(), 4) << second.refusals[1] << "\n" << malld->log();
+    EXPECT_NE(second.refusals[1].find("user namespace "), std::string::npos) << second.refusals[1];
+    EXPECT_NE(second.refusals[1].find("(made by root)"), std::string::npos) << second.refusals[1];
 }
 
 TEST_F(ConnectionLimit, ABadLimitIsAUsageError) {

@@ -3,7 +3,7 @@
 // (Status replies can be large); a reader over either bound is closed, with a rate-limited warning.
 // Sockets are emptied and closed on the loop, or, when they hold passed descriptors, disposed of
 // through the closer thread, parked while its queue is full. limits_owner takes a peer's user
-// namespace owner from procfs's user_namespace_owner (the one reader of that rule).
+// namespace and its owner from procfs's outer_user_namespace (the one reader of that rule).
 #include "connections.hpp"
 
 #include <fcntl.h>
@@ -30,12 +30,25 @@ constexpr size_t kMaxOutboxBytes = 1 << 20;  // ... and their bytes
 
 }  // namespace
 
-uid_t limits_owner(const PeerCred &peer, int peer_pidfd) {
-    // A peer in malld's own user namespace (nullopt) counts under its uid.
-    return user_namespace_owner(peer.pid, peer_pidfd).value_or(peer.uid);
+std::string LimitsOwner::describe() const {
+    if (!is_user_namespace()) return "uid " + std::to_string(uid_);
+    return "user namespace " + std::to_string(key_ & ~kNamespaceKeyBit) +
+           (uid_ == 0 ? " (made by root)" : " (made by admin uid " + std::to_string(uid_) + ")");
 }
 
-Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, uid_t owner) {
+LimitsOwner limits_owner(const PeerCred &peer, int peer_pidfd, const std::function<bool(uid_t)> &is_admin) {
+    const std::optional<OuterUserNamespace> outer = outer_user_namespace(peer.pid, peer_pidfd);
+    // A peer in malld's own user namespace (nullopt) counts under its uid.
+    if (!outer) return LimitsOwner::user(peer.uid);
+    // Root's and admins' namespaces are each a user of their own: the containers they start are
+    // not one user, and not root.
+    if (outer->owner == 0 || is_admin(outer->owner))
+        return LimitsOwner::user_namespace(outer->inode, outer->owner);
+    return LimitsOwner::user(outer->owner);
+}
+
+Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin,
+                             const LimitsOwner &owner) {
     const uint64_t id = next_id_++;
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -57,8 +70,9 @@ Connection *Connections::add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pi
     return &c;
 }
 
-void Connections::count(uid_t owner, bool admin, int change) {
-    if (!admin) non_admin_ += change;
+void Connections::count(const LimitsOwner &owner, bool admin, int change) {
+    if (admin) return;  // admins have their reserve (kAdminConnectionReserve), and no per-user limit
+    non_admin_ += change;
     int &of_owner = per_owner_[owner];
     of_owner += change;
     if (of_owner <= 0) per_owner_.erase(owner);
@@ -70,15 +84,15 @@ bool Connections::may_watch(const Connection &c, std::string *why) const {
     for (const auto &[id, other] : connections_)
         if (other.watcher && !other.closing && other.owner == c.owner) ++watching;
     if (watching < kMaxWatchersPerUid) return true;
-    *why = "uid " + std::to_string(c.owner) + " holds " + std::to_string(watching) +
+    *why = c.owner.describe() + " holds " + std::to_string(watching) +
            " watch connections already, the limit per non-admin user (" +
            std::to_string(kMaxWatchersPerUid) + "); close one (e.g. another mallctl watch) first";
     return false;
 }
 
-size_t Connections::closer_debt(uid_t owner) const {
+size_t Connections::closer_debt(const LimitsOwner &owner) const {
     auto it = parked_of_.find(owner);
-    return (it == parked_of_.end() ? 0 : it->second) + descriptors_waiting_to_close(owner);
+    return (it == parked_of_.end() ? 0 : it->second) + descriptors_waiting_to_close(owner.key());
 }
 
 bool Connections::may_receive_descriptors(const Connection &c) const {
@@ -87,19 +101,19 @@ bool Connections::may_receive_descriptors(const Connection &c) const {
     return waiting + kMaxDescriptorsPerPacket <= kMaxQueuedCloses && closer_debt(c.owner) == 0;
 }
 
-void Connections::dispose(UniqueFd fd, uid_t owner, bool admin) {
+void Connections::dispose(UniqueFd fd, const LimitsOwner &owner, bool admin) {
     if (!fd) return;
     if (empty_socket_for_close(fd.get())) {
         fd.reset();  // nothing a peer passed is released: this close cannot block
         return;
     }
-    if (parked_.empty() && close_off_thread(fd.get(), owner)) {
+    if (parked_.empty() && close_off_thread(fd.get(), owner.key())) {
         fd.release();
         return;
     }
     log_warn_limited("closer-parked", "malld's closer thread has " + std::to_string(descriptors_waiting_to_close()) +
                                           " descriptors queued (a peer passed files whose close hangs); "
-                                          "a socket of uid " + std::to_string(owner) +
+                                          "a socket of " + owner.describe() +
                                           " holding passed descriptors waits for room and counts against "
                                           "that user's connections (parked: " + parked_owners_text() + ")");
     count(owner, admin, +1);
@@ -108,7 +122,7 @@ void Connections::dispose(UniqueFd fd, uid_t owner, bool admin) {
 }
 
 void Connections::retry_parked() {
-    while (!parked_.empty() && close_off_thread(parked_.front().fd.get(), parked_.front().owner)) {
+    while (!parked_.empty() && close_off_thread(parked_.front().fd.get(), parked_.front().owner.key())) {
         Parked &first = parked_.front();
         first.fd.release();
         count(first.owner, first.admin, -1);
@@ -119,12 +133,12 @@ void Connections::retry_parked() {
 }
 
 std::string Connections::parked_owners_text(size_t most) const {
-    std::vector<std::pair<size_t, uid_t>> by_count;
+    std::vector<std::pair<size_t, LimitsOwner>> by_count;
     for (const auto &[owner, n] : parked_of_) by_count.emplace_back(n, owner);
     std::sort(by_count.rbegin(), by_count.rend());
     std::string text;
     for (size_t i = 0; i < by_count.size() && i < most; ++i)
-        text += (i ? ", uid " : "uid ") + std::to_string(by_count[i].second) + ": " + std::to_string(by_count[i].first);
+        text += (i ? ", " : "") + by_count[i].second.describe() + ": " + std::to_string(by_count[i].first);
     return text.empty() ? "none" : text;
 }
 
@@ -133,7 +147,7 @@ Connection *Connections::find(uint64_t id) {
     return it == connections_.end() ? nullptr : &it->second;
 }
 
-int Connections::count_of_owner(uid_t owner) const {
+int Connections::count_of_owner(const LimitsOwner &owner) const {
     auto it = per_owner_.find(owner);
     return it == per_owner_.end() ? 0 : it->second;
 }
@@ -300,7 +314,7 @@ std::pair<std::string, uint64_t> Connections::close(uint64_t id) {
               std::to_string(c.peer.pid) + ") closed");
     count(c.owner, c.admin, -1);
     UniqueFd socket = std::move(c.fd);
-    const uid_t owner = c.owner;
+    const LimitsOwner owner = c.owner;
     const bool admin = c.admin;
     connections_.erase(it);
     dispose(std::move(socket), owner, admin);
@@ -316,7 +330,7 @@ void Connections::close_all() {
             continue;
         }
         // When the closer is full, the process's exit closes it instead.
-        close_off_thread(c.fd.get(), c.owner);
+        close_off_thread(c.fd.get(), c.owner.key());
         (void)c.fd.release();
     }
     for (Parked &p : parked_) (void)p.fd.release();

@@ -12,12 +12,15 @@
 // holds descriptors (kernels without SO_PASSRIGHTS, a peer that passed them) goes to the closer
 // thread (unix_socket.hpp), and while the closer's queue is full it is parked here. Nothing a
 // peer may make hang is ever closed on the loop.
-// Limits are counted per user (limits_owner): a peer in malld's user namespace under its uid, a
-// peer in another user namespace under the uid owning it (a rootless container's user, however
-// many subuids it maps). The limits: kMaxDaemonConnections in all; the last
-// kAdminConnectionReserve of them only for admins (root, malld's uid, --admin-uid); ordinary users
-// at most their per-user limit each (malld --max-connections-per-user, parked sockets included)
-// and kMaxWatchersPerUid watchers each.
+// Limits are counted per user (limits_owner, a LimitsOwner): a peer in malld's user namespace under
+// its uid, a peer in another user namespace under the uid owning it (a rootless container's user,
+// however many subuids it maps), except that a namespace made by root or an admin uid (rootful
+// podman --userns=auto, a Kubernetes pod with user namespaces, setuid bwrap) is a user of its own,
+// keyed by the namespace: such containers never share a limit with each other or with root. The
+// limits: kMaxDaemonConnections in all; the last kAdminConnectionReserve of them only for admins
+// (root, malld's uid, --admin-uid), whose connections count against no per-user limit; ordinary
+// users at most their per-user limit each (malld --max-connections-per-user, parked sockets
+// included) and kMaxWatchersPerUid watchers each.
 // What a client passing descriptors while a close hangs can cost malld (the closer stuck for good,
 // say on a FUSE file or a socket lingering with unsent data): one thread, and descriptors bounded
 // as follows. Descriptors are received only from a user with nothing waiting for the closer (no
@@ -76,6 +79,33 @@ inline constexpr size_t kMaxCloserDebtPerUser = 16;
 // Watch subscribers are never closed as idle: an ordinary user may hold at most this many.
 inline constexpr int kMaxWatchersPerUid = 8;
 
+// Whom a peer's per-user limits and closer debt count under: a uid, or a user namespace made by root
+// or by an admin uid (its inode), never uid 0 for such a namespace. key() is what the closer thread
+// counts descriptors for (unix_socket.hpp): a uid, or kNamespaceKeyBit | the namespace's inode.
+class LimitsOwner {
+public:
+    LimitsOwner() = default;
+    static LimitsOwner user(uid_t uid) { return LimitsOwner(uid, uid); }
+    static LimitsOwner user_namespace(uint64_t inode, uid_t maker) {
+        return LimitsOwner(kNamespaceKeyBit | inode, maker);
+    }
+    uint64_t key() const { return key_; }
+    bool is_user_namespace() const { return (key_ & kNamespaceKeyBit) != 0; }
+    // The user: the uid itself, or the uid that made the namespace.
+    uid_t uid() const { return uid_; }
+    // For log lines and refusals: "uid 1000", or "user namespace 4026532840 (made by root)".
+    std::string describe() const;
+    bool operator==(const LimitsOwner &other) const { return key_ == other.key_; }
+    bool operator!=(const LimitsOwner &other) const { return key_ != other.key_; }
+    bool operator<(const LimitsOwner &other) const { return key_ < other.key_; }
+
+private:
+    static constexpr uint64_t kNamespaceKeyBit = uint64_t{1} << 63;
+    LimitsOwner(uint64_t key, uid_t uid) : key_(key), uid_(uid) {}
+    uint64_t key_ = 0;
+    uid_t uid_ = 0;
+};
+
 struct Connection {
     struct Outgoing {
         std::string data;
@@ -85,7 +115,7 @@ struct Connection {
     UniqueFd fd;
     PeerCred peer;
     bool admin = false;  // the peer's uid is an admin's (AccessRules::is_admin), taken at accept
-    uid_t owner = 0;     // the user its limits count under (limits_owner), taken at accept
+    LimitsOwner owner;   // the user its limits count under (limits_owner), taken at accept
     bool watcher = false;
     bool closing = false;
     bool want_write = false;
@@ -101,12 +131,13 @@ struct Connection {
     TimePoint last_activity{};              // last packet received (idle connections close)
 };
 
-// The uid whose per-user limits a peer counts under: its own uid when it runs in malld's user
-// namespace (or when that cannot be told), else the uid owning the outermost user namespace
-// between malld's and the peer's (a rootless container's user, for all its subuids). The peer's
-// namespace is read from /proc/PID/ns/user; peer_pidfd (-1 if none) proves PID was still the
-// peer's when it was read (without it, a pid reused between connect and accept may be misread).
-uid_t limits_owner(const PeerCred &peer, int peer_pidfd);
+// Whom a peer's per-user limits count under: its own uid when it runs in malld's user namespace
+// (or when that cannot be told), else the uid owning the outermost user namespace between malld's
+// and the peer's (a rootless container's user, for all its subuids), or, when that uid is root or
+// an admin's (is_admin), that namespace itself. The peer's namespace is read from
+// /proc/PID/ns/user; peer_pidfd (-1 if none) proves PID was still the peer's when it was read
+// (without it, a pid reused between connect and accept may be misread).
+LimitsOwner limits_owner(const PeerCred &peer, int peer_pidfd, const std::function<bool(uid_t)> &is_admin);
 
 class Connections {
 public:
@@ -114,17 +145,19 @@ public:
     Connections(const Connections &) = delete;
     Connections &operator=(const Connections &) = delete;
 
-    // Takes an accepted socket into the loop (EPOLLIN), counted for `owner` (limits_owner). Null
-    // when epoll refuses it (the socket is disposed of).
-    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, uid_t owner);
+    // Takes an accepted socket into the loop (EPOLLIN), counted for `owner` (limits_owner) unless
+    // `admin`. Null when epoll refuses it (the socket is disposed of).
+    Connection *add(UniqueFd fd, const PeerCred &peer, UniqueFd peer_pidfd, bool admin, const LimitsOwner &owner);
     Connection *find(uint64_t id);
     // Connections open, parked sockets included (what kMaxDaemonConnections bounds).
     size_t size() const { return connections_.size() + parked_.size(); }
     // Of those, the ones of non-admin peers (what kMaxNonAdminConnections bounds).
     int non_admin_count() const { return non_admin_; }
-    int count_of_owner(uid_t owner) const;  // parked sockets included
+    // Of those, the ones of owner's non-admin peers (parked sockets included): what
+    // --max-connections-per-user bounds. Admins' connections are counted for nobody.
+    int count_of_owner(const LimitsOwner &owner) const;
     // Descriptors and sockets of owner's that wait for the closer: queued, being closed, parked.
-    size_t closer_debt(uid_t owner) const;
+    size_t closer_debt(const LimitsOwner &owner) const;
     // Whether descriptors may be received on c now: its user has nothing waiting for the closer and
     // the closer's queue has room for a whole packet of them (see the bound above).
     bool may_receive_descriptors(const Connection &c) const;
@@ -134,13 +167,14 @@ public:
     // A socket malld is done with (a connection it refused or dropped): closed here when its
     // receive queue holds no descriptors, else to the closer thread, or parked while the closer's
     // queue is full (counted for `owner` meanwhile).
-    void dispose(UniqueFd fd, uid_t owner, bool admin);
+    void dispose(UniqueFd fd, const LimitsOwner &owner, bool admin);
     // Hands parked sockets to the closer as its queue makes room (the loop calls it).
     void retry_parked();
     size_t parked() const { return parked_.size(); }
     // kMaxParkedSockets are parked: malld must accept nothing until the closer catches up.
     bool parked_full() const { return parked_.size() >= kMaxParkedSockets; }
-    // "uid U: N, ..." for the users with the most sockets parked (at most `most`), for the log.
+    // "uid U: N, ..." (LimitsOwner::describe) for the users with the most sockets parked (at most
+    // `most`), for the log.
     std::string parked_owners_text(size_t most = 3) const;
     std::map<uint64_t, Connection> &all() { return connections_; }
     const std::map<uint64_t, Connection> &all() const { return connections_; }
@@ -185,16 +219,16 @@ private:
     int epoll_fd_;
     uint64_t next_id_ = 1;
     std::map<uint64_t, Connection> connections_;
-    std::map<uid_t, int> per_owner_;  // open connections (and parked sockets) of each user
-    int non_admin_ = 0;               // open connections (and parked sockets) of non-admin peers
+    std::map<LimitsOwner, int> per_owner_;  // non-admin connections (and parked sockets) of each user
+    int non_admin_ = 0;  // open connections (and parked sockets) of non-admin peers
     struct Parked {
         UniqueFd fd;
-        uid_t owner;
+        LimitsOwner owner;
         bool admin;
     };
-    std::deque<Parked> parked_;            // sockets waiting for room in the closer's queue
-    std::map<uid_t, size_t> parked_of_;    // of each user
-    void count(uid_t owner, bool admin, int change);
+    std::deque<Parked> parked_;                // sockets waiting for room in the closer's queue
+    std::map<LimitsOwner, size_t> parked_of_;  // of each user (admins' included: closer debt)
+    void count(const LimitsOwner &owner, bool admin, int change);
     EventView event_view_;
 };
 

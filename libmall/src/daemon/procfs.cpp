@@ -231,6 +231,12 @@ std::optional<bool> shares_user_namespace(pid_t pid) {
 }
 
 std::optional<uid_t> user_namespace_owner(pid_t pid, int pidfd) {
+    const std::optional<OuterUserNamespace> outer = outer_user_namespace(pid, pidfd);
+    if (!outer) return std::nullopt;
+    return outer->owner;
+}
+
+std::optional<OuterUserNamespace> outer_user_namespace(pid_t pid, int pidfd) {
     struct stat ours {};
     if (pid <= 0 || ::stat("/proc/self/ns/user", &ours) != 0) return std::nullopt;
     auto is_ours = [&](int fd) {
@@ -244,14 +250,16 @@ std::optional<uid_t> user_namespace_owner(pid_t pid, int pidfd) {
         ::close(ns);
         return std::nullopt;
     }
-    std::optional<uid_t> owner;
+    std::optional<OuterUserNamespace> owner;
     // User namespaces nest at most 32 deep: climb until the parent is this process's namespace.
     for (int depth = 0; depth <= 32 && !is_ours(ns); ++depth) {
         const int parent = ::ioctl(ns, NS_GET_PARENT);
         if (parent < 0) break;  // EPERM: not below this process's namespace
         if (is_ours(parent)) {
             uid_t uid = 0;
-            if (::ioctl(ns, NS_GET_OWNER_UID, &uid) == 0) owner = uid;
+            struct stat st {};
+            if (::ioctl(ns, NS_GET_OWNER_UID, &uid) == 0 && ::fstat(ns, &st) == 0)
+                owner = OuterUserNamespace{uid, static_cast<uint64_t>(st.st_ino)};
             ::close(parent);
             break;
         }

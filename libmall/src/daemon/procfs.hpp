@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,13 @@ std::optional<bool> shares_user_namespace(pid_t pid);
 // cannot say (ioctl NS_GET_OWNER_UID / NS_GET_PARENT, Linux 4.11). With `pidfd` (>= 0) for that
 // process, also nullopt when it exited before its namespace file was opened (pid reuse).
 std::optional<uid_t> user_namespace_owner(pid_t pid, int pidfd = -1);
+// That outermost namespace below this process's: the uid that made it (its owner, as above) and
+// its inode (/proc/PID/ns/user's, which names it while it exists). Same nullopt cases.
+struct OuterUserNamespace {
+    uid_t owner = 0;
+    uint64_t inode = 0;
+};
+std::optional<OuterUserNamespace> outer_user_namespace(pid_t pid, int pidfd = -1);
 // The process's uids (/proc/PID/status "Uid:": real, effective, saved, filesystem); empty when gone.
 std::vector<uid_t> process_uids(pid_t pid);
 std::vector<pid_t> threads_of(pid_t pid);      // /proc/PID/task/*, sorted

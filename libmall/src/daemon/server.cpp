@@ -416,7 +416,9 @@ void Server::accept_and_drop_one() {
     if (fd >= 0) {
         UniqueFd owned(fd);
         peer_credentials(fd, &peer);
-        connections_->dispose(std::move(owned), peer.uid, access_.is_admin(peer.uid));
+        // Out of descriptors, the peer's namespace may not open: then it counts under its uid.
+        const bool admin = access_.is_admin(peer.uid);
+        connections_->dispose(std::move(owned), admin ? LimitsOwner::user(peer.uid) : owner_of(peer, -1), admin);
     }
     spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!spare_fd_) out_of_descriptors_ = true;
@@ -456,7 +458,11 @@ void Server::update_listener() {
 
 // Admins are refused only when every slot is taken, and ordinary users can never take the last
 // kAdminConnectionReserve: root's tools, the Slurm plugin and the OCI hook always get in.
-std::string Server::connection_refusal(const PeerCred &peer, bool admin, uid_t owner) const {
+LimitsOwner Server::owner_of(const PeerCred &peer, int peer_pidfd) const {
+    return limits_owner(peer, peer_pidfd, [this](uid_t uid) { return access_.is_admin(uid); });
+}
+
+std::string Server::connection_refusal(const PeerCred &peer, bool admin, const LimitsOwner &owner) const {
     const std::string who = "uid " + std::to_string(peer.uid) + " pid " + std::to_string(peer.pid);
     const size_t open = connections_->size();
     const size_t of_admins = open - static_cast<size_t>(connections_->non_admin_count());
@@ -477,10 +483,13 @@ std::string Server::connection_refusal(const PeerCred &peer, bool admin, uid_t o
         return "malld serves " + limit + " connections of ordinary users already, their limit "
                "(the rest are kept for root and admin uids); try again later";
     }
-    // Under the uid owning the peer's user namespace: a rootless container's subuids are one user.
-    const std::string user = owner == peer.uid ? "uid " + std::to_string(owner)
-                                               : "uid " + std::to_string(owner) + " (owner of uid " +
-                                                     std::to_string(peer.uid) + "'s user namespace)";
+    // Under the uid owning the peer's user namespace: a rootless container's subuids are one user;
+    // a namespace root or an admin made is one of its own.
+    const std::string user = owner == LimitsOwner::user(peer.uid) ? owner.describe()
+                             : owner.is_user_namespace()
+                                 ? owner.describe() + ", where uid " + std::to_string(peer.uid) + " runs,"
+                                 : owner.describe() + " (owner of uid " + std::to_string(peer.uid) +
+                                       "'s user namespace)";
     if (connections_->count_of_owner(owner) >= options_.max_connections_per_uid) {
         const std::string limit = std::to_string(options_.max_connections_per_uid);
         log_warn_limited("connections-per-uid", "refused a connection from " + who + ": " + user + " has " +
@@ -524,7 +533,7 @@ void Server::handle_listen() {
         if (!peer_credentials(fd, &peer)) {
             log_warn_limited("credentials", std::string("cannot read the credentials of a new client: ") +
                                                 std::strerror(errno) + "; closing it");
-            connections_->dispose(std::move(owned), peer.uid, false);
+            connections_->dispose(std::move(owned), LimitsOwner::user(peer.uid), false);
             continue;
         }
         const bool admin = access_.is_admin(peer.uid);
@@ -534,10 +543,14 @@ void Server::handle_listen() {
         if (!pidfd && pidfd_error == ESRCH) {
             log_debug("connection from uid " + std::to_string(peer.uid) + " pid " +
                       std::to_string(peer.pid) + " closed: that process has exited already");
-            connections_->dispose(std::move(owned), peer.uid, admin);
+            // Its namespace is read without the pidfd: a peer that passed descriptors and left
+            // still counts under its namespace's owner.
+            connections_->dispose(std::move(owned), admin ? LimitsOwner::user(peer.uid) : owner_of(peer, -1),
+                                  admin);
             continue;
         }
-        const uid_t owner = admin ? peer.uid : limits_owner(peer, pidfd ? pidfd.get() : -1);
+        // An admin's connections count for nobody; its closer debt is kept under its uid.
+        const LimitsOwner owner = admin ? LimitsOwner::user(peer.uid) : owner_of(peer, pidfd ? pidfd.get() : -1);
         if (std::string why = connection_refusal(peer, admin, owner); !why.empty()) {
             refuse_connection(owned.get(), MALL_ERR_DENIED, why);
             connections_->dispose(std::move(owned), owner, admin);
@@ -548,7 +561,7 @@ void Server::handle_listen() {
         c->accepted_ticks = boot_time_ticks();
         log_debug("connection " + std::to_string(c->id) + " from uid " + std::to_string(peer.uid) +
                   " pid " + std::to_string(peer.pid) +
-                  (owner != peer.uid ? " (counted for uid " + std::to_string(owner) + ")" : ""));
+                  (owner != LimitsOwner::user(peer.uid) ? " (counted for " + owner.describe() + ")" : ""));
     }
     update_listener();
 }
@@ -588,7 +601,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
             c.closing = true;
             break;
         }
-        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true, c.owner);
+        ssize_t n = recv_packet(c.fd.get(), &packet, proto::kMaxPacket, nullptr, true, c.owner.key());
         if (n > 0) {
             c.last_activity = Clock::now();
             serve_packet(c, packet, access_, *manager_, *backend_, *handlers_, *connections_);

@@ -93,9 +93,11 @@ public:
 private:
     void handle_listen();
     void accept_and_drop_one();
+    // Whom a connection of `peer` counts under (limits_owner with malld's admin rule).
+    LimitsOwner owner_of(const PeerCred &peer, int peer_pidfd) const;
     // Why a new connection of `peer` (counted for `owner`: limits_owner) is refused (logged,
     // rate-limited), or "" when it is served.
-    std::string connection_refusal(const PeerCred &peer, bool admin, uid_t owner) const;
+    std::string connection_refusal(const PeerCred &peer, bool admin, const LimitsOwner &owner) const;
     // Puts the listener in the loop or takes it out: out while malld is out of descriptors with
     // its spare spent, or while kMaxParkedSockets sockets are parked (connections.hpp).
     void update_listener();
