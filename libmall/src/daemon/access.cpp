@@ -18,10 +18,12 @@ namespace mall {
 
 namespace {
 
-// Refusals a uid can cause at will are logged at most kRefusalLinesPerUid per kRefusalPeriod per uid
-// (however often it reconnects), and at most kRefusalLinesAll per period for all uids together
-// (users with subuid ranges are many uids); the rest are counted in one "suppressed" line.
-constexpr int kRefusalLinesPerUid = 10;
+// Refusals a user can cause at will are logged at most kRefusalLinesPerUser per kRefusalPeriod per
+// user (Connection::owner: a uid, or the user namespace all of a rootless container's subuids share;
+// however often it reconnects), and at most kRefusalLinesAll per period for all ordinary users
+// together; the rest are counted in one "suppressed" line. Admins' refusals have a budget of their
+// own (kRefusalLinesPerUser per admin uid), which no ordinary user can spend.
+constexpr int kRefusalLinesPerUser = 10;
 constexpr int kRefusalLinesAll = 50;
 constexpr auto kRefusalPeriod = std::chrono::seconds(10);
 
@@ -106,31 +108,41 @@ bool AccessRules::is_admin(uid_t uid) const {
 }
 
 bool may_log_refusal(Connection &c) {
-    static LogBudget per_uid(kRefusalLinesPerUid, kRefusalPeriod);  // the loop's thread only
+    static LogBudget per_user(kRefusalLinesPerUser, kRefusalPeriod);  // the loop's thread only
     static LogBudget all(kRefusalLinesAll, kRefusalPeriod);
+    static LogBudget per_admin(kRefusalLinesPerUser, kRefusalPeriod);
     const auto now = std::chrono::steady_clock::now();
-    uint64_t held_of_uid = 0, held_of_all = 0;
+    const std::string period = std::to_string(kRefusalPeriod.count());
+    uint64_t held_of_user = 0, held_of_all = 0;
+    if (c.admin) {
+        if (!per_admin.allow(c.peer.uid, now, &held_of_user)) return false;  // counted there
+        if (held_of_user > 0)
+            log_warn("suppressed " + std::to_string(held_of_user) + " refusal(s) from admin uid " +
+                     std::to_string(c.peer.uid) + " (at most " + std::to_string(kRefusalLinesPerUser) +
+                     " are logged per " + period + " s per admin)");
+        return true;
+    }
     // Both budgets are asked before either is spent, and a refusal not logged is counted once: in
-    // the all-users count when that budget is empty, else in its uid's. Each count comes out in
+    // the all-users count when that budget is empty, else in its user's. Each count comes out in
     // the "suppressed" line logged with that budget's next refusal.
+    const uint64_t user = c.owner.key();
     if (!all.has_token(0, now)) {
         all.hold(0, now);
         return false;
     }
-    if (!per_uid.has_token(c.peer.uid, now)) {
-        per_uid.hold(c.peer.uid, now);
+    if (!per_user.has_token(user, now)) {
+        per_user.hold(user, now);
         return false;
     }
-    per_uid.allow(c.peer.uid, now, &held_of_uid);
+    per_user.allow(user, now, &held_of_user);
     all.allow(0, now, &held_of_all);
-    const std::string period = std::to_string(kRefusalPeriod.count());
     if (held_of_all > 0)
         log_warn("suppressed " + std::to_string(held_of_all) + " refusal(s) of all users (at most " +
                  std::to_string(kRefusalLinesAll) + " are logged per " + period + " s)");
-    if (held_of_uid > 0)
-        log_warn("suppressed " + std::to_string(held_of_uid) + " refusal(s) from uid " +
-                 std::to_string(c.peer.uid) + " (at most " + std::to_string(kRefusalLinesPerUid) +
-                 " are logged per " + period + " s per uid)");
+    if (held_of_user > 0)
+        log_warn("suppressed " + std::to_string(held_of_user) + " refusal(s) from " + c.owner.describe() +
+                 " (at most " + std::to_string(kRefusalLinesPerUser) + " are logged per " + period +
+                 " s per user)");
     return true;
 }
 

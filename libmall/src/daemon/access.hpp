@@ -51,10 +51,11 @@ bool authorize(const AccessRules &rules, const NodeManager &manager, const Cpuse
 std::optional<std::string> container_job_of(const NodeManager &manager, const CpusetBackend &backend,
                                             pid_t pid);
 
-// Refusals are logged with uid and pid, but at most 10 per 10 s per uid (however often it
-// reconnects) and 50 per 10 s for all uids; a "suppressed N refusals from uid U" line counts the
-// rest. A client looping on a refused request must not flood the log. True when this refusal may
-// be logged.
+// Refusals are logged with uid and pid, but at most 10 per 10 s per user (Connection::owner: a
+// rootless container's subuids are one user; however often it reconnects) and 50 per 10 s for all
+// ordinary users; a "suppressed N refusals from uid U" line counts the rest. Admins have a budget
+// of their own (10 per 10 s each) that users cannot spend. A client looping on a refused request
+// must not flood the log. True when this refusal may be logged.
 bool may_log_refusal(Connection &c);
 
 // One packet from a client: malformed packets and types no client may send close the connection
