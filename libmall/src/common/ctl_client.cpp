@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "mall/mall.h"
@@ -166,6 +167,28 @@ std::string socket_lookup_problem(const std::string &path, uid_t owner, struct s
 
 }  // namespace
 
+namespace {
+
+// Inside a user namespace other than the initial one, every host user outside its mapping (host
+// root among them) reads as the overflow uid: a client there cannot tell malld from another
+// unmapped user by uid, nor by the folders above the socket (a container's own /tmp is sticky and
+// open). It takes such a server when it owns its socket: who serves there was chosen by whoever set
+// up the container's mounts, and mallrun --container and the OCI hook checked the server from the
+// host before the container started.
+bool unmapped_server_in_a_user_namespace(uid_t server_uid) {
+    std::ifstream map("/proc/self/uid_map");
+    unsigned long inside = 0, outside = 0, count = 0;
+    if (!(map >> inside >> outside >> count)) return false;
+    const bool initial_namespace = inside == 0 && outside == 0 && count == 4294967295UL;
+    if (initial_namespace) return false;
+    std::ifstream overflow_file("/proc/sys/kernel/overflowuid");
+    unsigned long overflow = 65534;
+    overflow_file >> overflow;
+    return server_uid == static_cast<uid_t>(overflow);
+}
+
+}  // namespace
+
 std::string server_identity_problem(int sock, const std::string &path) {
     PeerCred peer;
     if (!peer_credentials(sock, &peer))
@@ -184,7 +207,7 @@ std::string server_identity_problem(int sock, const std::string &path) {
     std::string problem = socket_lookup_problem(path, peer.uid, &reached);
     if (problem.empty() && (reached.st_dev != st.st_dev || reached.st_ino != st.st_ino))
         problem = "the socket changed meanwhile";
-    if (problem.empty()) return "";
+    if (problem.empty() || unmapped_server_in_a_user_namespace(peer.uid)) return "";
     return "it runs as uid " + decimal(peer.uid) + ", not root or this user, and " + problem + ": not malld";
 }
 

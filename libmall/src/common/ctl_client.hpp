@@ -49,6 +49,9 @@ ConnectFailure explain_connect_failure(const std::string &path, int err, SocketN
 // so the owner alone vouches for nothing: a user who made /tmp/mall first listens there as its
 // owner. A rootless container sees host root as the overflow uid and its own / as root's: malld's
 // socket folder, mounted from the host, owned by "the overflow uid" as the socket, still passes.
+// Inside a user namespace a server that reads as the overflow uid and owns its socket is taken
+// wherever the socket lies (the container's creator chose the mount; mallrun --container and the
+// OCI hook checked the server from the host first).
 // Anyone else (a local user, or a container's root, listening on a path a client was pointed at)
 // is not malld. The owner is that of the file connect(2) reached: stat, not lstat, follows a
 // symlink as connect did, and only a socket counts (a swapped-in other file names no server).
