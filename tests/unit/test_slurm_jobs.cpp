@@ -221,6 +221,26 @@ TEST(SlurmChecker, RunningFiguresNeverOverwriteTheLastOnesAndWaitBehindQueries) 
     EXPECT_EQ(fake->order, (std::vector<std::string>{"query 5", "annotate 20 last", "query 7", "annotate 21 newer"}));
 }
 
+// The fd stays readable while either kind waits: taking updates must not swallow the wake-up of a
+// verdict that came meanwhile (malld takes both on one wake-up, updates first; a verdict that came
+// between the two takes waited for the next event, and this file's own helper lost updates so).
+TEST(SlurmChecker, TakingOneKindLeavesTheFdReadableForTheOther) {
+    auto query = std::make_unique<FakeQuery>();
+    mall::SlurmChecker checker(std::move(query));
+    checker.check({5});
+    ASSERT_TRUE(readable(checker.fd(), 5000ms)) << "no verdict for job 5";
+    EXPECT_TRUE(checker.take_annotations().empty());
+    EXPECT_TRUE(readable(checker.fd(), 0ms)) << "taking (no) updates drained the verdict's wake-up";
+    EXPECT_EQ(checker.take_results().size(), 1u);
+    EXPECT_FALSE(readable(checker.fd(), 0ms)) << "nothing waits: the fd must not stay readable";
+
+    checker.annotate(31, "last");
+    ASSERT_TRUE(readable(checker.fd(), 5000ms)) << "no finished update for job 31";
+    EXPECT_TRUE(checker.take_results().empty());
+    EXPECT_TRUE(readable(checker.fd(), 0ms)) << "taking (no) verdicts drained the update's wake-up";
+    EXPECT_EQ(checker.take_annotations().size(), 1u);
+}
+
 // A job ends while its running update is in flight: the end's update goes after it (one thread),
 // and annotating() holds until that last one is done.
 TEST(SlurmChecker, AnEndDuringARunningUpdateIsRecordedAfterIt) {

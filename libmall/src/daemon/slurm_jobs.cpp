@@ -148,10 +148,19 @@ bool SlurmChecker::annotating(uint32_t job_id) const {
 
 std::vector<SlurmAnnotation> SlurmChecker::take_annotations() {
     std::lock_guard<std::mutex> lock(mu_);
+    std::vector<SlurmAnnotation> taken = std::exchange(annotated_, {});
+    drain_fd_if_nothing_waits();
+    return taken;
+}
+
+// Under mu_ (the lock the thread signals under): the fd stays readable exactly while results or
+// finished updates wait. Draining it whenever either is taken lost the other's wake-up: an update
+// finished between a caller's take_annotations() and take_results() waited for the next event.
+void SlurmChecker::drain_fd_if_nothing_waits() {
+    if (!annotated_.empty() || !results_.empty()) return;
     uint64_t count = 0;
     while (::read(event_fd_.get(), &count, sizeof count) > 0) {
     }
-    return std::exchange(annotated_, {});
 }
 
 void SlurmChecker::check(const std::set<uint32_t> &job_ids) {
@@ -164,13 +173,10 @@ void SlurmChecker::check(const std::set<uint32_t> &job_ids) {
 }
 
 std::vector<SlurmJobState> SlurmChecker::take_results() {
-    // Drained under the lock the thread signals under: the fd is readable exactly while results
-    // wait, never after they were taken.
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t count = 0;
-    while (::read(event_fd_.get(), &count, sizeof count) > 0) {
-    }
-    return std::exchange(results_, {});
+    std::vector<SlurmJobState> taken = std::exchange(results_, {});
+    drain_fd_if_nothing_waits();
+    return taken;
 }
 
 void SlurmChecker::loop() {

@@ -110,12 +110,15 @@ public:
     // Whether the update of the job's end is queued or in flight (running updates do not count:
     // nothing waits for them).
     bool annotating(uint32_t job_id) const;
+    // Readable while verdicts or finished updates wait; each take_* leaves it readable while the
+    // other kind still waits.
     int fd() const { return event_fd_.get(); }
     std::vector<SlurmJobState> take_results();
     std::vector<SlurmAnnotation> take_annotations();
 
 private:
     void loop();
+    void drain_fd_if_nothing_waits();  // under mu_
 
     std::unique_ptr<SlurmQuery> query_;
     UniqueFd event_fd_;
