@@ -57,7 +57,8 @@ GROUPS (--only, comma-separated; default all)
             case, which is the pool group's code at TSan's speed); test_slurm_jobs and
             test_slurm_lookup (the Slurm checker's thread: queries and AdminComment
             updates, and an in-process malld that holds a Deregister's answer for
-            them); test_parking_soak_examples on cgroup-v1 (mall_train_digits and
+            them); test_daemon_floods (malld's closer thread against the loop: passed
+            descriptors, a stuck close, parked sockets); test_parking_soak_examples on cgroup-v1 (mall_train_digits and
             mall_train_linear, instrumented, 960 steps each while mallctl toggles
             their allocation every few steps: parking, the stall guard and the glue
             under real changes). They need root and a cpuset controller (else they
@@ -139,6 +140,7 @@ malld test_control_by_signal 300 --gtest_filter=-*TrainDigits*
 malld test_parking_soak_examples 900 --gtest_filter=*cgroup_v1:-*Tf*
 malld test_slurm_jobs 120
 malld test_slurm_lookup 300
+malld test_daemon_floods 300
 mpi mpi_test_collective_step 900
 EOF
 }
