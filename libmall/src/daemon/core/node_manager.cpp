@@ -4,12 +4,10 @@
 // transitions.cpp. Every request validates fully and changes nothing when it fails (a change that
 // needs a plan to judge is applied tentatively, checked by feasible() and undone); every change
 // of targets runs advance(), which moves jobs until none can move further.
-// Why one file of ~700 lines (above the house's ~600): it is one surface, the public members of
-// NodeManager, over one private state, in five marked sections — requests (~340 lines, each a
-// validation then a change), the client's calls (attach, ack, progress), queries and the status
-// document, re-adoption, feasibility — that share the refusal helpers below; the moving part is
-// already apart (transitions.cpp). The next cut, if it grows, is the queries and status() into a
-// file of their own (a new mall_core source in libmall/CMakeLists.txt).
+// The queries and the status document are in node_manager_queries.cpp. What stays here is one
+// surface over one private state in four marked sections — requests (each a validation then a
+// change), the client's calls (attach, ack, progress), re-adoption, feasibility — that share the
+// refusal helpers below.
 #include "node_manager.hpp"
 
 #include <algorithm>
@@ -17,7 +15,6 @@
 
 #include "../../common/protocol.hpp"
 #include "../../common/rules.hpp"
-#include "registration_order.hpp"
 
 namespace mall {
 
@@ -531,130 +528,6 @@ std::optional<Outcome> NodeManager::pid_in_other_job(pid_t pid, const std::strin
                            "; a process can be in one job only");
     }
     return std::nullopt;
-}
-
-const Job *NodeManager::find(const std::string &job) const {
-    auto it = jobs_.find(job);
-    return it == jobs_.end() ? nullptr : &it->second;
-}
-
-CpuSet NodeManager::available_pool() const {
-    CpuSet available = pool_ - reclaimed_;
-    for (const auto &[owner, cpus] : reserved_) {
-        if (auto job = jobs_.find(owner); job != jobs_.end()) available |= cpus & job->second.spec.guaranteed;
-    }
-    return available;
-}
-
-bool NodeManager::holds_any(const CpuSet &cpus, const std::string &except) const {
-    for (const auto &[id, job] : jobs_) {
-        if (id != except && job.held().intersects(cpus)) return true;
-    }
-    return false;
-}
-
-bool NodeManager::steady(const std::string &job) const {
-    const Job *j = find(job);
-    return j != nullptr && j->steady();
-}
-
-CpuSet NodeManager::free_cpus() const {
-    CpuSet free = available_pool();
-    for (const auto &[id, job] : jobs_) free -= job.held();
-    return free;
-}
-
-JobAccount NodeManager::accounting(const Job &job, TimePoint now) const {
-    auto seconds = [](TimePoint from, TimePoint to) {
-        return to > from ? std::chrono::duration<double>(to - from).count() : 0.0;
-    };
-    const double since_mark = seconds(job.accounted_until, now);
-    JobAccount out;
-    out.duration_seconds = seconds(job.registered_at, now);
-    out.core_seconds = job.core_seconds + job.published.count() * since_mark;
-    out.lent_core_seconds = job.lent_core_seconds + job.lent_cpus() * since_mark;
-    out.oversubscribed_seconds = job.oversubscribed_seconds;
-    if (job.oversubscribed_since) out.oversubscribed_seconds += seconds(*job.oversubscribed_since, now);
-    out.resizes = job.transitions;
-    out.ack_timeouts = job.ack_timeouts;
-    out.acks = job.ack_latency.count();
-    out.ack_latency_seconds_sum = job.ack_latency.sum();
-    return out;
-}
-
-void NodeManager::record_reclaim(double seconds, bool timed_out) {
-    ++totals_.reclaims;
-    if (timed_out) ++totals_.reclaim_timeouts;
-    totals_.reclaim_duration.observe(seconds);
-}
-
-nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
-    nlohmann::json out;
-    out["pool"] = pool_.to_string();
-    out["available"] = available_pool().to_string();
-    out["reclaimed"] = reclaimed_.to_string();
-    out["reserved"] = nlohmann::json::object();
-    for (const auto &[owner, cpus] : reserved_) out["reserved"][owner] = cpus.to_string();
-    out["free"] = free_cpus().to_string();
-    out["policy"] = policy_name(policy_);
-    out["ack_timeout_ms"] = ack_timeout_.count();
-    out["histogram_bounds_seconds"] = kDurationBounds;
-    // The node's totals: ended jobs' accounting plus the running jobs' up to `now`.
-    NodeTotals node = totals_;
-    nlohmann::json jobs = nlohmann::json::array();
-    for (const Job *job : in_registration_order<const Job *>(jobs_)) {
-        const JobAccount account = accounting(*job, now.value_or(job->accounted_until));
-        node.core_seconds += account.core_seconds;
-        node.lent_core_seconds += account.lent_core_seconds;
-        node.oversubscribed_seconds += account.oversubscribed_seconds;
-        auto target = targets_.find(job->spec.id);
-        const CpuSet &goal = target == targets_.end() ? job->published : target->second;
-        jobs.push_back({
-            {"job", job->spec.id},
-            {"uid", job->spec.uid},
-            {"min", job->spec.min},
-            {"max", job->spec.max},
-            {"weight", job->spec.weight},
-            {"guaranteed", job->spec.guaranteed.to_string()},
-            {"cpus", job->published.to_string()},
-            {"ncpus", job->published.count()},
-            {"cpuset", job->cpuset.to_string()},
-            {"target", goal.to_string()},
-            {"generation", job->generation},
-            {"acked_generation", job->acked_generation()},
-            {"pinned", job->pinned.has_value()},
-            {"usage_cap", job->usage_cap},
-            {"threads", job->threads},
-            {"active_threads", job->active_threads()},
-            {"signal_control", job->signal_control},
-            {"planned_max", job->planned_max()},
-            {"attached", job->attachments.size()},
-            {"state", job->settled(goal) ? "settled" : "changing"},
-            {"transitions", job->transitions},
-            {"ack_timeouts", job->ack_timeouts},
-            {"last_ack_latency_us", job->last_ack_latency_us},
-            {"work_units", job->work_units},
-            {"steps", job->steps},
-            {"lent_cpus", job->lent_cpus()},
-            {"duration_seconds", account.duration_seconds},
-            {"core_seconds", account.core_seconds},
-            {"lent_core_seconds", account.lent_core_seconds},
-            {"oversubscribed", job->oversubscribed_since.has_value()},
-            {"oversubscribed_seconds", account.oversubscribed_seconds},
-            {"ack_latency_seconds", job->ack_latency.to_json()},
-        });
-        if (!job->rate_samples.empty()) {  // what the throughput policy believes about it
-            const SpeedupEstimate estimate = estimate_speedup(job->rate_samples);
-            nlohmann::json measured = nlohmann::json::object();
-            for (const auto &[cpus, rate] : estimate.measured) measured[std::to_string(cpus)] = rate;
-            jobs.back()["speedup"] = {{"serial_fraction", estimate.serial_fraction},
-                                      {"one_core_rate", estimate.one_core_rate},
-                                      {"measured_rates", measured}};
-        }
-    }
-    out["jobs"] = std::move(jobs);
-    out["node"] = node.to_json();
-    return out;
 }
 
 // ---------------------------------------------------------------------------------------------
