@@ -134,7 +134,8 @@ MALL_EXPORT const char *mall_strerror(int rc);
  * The process attaches to the registration a launcher made for it ($MALL_JOB_ID names the job;
  * the daemon checks that this process belongs to it). Without $MALL_JOB_ID, the library asks the
  * daemon to self-register the process with $MALL_MIN / $MALL_MAX (defaults 1 and the whole pool),
- * which the daemon grants only when its admin allows it.
+ * which the daemon grants only when its admin allows it (malld --allow-self-register) and the
+ * process lives in a cgroup delegated to its user (else MALL_ERR_DENIED, with the reason).
  * *out is NULL exactly when no handle could be made: MALL_ERR_INVAL, MALL_ERR_NOMEM, and
  * MALL_ERR_SYSTEM when making the handle failed (a page could not be mapped or an eventfd made: the
  * process is out of memory or file descriptors). On every other error *out is a detached handle:

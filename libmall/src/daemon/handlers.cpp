@@ -222,7 +222,8 @@ void RequestHandlers::handle_deregister(Connection &c, const proto::Message &msg
 
 void RequestHandlers::handle_attach(Connection &c, const proto::Message &msg) {
     const TimePoint now = Clock::now();
-    // Every refusal is logged with the peer's uid and pid (rate-limited per connection).
+    // Every refusal is logged with the peer's uid and pid (may_log_refusal: a budget per user,
+    // one for all users and one for admins, so reconnecting does not buy more lines).
     auto refuse = [&](int code, const std::string &text) {
         if (may_log_refusal(c))
             log_warn("refused Attach from uid " + std::to_string(c.peer.uid) + " pid " +

@@ -63,7 +63,9 @@ const char *kSynopsis =
     "\n"
     "Clients authenticate by SO_PEERCRED: root, malld's own user and every --admin-uid may\n"
     "register, set, reclaim and release; a job's owner may only attach to, acknowledge and report\n"
-    "progress for its own job; anyone may read the status. Refusals are logged.\n";
+    "progress for its own job; anyone may read the status, but a user who is not an admin sees\n"
+    "only its own jobs whole and other users' jobs as their cpus (other_jobs), in watch too.\n"
+    "Refusals are logged, at most 10 per 10 s per user and 50 for all users (admins apart).\n";
 
 const char *kEpilog =
     "\n"

@@ -6,8 +6,9 @@
 // With --container, CMD is a `podman run` or `docker run`: malld makes the job's cgroup first (a
 // folder for the cgroupfs driver, a systemd slice for the systemd driver: container_engine.hpp),
 // and mallrun adds to the run the options that put the container there (--cgroup-parent),
-// bind-mount malld's socket folder and set MALL_SOCKET/MALL_JOB_ID inside; the job then ends with
-// the container's last process (malld watches its cgroup), also for a detached container.
+// bind-mount malld's socket folder read-only and set MALL_SOCKET/MALL_JOB_ID inside; the job
+// then ends with the container's last process (malld watches its cgroup), also for a detached
+// container.
 // This file is the run and supervise path: connect, register, release the held child, forward
 // signals, deregister. The command line is mallrun_options.cpp's, the engine's cgroup driver
 // mallrun_container.cpp's, the options added to the engine's run container_engine.hpp's.
