@@ -248,7 +248,8 @@ MALL_EXPORT int mall_report_progress(mall_t *m, uint64_t work_units);
  * then plans the job as if its max were ncpus (and its min at most ncpus, never below the cpus Slurm
  * guaranteed it); the smaller, or after a raise the larger, allocation arrives as a normal change at
  * a later mall_step(). Kept across reconnects. Sends one message when attached (a system call, no
- * reply): call it when the value changes, not every step. Since API 0.2.0.
+ * reply): call it when the value changes, not every step; the node manager applies at most one
+ * change a second per job (a sooner one waits, and the latest wins). Since API 0.2.0.
  * Returns MALL_SUCCESS, MALL_ERR_INVAL (NULL handle, ncpus < 0 or > MALL_MAX_CPUS), MALL_ERR_NOMEM
  * (out of memory: the value is kept and sent at the next attach) or MALL_ERR_SYSTEM (a lock failed). */
 MALL_EXPORT int mall_set_usage(mall_t *m, int ncpus);
