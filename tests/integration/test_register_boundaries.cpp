@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// test_register_boundaries.cpp — where a registration may put processes (issue 37, points 7 and 4),
-// attacked as the users who would attack it:
+// test_register_boundaries.cpp — where an admin's or root's Register may put processes (issue 37,
+// point 7), attacked as the users who would attack it (helpers: support/attackers.hpp):
 // - An --admin-uid (61001, a forked child that setresuid()s to it) sends Register for pid 1, kthreadd
 //   and a kworker, malld itself and its parent, and root's own process in its own name: each is
 //   refused with words naming the pid and why, `mallctl status --json` lists no job, and pid 1's
@@ -17,13 +17,7 @@
 // - Reserved job names (common/rules.hpp): mallrun's default name for ./self-play.sh registers
 //   (run-self-play.sh-<pid>), mallrun --job self-7 (and a user's --job slurm-5) is refused with
 //   words, and the admin uid's Register of slurm-5 is refused.
-// - With --allow-self-register, a process of uid 61002 self-registers (Attach without a job) only
-//   where its cgroup is delegated to 61002 (a cpuset folder and its cgroup.procs chowned to it, as an
-//   admin or systemd's Delegate= would) and holds only its processes: malld then resizes that folder
-//   in place, moves nothing, and gives it back its cpus at the job's end. A process in the root
-//   cgroup, in a root-owned folder, in a delegated folder shared with root's process, under a parent
-//   that limits its cpus, or inside a registered job's cgroup (a daemon started in a Slurm step: no
-//   longer a descendant of the step's task) is refused with words and stays where it was.
+// Self-registration (point 4) is test_self_register_boundaries.cpp's.
 // Runs on the machine's cpuset controller: cgroup v1 here, cgroup v2 in tests/vm's guest.
 #include <dirent.h>
 #include <fcntl.h>
@@ -48,6 +42,7 @@
 #include "common/protocol.hpp"
 #include "mall/mall.h"
 #include "support/malld_fixture.hpp"
+#include "support/attackers.hpp"
 
 MALL_TEST_WATCHDOG(240);
 
@@ -55,119 +50,6 @@ namespace mall::test {
 namespace {
 
 using nlohmann::json;
-
-constexpr uid_t kAdminUid = 61001;     // malld --admin-uid
-constexpr uid_t kUserUid = 61002;      // a user who self-registers
-constexpr uid_t kOtherUserUid = 61003;  // someone else
-
-std::string cgroup_of(pid_t pid) { return process_cgroup(pid, cpuset_is_v2()).value_or("?"); }
-
-// The cgroup-relative path of a folder under cpuset_root().
-std::string relative(const std::string &dir) { return dir.substr(cpuset_root().size()); }
-
-bool write_text(const std::string &path, const std::string &text) {
-    std::ofstream out(path);
-    out << text << std::endl;
-    return static_cast<bool>(out);
-}
-
-// Hands a cgroup folder to uid as a delegation does: the folder and the files that move processes
-// (and, on v2, the ones a delegate writes to make children) owned by uid.
-void delegate(const std::string &dir, uid_t uid) {
-    for (const char *name : {"", "/cgroup.procs", "/tasks", "/cgroup.threads", "/cgroup.subtree_control"}) {
-        const std::string path = dir + name;
-        if (::access(path.c_str(), F_OK) != 0) continue;
-        ASSERT_EQ(::chown(path.c_str(), uid, uid), 0) << path;
-    }
-}
-
-// A process forked from the test that (still root) moves itself into `cgroup` when one is given,
-// becomes `uid` (setresgid/setresuid, no groups), runs `work` and writes what it returns to the
-// test as one line; then it stays alive (its connections to malld open) until released.
-class Peer {
-public:
-    Peer(uid_t uid, const std::string &cgroup, const std::function<std::string()> &work) {
-        int report[2], hold[2];
-        if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0) return;
-        pid_ = ::fork();
-        if (pid_ == 0) {
-            ::close(report[0]);
-            ::close(hold[1]);
-            std::string line;
-            if (!cgroup.empty() && !write_text(cgroup + "/cgroup.procs", std::to_string(::getpid())))
-                line = "setup: cannot enter " + cgroup;
-            else if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 ||
-                     ::setresuid(uid, uid, uid) != 0)
-                line = "setup: cannot become uid " + std::to_string(uid);
-            else
-                line = work();
-            line += "\n";
-            if (::write(report[1], line.data(), line.size()) < 0) ::_exit(2);
-            char byte;
-            while (::read(hold[0], &byte, 1) < 0 && errno == EINTR) {
-            }
-            ::_exit(0);
-        }
-        ::close(report[1]);
-        ::close(hold[0]);
-        report_ = report[0];
-        hold_ = hold[1];
-    }
-    ~Peer() {
-        release();
-        if (report_ >= 0) ::close(report_);
-        if (pid_ > 0 && !wait_until([&] { return ::waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5s)) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-    }
-    Peer(const Peer &) = delete;
-    Peer &operator=(const Peer &) = delete;
-
-    pid_t pid() const { return pid_; }
-    // The line `work` returned (without its newline); "" when none came within the timeout.
-    std::string result(Millis timeout = 20s) {
-        std::string text;
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-            pollfd p{report_, POLLIN, 0};
-            if (::poll(&p, 1, 100) <= 0) continue;
-            char buf[4096];
-            const ssize_t n = ::read(report_, buf, sizeof buf);
-            if (n <= 0) break;
-            text.append(buf, static_cast<size_t>(n));
-        }
-        return text.substr(0, text.find('\n'));
-    }
-    // Lets the process exit (it ends its connections to malld).
-    void release() {
-        if (hold_ >= 0) ::close(hold_);
-        hold_ = -1;
-    }
-
-private:
-    pid_t pid_ = -1;
-    int report_ = -1, hold_ = -1;
-};
-
-// "ok <reply body>" or "refused <code> <words>": one request on a fresh connection to malld.
-std::string ask(const std::string &socket, proto::Type type, const json &body) {
-    std::string error;
-    auto client = CtlClient::connect(socket, &error);
-    if (!client) return "unreachable " + error;
-    CtlResult r = client->request(type, body, 15s);
-    return r.ok ? "ok " + r.body.dump() : "refused " + std::to_string(r.code) + " " + r.error;
-}
-
-// The job names `mallctl status --json` lists (run as root).
-std::vector<std::string> listed_jobs(const std::string &socket) {
-    std::vector<std::string> names;
-    auto r = run_command(mallctl_argv(socket, {"status", "--json"}));
-    json status = json::parse(r.out, nullptr, false);
-    if (r.exit_code != 0 || !status.is_object()) return {"(mallctl status --json failed: " + r.err + ")"};
-    for (const auto &job : status.value("jobs", json::array())) names.push_back(job.value("job", ""));
-    return names;
-}
 
 // A kernel worker thread: a child of kthreadd (pid 2) other than kthreadd itself.
 pid_t some_kworker() {
@@ -185,19 +67,8 @@ pid_t some_kworker() {
     return found;
 }
 
-// A process running as `uid` (setpriv) for `seconds`, optionally started inside `cgroup`.
-std::vector<std::string> sleeper_as(uid_t uid, const std::string &cgroup = "") {
-    const std::string u = std::to_string(uid);
-    std::string command = "exec setpriv --reuid=" + u + " --regid=" + u + " --clear-groups -- /bin/sleep 120";
-    if (!cgroup.empty()) command = "echo $$ > " + cgroup + "/cgroup.procs && " + command;
-    return {"/bin/sh", "-c", command};
-}
-
-bool runs_as(pid_t pid, uid_t uid) { return process_real_uid(pid) == uid; }
-
-// ---------------------------------------------------------------------------------------------
-// Point 7: an --admin-uid may register only processes a job may hold.
-class Issue37AdminUidRegister : public ::testing::Test {
+// A private malld with --admin-uid 61001 (kAdminUid), started for each test.
+class AdminUidMalld : public ::testing::Test {
 protected:
     void SetUp() override {
         MALL_REQUIRE_ROOT_AND_CPUSET();
@@ -206,12 +77,25 @@ protected:
         malld_ = std::make_unique<PrivateMalld>(options);
         std::string error;
         ASSERT_TRUE(malld_->start(&error)) << error;
+    }
+    void TearDown() override { malld_.reset(); }
+    std::unique_ptr<PrivateMalld> malld_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Point 7: an --admin-uid may register only processes a job may hold.
+class Issue37AdminUidRegister : public AdminUidMalld {
+protected:
+    void SetUp() override {
+        AdminUidMalld::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
         pid1_cgroup_ = read_file("/proc/1/cgroup");
     }
     void TearDown() override {
-        if (!malld_) return;
-        EXPECT_EQ(read_file("/proc/1/cgroup"), pid1_cgroup_) << "pid 1 was moved";
-        malld_.reset();
+        if (malld_) {
+            EXPECT_EQ(read_file("/proc/1/cgroup"), pid1_cgroup_) << "pid 1 was moved";
+        }
+        AdminUidMalld::TearDown();
     }
 
     // Register {pid} for job `job` of uid `job_uid`, sent by a process of uid `sender`; `extra`'s
@@ -239,7 +123,6 @@ protected:
             << "mallctl status --json lists " << job << "\n" << status_text(*malld_);
     }
 
-    std::unique_ptr<PrivateMalld> malld_;
     std::string pid1_cgroup_;
 };
 
@@ -440,7 +323,7 @@ public:
         ::close(mapped_pipe[0]);
         char byte = 0;
         if (pid_ > 0 && ::read(unshared[0], &byte, 1) == 1 &&
-            write_text("/proc/" + std::to_string(pid_) + "/uid_map", "0 " + std::to_string(mapped) + " 1"))
+            write_line("/proc/" + std::to_string(pid_) + "/uid_map", "0 " + std::to_string(mapped) + " 1"))
             ready_ = ::write(mapped_pipe[1], &byte, 1) == 1;
         ::close(unshared[0]);
         ::close(mapped_pipe[1]);
@@ -494,25 +377,13 @@ TEST_F(Issue37AdminUidRegister, JoiningAPlainJobWithContainerTrueIsJudgedAsThatP
 // ---------------------------------------------------------------------------------------------
 // Finding 7 (review of 37.4): the reserved job-name prefixes (common/rules.hpp) hold for every
 // namer: "self-" is malld's for self-registered jobs, "slurm-" root's (the Slurm plugin's).
-class Issue37ReservedJobNames : public ::testing::Test {
-protected:
-    void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_CPUSET();
-        MalldOptions options;
-        options.extra_args = {"--admin-uid", std::to_string(kAdminUid)};
-        malld_ = std::make_unique<PrivateMalld>(options);
-        std::string error;
-        ASSERT_TRUE(malld_->start(&error)) << error;
-    }
-    void TearDown() override { malld_.reset(); }
-    std::unique_ptr<PrivateMalld> malld_;
-};
+class Issue37ReservedJobNames : public AdminUidMalld {};
 
 // mallrun's default name is the command's basename: ./self-play.sh was named self-play.sh-<pid>,
 // which malld refused. It gets "run-" in front and runs malleable.
 TEST_F(Issue37ReservedJobNames, MallrunsDefaultNameForACommandNamedSelfSomethingRegisters) {
     const std::string script = malld_->dir() + "/self-play.sh";
-    ASSERT_TRUE(write_text(script, "#!/bin/sh\necho \"job=$MALL_JOB_ID\""));
+    ASSERT_TRUE(write_line(script, "#!/bin/sh\necho \"job=$MALL_JOB_ID\""));
     ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
     auto r = run_command(mallrun_argv(malld_->socket(), "1:1", "", {script}, {"--require"}));
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\n" << malld_->log();
@@ -548,165 +419,5 @@ TEST_F(Issue37ReservedJobNames, AnAdminUidCannotRegisterASlurmJobsName) {
     EXPECT_TRUE(contains_icase(reply, "job names starting with 'slurm-' are kept for Slurm jobs")) << reply;
     EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Point 4: self-registration only in a cgroup delegated to the process's uid, resized in place.
-class Issue37SelfRegister : public ::testing::Test {
-protected:
-    void SetUp() override {
-        MALL_REQUIRE_ROOT_AND_CPUSET();
-        MalldOptions options;
-        options.extra_args = {"--allow-self-register"};
-        malld_ = std::make_unique<PrivateMalld>(options);
-        std::string error;
-        ASSERT_TRUE(malld_->start(&error)) << error;
-        tree_ = std::make_unique<TestCgroupTree>("mall_selfreg_" + std::to_string(::getpid()));
-    }
-    void TearDown() override {
-        malld_.reset();
-        tree_.reset();
-    }
-
-    // Attach without a job (libmall's self-registration), from a process of uid `uid` in `cgroup`
-    // ("" for the test's own cgroup): "ok {job...}" or "refused <code> <words>".
-    std::unique_ptr<Peer> self_register(uid_t uid, const std::string &cgroup) {
-        const std::string socket = malld_->socket();
-        return std::make_unique<Peer>(uid, cgroup, [socket] {
-            std::string error;
-            auto client = CtlClient::connect(socket, &error);
-            if (!client) return "unreachable " + error;
-            CtlResult r = client->request(proto::Type::Attach, json{{"min", 1}, {"max", 2}}, 15s);
-            const std::string line =
-                r.ok ? "ok " + r.body.dump() : "refused " + std::to_string(r.code) + " " + r.error;
-            // Stays attached until released: the connection must outlive the reply.
-            static std::optional<CtlClient> kept;
-            kept = std::move(client);
-            return line;
-        });
-    }
-
-    std::string make(const std::string &rel, const std::string &cpus) {
-        std::string error;
-        std::string dir = tree_->make(rel, cpus, &error);
-        EXPECT_FALSE(dir.empty()) << error;
-        return dir;
-    }
-
-    // The self-registration was refused with words that say why and what to do instead; malld lists
-    // no job; the process is still where it was.
-    void expect_refused(Peer &peer, const std::string &reply, const std::string &where, const std::string &why) {
-        EXPECT_EQ(reply.rfind("refused ", 0), 0u) << reply << "\n" << status_text(*malld_);
-        EXPECT_TRUE(contains_icase(reply, why)) << "the refusal should say '" << why << "': " << reply;
-        EXPECT_TRUE(contains_icase(reply, "ask an admin to register the job or run it under mallrun/Slurm") ||
-                    contains_icase(reply, "MALL_JOB_ID="))
-            << reply;
-        const auto jobs = listed_jobs(malld_->socket());
-        EXPECT_TRUE(std::find(jobs.begin(), jobs.end(), "self-" + std::to_string(peer.pid())) == jobs.end())
-            << status_text(*malld_);
-        EXPECT_EQ(cgroup_of(peer.pid()), where) << "the process was moved";
-        EXPECT_FALSE(::access((malld_->cgroup_dir() + "/job_self-" + std::to_string(peer.pid())).c_str(), F_OK) == 0)
-            << "malld made a folder for the refused process";
-    }
-
-    std::unique_ptr<PrivateMalld> malld_;
-    std::unique_ptr<TestCgroupTree> tree_;
-};
-
-TEST_F(Issue37SelfRegister, AProcessInTheRootCgroupIsRefusedAndNotMoved) {
-    auto peer = self_register(kUserUid, cpuset_root());
-    const std::string reply = peer->result();
-    expect_refused(*peer, reply, "/", "not delegated to uid " + std::to_string(kUserUid));
-    EXPECT_NE(reply.find("process " + std::to_string(peer->pid())), std::string::npos) << reply;
-}
-
-TEST_F(Issue37SelfRegister, AProcessInACgroupNotDelegatedToItsUidIsRefused) {
-    const std::string service = make("service", "0-1");  // root's: a shared service's cgroup
-    auto peer = self_register(kUserUid, service);
-    const std::string reply = peer->result();
-    expect_refused(*peer, reply, relative(service), "not delegated to uid " + std::to_string(kUserUid));
-    EXPECT_EQ(cgroup_cpus(service).value_or("?"), "0-1") << "the cgroup was resized";
-}
-
-TEST_F(Issue37SelfRegister, ADelegatedCgroupThatAlsoHoldsRootsProcessIsRefused) {
-    const std::string shared = make("shared", "0-1");
-    delegate(shared, kUserUid);
-    Child roots({"/bin/sh", "-c", "echo $$ > " + shared + "/cgroup.procs && exec /bin/sleep 120"});
-    ASSERT_TRUE(roots.started());
-    ASSERT_TRUE(wait_until([&] { return cgroup_of(roots.pid()) == relative(shared); }, 10s));
-    auto peer = self_register(kUserUid, shared);
-    const std::string reply = peer->result();
-    expect_refused(*peer, reply, relative(shared), "holds process " + std::to_string(roots.pid()) + " of uid 0");
-}
-
-TEST_F(Issue37SelfRegister, ADelegatedCgroupWhoseParentLimitsItsCpusIsRefused) {
-    make("", "0");  // the parent allows cpu 0 only: growing the job would widen it
-    const std::string limited = make("limited", "0");
-    delegate(limited, kUserUid);
-    auto peer = self_register(kUserUid, limited);
-    const std::string reply = peer->result();
-    expect_refused(*peer, reply, relative(limited), "never widens");
-    EXPECT_EQ(cgroup_cpus(tree_->root()).value_or("?"), "0") << "the limiting parent was widened";
-}
-
-// A daemon started inside a Slurm step: it left the step task's process tree (its parent is not
-// the task), but it is still in the step's cgroup, so it belongs to that job.
-TEST_F(Issue37SelfRegister, AProcessInsideARegisteredJobsCgroupIsRefused) {
-    const std::string step = make("job_37/step_0", "0-1");
-    delegate(step, kUserUid);  // even delegated: it is the job's cgroup
-    Child task(sleeper_as(kUserUid, step));
-    ASSERT_TRUE(task.started());
-    ASSERT_TRUE(wait_until([&] { return runs_as(task.pid(), kUserUid); }, 10s));
-    const std::string reply_reg = ask(malld_->socket(), proto::Type::Register,
-                                      json{{"job", "slurm-37"}, {"uid", kUserUid}, {"pids", {task.pid()}},
-                                           {"min", 1}, {"max", 2}});
-    ASSERT_EQ(reply_reg.rfind("ok ", 0), 0u) << reply_reg << "\n" << malld_->log();
-    auto daemon = self_register(kUserUid, step);
-    ASSERT_FALSE(in_process_tree(daemon->pid(), {task.pid()}));
-    const std::string reply = daemon->result();
-    expect_refused(*daemon, reply, relative(step), "belongs to job slurm-37");
-    EXPECT_EQ(listed_jobs(malld_->socket()), std::vector<std::string>{"slurm-37"}) << status_text(*malld_);
-}
-
-// A self-registered job is re-adopted after a restart as one (in place, never moved) by its name,
-// so Register keeps "self-" names for self-registrations.
-TEST_F(Issue37SelfRegister, RegisterRefusesTheNameOfASelfRegisteredJob) {
-    Child task({"/bin/sleep", "120"});
-    ASSERT_TRUE(task.started());
-    const std::string reply = ask(malld_->socket(), proto::Type::Register,
-                                  json{{"job", "self-" + std::to_string(task.pid())}, {"uid", 0},
-                                       {"pids", {task.pid()}}, {"min", 1}, {"max", 1}});
-    EXPECT_EQ(reply.rfind("refused " + std::to_string(MALL_ERR_INVAL) + " ", 0), 0u) << reply;
-    EXPECT_TRUE(contains_icase(reply, "kept for self-registered jobs")) << reply;
-    EXPECT_TRUE(listed_jobs(malld_->socket()).empty()) << status_text(*malld_);
-}
-
-// The one way in: a folder delegated to the uid, holding only its processes, under a parent that
-// allows the pool. malld resizes it in place (the job alone gets the whole pool), moves nothing,
-// makes no folder of its own, and gives the folder back its cpus when the job ends.
-TEST_F(Issue37SelfRegister, ADelegatedCgroupIsResizedInPlaceAndGivenBackItsCpus) {
-    const std::string mine = make("user_61002", "0");
-    delegate(mine, kUserUid);
-    auto peer = self_register(kUserUid, mine);
-    const std::string reply = peer->result();
-    ASSERT_EQ(reply.rfind("ok ", 0), 0u) << reply << "\n" << malld_->log();
-    const std::string job = "self-" + std::to_string(peer->pid());
-    EXPECT_NE(reply.find(job), std::string::npos) << reply;
-    EXPECT_TRUE(wait_until([&] { return cgroup_cpus(mine).value_or("") == "0-1"; }, 20s))
-        << "the delegated cgroup was not grown in place to the pool: cpuset.cpus "
-        << cgroup_cpus(mine).value_or("?") << "\n" << status_text(*malld_);
-    auto status = job_status(malld_->socket(), job);
-    ASSERT_TRUE(status) << status_text(*malld_);
-    ASSERT_TRUE((*status)["cgroups"].is_array() && (*status)["cgroups"].size() == 1u) << status->dump(2);
-    EXPECT_EQ((*status)["cgroups"][0].value("path", ""), mine) << status->dump(2);
-    EXPECT_TRUE((*status)["cgroups"][0].value("in_place", false)) << status->dump(2);
-    EXPECT_EQ(cgroup_of(peer->pid()), relative(mine)) << "the process was moved";
-    EXPECT_NE(::access((malld_->cgroup_dir() + "/job_" + job).c_str(), F_OK), 0) << "malld made a folder";
-
-    peer.reset();  // the process exits: the job ends
-    EXPECT_TRUE(wait_until([&] { return !job_status(malld_->socket(), job); }, 20s)) << status_text(*malld_);
-    EXPECT_TRUE(wait_until([&] { return cgroup_cpus(mine).value_or("") == "0"; }, 10s))
-        << "the delegated cgroup did not get its cpus back: " << cgroup_cpus(mine).value_or("?");
-}
-
 }  // namespace
 }  // namespace mall::test

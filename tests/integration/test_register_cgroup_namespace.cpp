@@ -7,7 +7,8 @@
 // Register is refused with words, and no job is listed. A container job ("cgroup": "container")
 // is the exception: its registered pid (the engine's client) is never moved nor resized, so its
 // cgroup does not matter. malld runs here in a cgroup namespace of its own (`unshare -C` inside a
-// cpuset folder of the test's), the registered process in the test's cgroup, above it.
+// cpuset folder of the test's), the registered process in the test's cgroup, above it. Helpers
+// (ask, listed_jobs): support/attackers.hpp.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
 #include "mall/mall.h"
+#include "support/attackers.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(120);
@@ -32,25 +34,6 @@ using nlohmann::json;
 constexpr const char *kUnshare = "/usr/bin/unshare";
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
-
-// "ok <reply body>" or "refused <code> <words>": one request on a fresh connection to malld.
-std::string ask(const std::string &socket, proto::Type type, const json &body) {
-    std::string error;
-    auto client = CtlClient::connect(socket, &error);
-    if (!client) return "unreachable " + error;
-    CtlResult r = client->request(type, body, 15s);
-    return r.ok ? "ok " + r.body.dump() : "refused " + std::to_string(r.code) + " " + r.error;
-}
-
-// The job names `mallctl status --json` lists.
-std::vector<std::string> listed_jobs(const std::string &socket) {
-    std::vector<std::string> names;
-    auto r = run_command(mallctl_argv(socket, {"status", "--json"}));
-    json status = json::parse(r.out, nullptr, false);
-    if (r.exit_code != 0 || !status.is_object()) return {"(mallctl status --json failed: " + r.err + ")"};
-    for (const auto &job : status.value("jobs", json::array())) names.push_back(job.value("job", ""));
-    return names;
-}
 
 std::string namespace_of(pid_t pid) {
     std::error_code ec;

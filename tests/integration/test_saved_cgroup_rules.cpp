@@ -7,15 +7,15 @@
 // under mallrun; malld is SIGKILLed and its state file rewritten to name <tree>/service, malld's
 // cgroup's parent, as a's cgroup in place, saved on cpu 0 (so the next plan would resize it). The
 // restarted malld must not re-adopt a, must say why, and must leave <tree>/service's cpus as they
-// were. Runs on the machine's cpuset controller (cgroup v1 here, v2 in tests/vm's guest).
-#include <sys/stat.h>
+// were. Runs on the machine's cpuset controller (cgroup v1 here, v2 in tests/vm's guest). The
+// state file is rewritten by support/attackers.hpp's kill_and_craft_saved_cgroup.
 #include <unistd.h>
 
-#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "support/attackers.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(120);
@@ -57,20 +57,7 @@ TEST(Issue37SavedCgroupRules, ACraftedStateNamingTheParentOfMalldsCgroupIsNotAdo
     auto a = std::make_unique<Child>(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s)) << status_text(malld);
     ASSERT_TRUE(saved_on(malld, "a", "0-1")) << read_file(malld.state_dir() + "/malld.state.json");
-    malld.kill9();
-
-    const std::string state_file = malld.state_dir() + "/malld.state.json";
-    json state = read_json(state_file);
-    ASSERT_TRUE(state.is_object() && state["jobs"].size() == 1u) << read_file(state_file);
-    json &job = state["jobs"][0];
-    job["cpuset"] = "0";
-    job["published"] = "0";
-    job["cgroups"] = json::array({{{"path", service}, {"in_place", true}, {"original", "0-1"}}});
-    {
-        std::ofstream out(state_file, std::ios::trunc);
-        out << state.dump(2);
-    }
-    ASSERT_EQ(::chmod(state_file.c_str(), 0600), 0);
+    ASSERT_NO_FATAL_FAILURE(kill_and_craft_saved_cgroup(malld, service));
 
     ASSERT_TRUE(malld.restart(&error)) << error;
     for (int i = 0; i < 5; ++i) {  // it runs on: answers now and a moment later

@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/attackers.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(240);
@@ -69,6 +70,25 @@ bool keeps_answering(const PrivateMalld &malld) {
         std::this_thread::sleep_for(200ms);
     }
     return true;
+}
+
+// Job "a" (min 1, max 1) settled on one cpu of the two: its cpu, the other, and its cgroup.
+struct OneCpuJob {
+    std::string cpus, free_cpu, cgroup;
+};
+void wait_for_a_on_one_cpu(const PrivateMalld &malld, OneCpuJob *one) {
+    ASSERT_TRUE(wait_until(
+        [&] {
+            auto j = job_status(malld.socket(), "a");
+            if (!j || j->value("ncpus", 0) != 1) return false;
+            one->cpus = j->value("cpus", "");
+            return job_settled_on(malld.socket(), "a", one->cpus, 1);
+        },
+        20s))
+        << status_text(malld);
+    one->free_cpu = one->cpus == "0" ? "1" : "0";
+    one->cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
+    ASSERT_FALSE(one->cgroup.empty());
 }
 
 // Each unsafe state folder: malld (a real start, not only --check) exits 2 before it serves,
@@ -151,22 +171,15 @@ TEST(Issue37StateBoundaries, MalldMakesItsStateFolder0700AndItsFiles0600) {
 
 // Starts malld with job "a" (mallrun, min 1, max 2) alone on the pool, SIGKILLs malld, and rewrites
 // the job's saved cgroups as someone with write access to the state file could: one cgroup in
-// place at `path`, saved on cpu 0 only (so the next plan grows it, which resizes the cgroup).
+// place at `path`, saved on cpu 0 only (so the next plan grows it, which resizes the cgroup;
+// support/attackers.hpp's kill_and_craft_saved_cgroup).
 void crash_with_crafted_cgroup(PrivateMalld &malld, std::unique_ptr<Child> *a, const std::string &path) {
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
     *a = std::make_unique<Child>(mallrun_argv(malld.socket(), "1:2", "a", test_client_argv()));
     ASSERT_TRUE(wait_until([&] { return job_settled_on(malld.socket(), "a", "0-1", 1); }, 20s)) << status_text(malld);
     ASSERT_TRUE(saved_on(malld, "a", "0-1")) << read_file(malld.state_dir() + "/malld.state.json");
-    malld.kill9();
-    const std::string state_file = malld.state_dir() + "/malld.state.json";
-    json state = read_json(state_file);
-    ASSERT_TRUE(state.is_object() && state["jobs"].size() == 1u) << read_file(state_file);
-    json &job = state["jobs"][0];
-    job["cpuset"] = "0";
-    job["published"] = "0";
-    job["cgroups"] = json::array({{{"path", path}, {"in_place", true}, {"original", "0-1"}}});
-    write_text(state_file, state.dump(2));
+    kill_and_craft_saved_cgroup(malld, path);
 }
 
 // Point 11: an in-place path shorter than the cgroup mount threw std::out_of_range out of the
@@ -227,19 +240,9 @@ TEST(Issue37StateBoundaries, AJobWidenedInTheKernelBeforeTheSaveKeepsThoseCpusUn
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
     Child a(mallrun_argv(malld.socket(), "1:1", "a", test_client_argv()));
-    std::string a_cpus;
-    ASSERT_TRUE(wait_until(
-        [&] {
-            auto j = job_status(malld.socket(), "a");
-            if (!j || j->value("ncpus", 0) != 1) return false;
-            a_cpus = j->value("cpus", "");
-            return job_settled_on(malld.socket(), "a", a_cpus, 1);
-        },
-        20s))
-        << status_text(malld);
-    const std::string free_cpu = a_cpus == "0" ? "1" : "0";
-    const std::string cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
-    ASSERT_FALSE(cgroup.empty());
+    OneCpuJob one;
+    ASSERT_NO_FATAL_FAILURE(wait_for_a_on_one_cpu(malld, &one));
+    const std::string a_cpus = one.cpus, free_cpu = one.free_cpu, cgroup = one.cgroup;
     ASSERT_EQ(cgroup_cpus(cgroup).value_or("?"), a_cpus);
     ASSERT_TRUE(saved_on(malld, "a", a_cpus)) << read_file(malld.state_dir() + "/malld.state.json");
 
@@ -475,19 +478,9 @@ TEST(Issue37StateBoundaries, AJobWidenedInTheKernelDoesNotKeepReclaimedCpus) {
     std::string error;
     ASSERT_TRUE(malld.start(&error)) << error;
     Child a(mallrun_argv(malld.socket(), "1:1", "a", test_client_argv()));
-    std::string a_cpus;
-    ASSERT_TRUE(wait_until(
-        [&] {
-            auto j = job_status(malld.socket(), "a");
-            if (!j || j->value("ncpus", 0) != 1) return false;
-            a_cpus = j->value("cpus", "");
-            return job_settled_on(malld.socket(), "a", a_cpus, 1);
-        },
-        20s))
-        << status_text(malld);
-    const std::string free_cpu = a_cpus == "0" ? "1" : "0";
-    const std::string cgroup = job_status(malld.socket(), "a")->value("cgroup", "");
-    ASSERT_FALSE(cgroup.empty());
+    OneCpuJob one;
+    ASSERT_NO_FATAL_FAILURE(wait_for_a_on_one_cpu(malld, &one));
+    const std::string a_cpus = one.cpus, free_cpu = one.free_cpu, cgroup = one.cgroup;
     auto reclaim = run_command(mallctl_argv(malld.socket(), {"reclaim", free_cpu, "--timeout-ms", "20000"}));
     ASSERT_EQ(reclaim.exit_code, 0) << reclaim.err;
     ASSERT_TRUE(saved_on(malld, "a", a_cpus));
