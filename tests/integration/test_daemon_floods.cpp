@@ -8,7 +8,7 @@
 // connections come and go as ever, an admin's open connection is served throughout, and once the
 // hanging close returns malld catches up and accepts again. Out of descriptors with the closer
 // stuck, malld neither spins nor stops for good. No environment variable makes malld take
-// descriptors on a kernel that can refuse them. Refusals are logged a few per uid however often
+// descriptors on a kernel that can refuse them. Refusals are logged 10 per 10 s per user however often
 // the client reconnects; a job that reports its usage 1000 times in a tight loop causes a few log
 // lines, and its last report is the one in force (within about a second).
 #include <arpa/inet.h>

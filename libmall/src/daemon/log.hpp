@@ -2,7 +2,8 @@
 // log.hpp — malld's log: "2026-11-22T10:00:00.123 malld[pid] level: text" on stderr, one write(2)
 // per line so that lines of concurrent threads never interleave. Safe from any thread. Text a
 // client chose goes through log_text() first; warnings a client can trigger at will go through
-// log_warn_limited() (one line per kind per second) or a LogBudget (a few lines per uid), so no
+// log_warn_limited() (one line per kind per second) or a LogBudget (a few lines per key: a user,
+// or all users together; access.cpp may_log_refusal), so no
 // client can forge lines or flood the log.
 #pragma once
 
