@@ -22,12 +22,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -255,15 +258,27 @@ private:
 
 // In a UserProcess: passes malld a socket lingering (60 s) with unsent data, whose last close,
 // malld's, hangs until `trap` is reset; returns once malld answered (it took the descriptor).
+// Our own copy is closed on a side thread: when malld's closer got to the socket first, that close
+// is the last one and lingers here instead (the process's exit ends it), so we try again.
 bool stick_the_closer(const std::string &socket, const LingerTrap &trap) {
-    UniqueFd connection(unix_connect(socket));
-    const int lingering = trap.lingering_socket(60);
-    if (!connection || lingering < 0) return false;
-    const bool sent = send_packet(connection.get(), packet_of(proto::Type::Status, json::object(), 1), lingering);
-    ::close(lingering);
-    std::string reply;
-    return sent && wait_readable(connection.get(), 10s) == 1 &&
-           recv_packet(connection.get(), &reply, proto::kMaxPacket, nullptr, false) > 0;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        UniqueFd connection(unix_connect(socket));
+        const int lingering = trap.lingering_socket(60);
+        if (!connection || lingering < 0) return false;
+        const bool sent = send_packet(connection.get(), packet_of(proto::Type::Status, json::object(), 1), lingering);
+        auto ours_closed = std::make_shared<std::atomic<bool>>(false);
+        std::thread([lingering, ours_closed] {
+            ::close(lingering);
+            ours_closed->store(true);
+        }).detach();
+        std::string reply;
+        if (!sent || wait_readable(connection.get(), 10s) != 1 ||
+            recv_packet(connection.get(), &reply, proto::kMaxPacket, nullptr, false) <= 0)
+            return false;
+        for (int i = 0; i < 200 && !ours_closed->load(); ++i) std::this_thread::sleep_for(10ms);
+        if (ours_closed->load()) return true;  // malld holds the last reference: its close hangs
+    }
+    return false;
 }
 
 class DaemonFloods : public ::testing::Test {
