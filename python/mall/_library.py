@@ -100,15 +100,20 @@ def candidate_paths() -> list[str]:
     if from_env:
         candidates.append(from_env)
     package_dir = Path(__file__).resolve().parent
-    # Installed layout: `cmake --install` writes _install_paths.py with the library folder
-    # relative to this package (and as an absolute path, for a relocated prefix).
+    # Installed layout: `cmake --install` and `pip install` write _install_paths.py with the library
+    # folder relative to this package (and as an absolute path, for a relocated prefix).
     try:
         from . import _install_paths  # type: ignore[attr-defined]
     except ImportError:
         _install_paths = None
     if _install_paths is not None:
-        for folder in (Path(os.path.normpath(package_dir / _install_paths.LIBRARY_DIR_RELATIVE)),
-                       Path(_install_paths.LIBRARY_DIR_ABSOLUTE)):
+        # An empty entry is no folder (never the working directory).
+        folders = []
+        if _install_paths.LIBRARY_DIR_RELATIVE:
+            folders.append(Path(os.path.normpath(package_dir / _install_paths.LIBRARY_DIR_RELATIVE)))
+        if _install_paths.LIBRARY_DIR_ABSOLUTE:
+            folders.append(Path(_install_paths.LIBRARY_DIR_ABSOLUTE))
+        for folder in folders:
             candidates.extend(str(folder / name) for name in _LIBRARY_NAMES)
     found = ctypes.util.find_library("mall")
     if found:

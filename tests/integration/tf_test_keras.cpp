@@ -13,10 +13,13 @@
 //  - a Conv2D and a GRU model survive 2,000 steps with the allocation changing every few steps;
 //  - a job parked at exit ends 0, Ctrl-C while parked ends the job, and malld SIGKILLed mid-fit
 //    leaves it training with one warning and re-attached (it follows a set) after the restart.
-// Built only with TensorFlow.
+// Built only with TensorFlow. By default against the build tree (the venv's python, the source's
+// package, the built libraries); with MALL_TEST_TF_PYTHON set, against that Python's own installed
+// mall, as a user's venv has it after `pip install` (tests/python_package/run-pip-keras.sh).
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <regex>
 
@@ -34,9 +37,19 @@ bool ends_with(const std::string &s, const std::string &tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The Python that trains: MALL_TEST_TF_PYTHON (a venv with mall pip-installed), else the project's.
+std::string tf_python() {
+    const char *installed = std::getenv("MALL_TEST_TF_PYTHON");
+    return installed && *installed ? installed : MALL_TF_PYTHON;
+}
+bool uses_installed_mall() { return tf_python() != MALL_TF_PYTHON; }
+
+// PYTHONPATH for the trainer: the source's package, or nothing for an installed mall.
+std::string package_path() { return uses_installed_mall() ? "" : std::string(MALL_SOURCE_DIR) + "/python"; }
+
 std::vector<std::string> python_argv(const std::string &program, const std::string &steps,
                                      const std::vector<std::string> &extra = {}) {
-    std::vector<std::string> argv{MALL_TF_PYTHON, std::string(MALL_SOURCE_DIR) + "/examples/" + program, "--steps", steps,
+    std::vector<std::string> argv{tf_python(), std::string(MALL_SOURCE_DIR) + "/examples/" + program, "--steps", steps,
                                   "--log-changes"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
@@ -50,12 +63,17 @@ bool is_resize_to(const std::string &line, int threads, const std::string &cpus)
 void require_python_tensorflow() {
     if (access(kDigits, R_OK) != 0)
         GTEST_FAIL() << kDigits << " is missing: launch_scripts/install-deps.sh installs python3-sklearn";
-    if (access(MALL_TF_PYTHON, X_OK) != 0)
-        GTEST_FAIL() << MALL_TF_PYTHON << " is missing: launch_scripts/install-deps.sh makes the venv";
-    // What a user's environment has after `cmake --install`; here the build tree's files.
-    ::setenv("PYTHONPATH", (std::string(MALL_SOURCE_DIR) + "/python").c_str(), 1);
-    ::setenv("MALL_LIBRARY", MALL_LIBRARY_FILE, 1);
-    ::setenv("MALL_TF_OPS_LIBRARY", MALL_TF_OPS_FILE, 1);
+    if (access(tf_python().c_str(), X_OK) != 0)
+        GTEST_FAIL() << tf_python() << " is missing: launch_scripts/install-deps.sh makes the venv";
+    if (uses_installed_mall()) {  // only what `pip install` put into that venv
+        ::unsetenv("PYTHONPATH");
+        ::unsetenv("MALL_LIBRARY");
+        ::unsetenv("MALL_TF_OPS_LIBRARY");
+    } else {  // what a user's environment has after `cmake --install`; here the build tree's files
+        ::setenv("PYTHONPATH", package_path().c_str(), 1);
+        ::setenv("MALL_LIBRARY", MALL_LIBRARY_FILE, 1);
+        ::setenv("MALL_TF_OPS_LIBRARY", MALL_TF_OPS_FILE, 1);
+    }
     ::setenv("TF_CPP_MIN_LOG_LEVEL", "2", 1);
 }
 
@@ -84,7 +102,7 @@ TEST_P(FollowsMallctlSet, OnTensorFlowsOwnPools) {
     // The plain run's curve, once per command (the Keras run on both backends shares one).
     static std::map<std::vector<std::string>, Curve> plain_curves;
     if (plain_curves.count(plain_argv) == 0) {
-        const auto plain = run_command(plain_argv, RunOptions{{{"PYTHONPATH", std::string(MALL_SOURCE_DIR) + "/python"},
+        const auto plain = run_command(plain_argv, RunOptions{{{"PYTHONPATH", package_path()},
                                                                {"TF_CPP_MIN_LOG_LEVEL", "2"}},
                                                               false, 250s});
         ASSERT_EQ(plain.exit_code, 0) << plain.err;
