@@ -5,7 +5,9 @@
 # Contract: the guest's / is the host's / (read-only 9p, tmpfs overlay on top), so host-built
 # binaries run unchanged; the command's stdout and stderr reach ours, its exit status is ours;
 # 77 = cannot run here (a skip for ctest), 124 = timeout, 125 = the harness failed. qemu is always
-# killed and the per-run temp dir removed; only the initramfs cache in --work-dir stays. --help.
+# killed and the per-run temp dir removed; only the initramfs cache in --work-dir stays. The guest's
+# kernel is Debian's, downloaded into ~/.cache/mall by guest-kernel.sh, never installed on the host
+# (its modules are bind-mounted at /lib/modules/KVER in the guest). --help.
 set -euo pipefail
 
 readonly EXIT_SKIP=77 EXIT_TIMEOUT=124 EXIT_HARNESS=125
@@ -25,11 +27,15 @@ SYNOPSIS
 
 DESCRIPTION
     Boots qemu-system-x86_64 with software emulation (-accel tcg,thread=multi -cpu max; the host's
-    /dev/kvm is not used), Debian's newest installed kernel (/boot/vmlinuz-KVER with a matching
-    /lib/modules/KVER) and a small initramfs made of busybox-static and the 9p, virtio and overlay
-    modules. Both are cached in the work dir and remade only when the kernel, busybox or this
-    script change: the initramfs, and the kernel's ELF vmlinux unpacked from the bzImage, which
-    qemu starts through its PVH entry (no decompression under emulation; else the bzImage).
+    /dev/kvm is not used), Debian's current kernel and a small initramfs made of busybox-static
+    and the 9p, virtio and overlay modules. The kernel is not the host's and is never installed
+    on it: guest-kernel.sh (beside this script; see its --help) downloads the .deb that
+    linux-image-amd64 depends on and unpacks it into \${XDG_CACHE_HOME:-~/.cache}/mall/guest-kernel
+    once (MALL_VM_KERNEL_ROOT names another folder with boot/vmlinuz-KVER and lib/modules/KVER);
+    its modules appear in the guest at /lib/modules/KVER (modprobe works there). The initramfs,
+    and the kernel's ELF vmlinux unpacked from the bzImage, which qemu starts through its PVH
+    entry (no decompression under emulation; else the bzImage), are cached in the work dir and
+    remade only when the kernel, busybox or this script change.
 
     The guest's root is the host's / shared read-only over virtio-9p (submounts included:
     multidevs=remap; cached in the guest, so host files changed during the run may look stale)
@@ -48,7 +54,7 @@ DESCRIPTION
 
     Facts: TCG emulation makes guest timing meaningless (use no timing assertions inside); the
     guest has 2 cpus and 2 GiB unless told otherwise; /proc/cpuinfo shows qemu's "max" cpu, not
-    the host's. The kernel in /boot is often readable by root only: run as root.
+    the host's.
 
 OPTIONS
     --env NAME=VALUE   set NAME in the command's environment (repeatable)
@@ -80,12 +86,12 @@ EXIT STATUS
            not found in the guest: 127). When the command fails, what the guest kernel logged
            while it ran is printed to stderr.
     77     cannot run here, the reason on stderr after "SKIP:" (no qemu-system-x86_64, no
-           kernel with its modules, kernel not readable: not root, no static busybox, no
-           modprobe). ctest reports it as a skip (SKIP_RETURN_CODE 77).
+           static busybox, no modprobe). ctest reports it as a skip (SKIP_RETURN_CODE 77).
     124    --timeout expired, or the boot stalled (--boot-timeout) and no retry was left: qemu
            was killed.
     125    the harness failed: bad usage, the current directory or a --visible folder cannot be
-           seen in the guest (under /dev, /proc or /sys), the initramfs could not be made, or
+           seen in the guest (under /dev, /proc or /sys), the guest's kernel could not be
+           downloaded (guest-kernel.sh says why and what to do), the initramfs could not be made, or
            the guest never ran the command (boot failure, crash: the serial log and qemu's
            output are printed).
     129, 130, 143  SIGHUP, SIGINT, SIGTERM: qemu is killed, the temp dir removed, and this script
@@ -165,13 +171,22 @@ busybox=""
 for b in /bin/busybox /usr/bin/busybox; do if [ -x "$b" ]; then busybox=$b; break; fi; done
 [ -n "$busybox" ] || skip "busybox not found (apt-get install busybox-static)"
 if ldd "$busybox" >/dev/null 2>&1; then skip "$busybox is not statically linked (apt-get install busybox-static)"; fi
-if ! [ -r /boot ] || ! [ -x /boot ]; then skip "/boot is not readable (run as root)"; fi
+# The guest's kernel: a folder with boot/vmlinuz-KVER and lib/modules/KVER (guest-kernel.sh).
+kernel_root=$("$(dirname "${BASH_SOURCE[0]}")/guest-kernel.sh") ||
+  die "no kernel for the guest (guest-kernel.sh above says why and what to do)"
 kver=""
-while read -r v; do if [ -n "$v" ] && [ -d "/lib/modules/$v/kernel" ]; then kver=$v; fi; done < <(
-  for f in /boot/vmlinuz-*; do if [ -e "$f" ]; then echo "${f#/boot/vmlinuz-}"; fi; done | sort -V)
-[ -n "$kver" ] || skip "no /boot/vmlinuz-KVER with a matching /lib/modules/KVER (apt-get install linux-image-amd64)"
-kernel=/boot/vmlinuz-$kver
-[ -r "$kernel" ] || skip "$kernel is not readable by $(id -un) (run as root)"
+while read -r v; do if [ -n "$v" ] && [ -d "$kernel_root/lib/modules/$v/kernel" ]; then kver=$v; fi; done < <(
+  for f in "$kernel_root"/boot/vmlinuz-*; do if [ -e "$f" ]; then echo "${f##*/vmlinuz-}"; fi; done | sort -V)
+[ -n "$kver" ] || die "$kernel_root holds no boot/vmlinuz-KVER with a matching lib/modules/KVER"
+kernel=$kernel_root/boot/vmlinuz-$kver
+[ -r "$kernel" ] || die "$kernel is not readable by $(id -un)"
+# Its modules, mounted at /lib/modules/KVER in the guest from where the guest sees this folder.
+guest_modules=$(realpath -e -- "$kernel_root/lib/modules/$kver")
+case $guest_modules/ in
+  /tmp/*|/run/*) shares+=("$guest_modules") ;;
+  /dev/*|/proc/*|/sys/*) die "the guest's kernel modules in $guest_modules cannot be seen in the guest" ;;
+esac
+modprobe_kernel=("$modprobe_cmd" -d "$kernel_root" -S "$kver")
 
 # --- Per-run temp dir, and the cleanup that always runs ----------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run-in-vm.XXXXXX")
@@ -217,6 +232,11 @@ mount -t 9p -o "$o9p,cache=mmap" mallvmctl $N/run/mall-vm || fail "mount the con
 while read -r tag path; do
   mkdir -p "$N$path" && mount -t 9p -o "$o9p,cache=mmap" "$tag" "$N$path" || fail "share $path"
 done < $N/run/mall-vm/shares
+# The kernel's modules (not the host's: guest-kernel.sh's folder) at /lib/modules/KVER.
+if [ -s $N/run/mall-vm/kernel-modules ]; then
+  read -r msrc mdst < $N/run/mall-vm/kernel-modules
+  mkdir -p "$N$mdst" && mount -o bind "$N$msrc" "$N$mdst" || fail "kernel modules at $mdst"
+fi
 out="" err=""
 for p in /sys/class/virtio-ports/*; do
   case $(cat "$p/name") in
@@ -257,7 +277,7 @@ STAGE2
 module_paths() {
   local m line
   for m in "${MODULES[@]}"; do
-    "$modprobe_cmd" -S "$kver" --show-depends "$m" || return 1
+    "${modprobe_kernel[@]}" --show-depends "$m" || return 1
   done | while read -r line; do
     case $line in insmod\ *) line=${line#insmod }; echo "${line%% *}" ;; esac
   done | awk '!seen[$0]++'
@@ -319,14 +339,14 @@ mkdir -p -- "$work_dir" || die "cannot create the work dir $work_dir"
 work_dir=$(realpath -e -- "$work_dir")
 image=$work_dir/initramfs-$kver.cpio
 key=$( { echo "$kver"; stat -L -c '%n %s %Y' "$kernel" "$busybox"; sha256sum < "${BASH_SOURCE[0]}"
-         for m in "${MODULES[@]}"; do "$modprobe_cmd" -S "$kver" --show-depends "$m" 2>&1; done
+         for m in "${MODULES[@]}"; do "${modprobe_kernel[@]}" --show-depends "$m" 2>&1; done
        } | sha256sum | cut -d' ' -f1)
 if [ -s "$image" ] && [ "$(cat "$image.key" 2>/dev/null)" = "$key" ]; then
   say "initramfs: cached $image"
 else
   say "initramfs: building $image for $kver"
   if ! module_paths > "$tmp/modules" || ! [ -s "$tmp/modules" ]; then
-    skip "kernel $kver lacks modules the guest needs (modprobe -S $kver --show-depends ${MODULES[*]})"
+    die "kernel $kver in $kernel_root lacks modules the guest needs (modprobe -d $kernel_root -S $kver --show-depends ${MODULES[*]})"
   fi
   build_initramfs "$tmp/image" "$tmp/modules" || die "could not build the initramfs (above)"
   # Atomic replacement: a concurrent run keeps reading the image it opened.
@@ -375,6 +395,7 @@ if [ ${#shares[@]} -gt 0 ]; then
   done < <(printf '%s\n' "${shares[@]}" | LC_ALL=C sort -u |
              awk '{ for (i = 1; i <= n; i++) if (index($0 "/", kept[i] "/") == 1) next; kept[++n] = $0; print }')
 fi
+printf '%s %s\n' "$guest_modules" "/lib/modules/$kver" > "$ctl/kernel-modules"
 if [ "$verbose" = 1 ]; then touch "$ctl/want-dmesg"; fi
 
 # --- Boot ---------------------------------------------------------------------------------------
