@@ -3,7 +3,8 @@
 replace), for custom training loops (tf.function or eager); mall.keras wraps it for model.fit.
 
 TensorFlow has no API to resize its pools once made. mall loads a small op library into the
-unpatched TensorFlow (libmall_tf_ops.so, built against the pinned wheel) whose op parks workers of
+unpatched TensorFlow (libmall_tf_ops.so, built against the TensorFlow it loads into: `pip install`
+of mall compiles it against the environment's TensorFlow 2.16 to 2.21) whose op parks workers of
 TensorFlow's intra-op and inter-op pools inside tasks that block until released: parked workers
 sleep, the others steal their work. Unparked, the pools are TensorFlow's as they were. TensorFlow's
 per-thread split (how many pieces Shard() and Eigen cut a kernel into) follows the running count.
@@ -37,9 +38,12 @@ from . import Allocation, Client, MallError
 from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
 from ._follow import AllocationFollower
 
-__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "pools_spin", "on_pools", "op_library_path"]
+__all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "pools_spin", "on_pools", "op_library_path",
+           "build_command"]
 
 _LIBRARY_NAME = "libmall_tf_ops.so"
+# The TensorFlow versions the op library is built and tested for (tf_integration/cmake/tensorflow.cmake).
+SUPPORTED_TENSORFLOW = "2.16 to 2.21"
 _VERSION_SUFFIX = ".tensorflow-version"
 _ops = None
 
@@ -59,9 +63,36 @@ class Threads:
     inter_parked: tuple[int, ...] = ()
 
 
+def _install_facts():
+    """_install_paths of an installed package (None in a source checkout)."""
+    try:
+        from . import _install_paths  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _install_paths
+
+
+def build_command() -> str:
+    """The one command that (re)builds the op library against this Python's TensorFlow, as words
+    for a user: how this package was installed decides it."""
+    facts = _install_facts()
+    python = sys.executable or "python3"
+    if facts is not None and getattr(facts, "INSTALLER", "") == "pip":
+        source = getattr(facts, "SOURCE", "")
+        if not source or not os.path.exists(source):
+            source = "<the mall checkout or sdist you installed from>"
+        return f"{python} -m pip install --force-reinstall --no-deps --no-cache-dir {source}"
+    if facts is not None:
+        return (f"cmake -DMALL_TENSORFLOW_PYTHON={python} <mall's build folder> && "
+                "cmake --build <that folder> && cmake --install <that folder>")
+    return (f"{python} -m pip install --force-reinstall --no-deps --no-cache-dir <this mall checkout>, "
+            f"or in the checkout: cmake -DMALL_TENSORFLOW_PYTHON={python} build && ninja -C build")
+
+
 def op_library_path() -> str:
     """Where libmall_tf_ops.so is: $MALL_TF_OPS_LIBRARY, beside this package (installed), or the
-    source checkout's build/lib. Raises MallError naming every place looked at."""
+    source checkout's build/lib. Raises MallError naming every place looked at and the command that
+    builds it."""
     candidates = []
     if os.environ.get("MALL_TF_OPS_LIBRARY"):
         candidates.append(Path(os.environ["MALL_TF_OPS_LIBRARY"]))
@@ -71,10 +102,12 @@ def op_library_path() -> str:
     for candidate in candidates:
         if candidate.is_file():
             return str(candidate)
+    facts = _install_facts()
+    why = getattr(facts, "OP_LIBRARY", "") if facts is not None else ""
     raise MallError(MALL_ERR_SYSTEM, "mall.tensorflow: no " + _LIBRARY_NAME + " (looked at " +
-                    ", ".join(map(str, candidates)) + "); build mall with TensorFlow "
-                    "(launch_scripts/install-deps.sh, then cmake -DMALL_WITH_TENSORFLOW=ON) or set "
-                    "MALL_TF_OPS_LIBRARY")
+                    ", ".join(map(str, candidates)) + ")" + (f"; at install: {why}" if why else "") +
+                    ". With TensorFlow " + SUPPORTED_TENSORFLOW + " in this environment, build it "
+                    "against that TensorFlow: " + build_command())
 
 
 def _load():
@@ -92,8 +125,8 @@ def _load():
     if built_for and built_for != tf.__version__:
         raise MallError(MALL_ERR_VERSION,
                         f"mall.tensorflow: {path} was built for TensorFlow {built_for}, this process "
-                        f"runs TensorFlow {tf.__version__}: rebuild mall against this TensorFlow "
-                        f"(cmake -DMALL_TENSORFLOW_PYTHON=<its python>), or install TensorFlow {built_for}")
+                        f"runs TensorFlow {tf.__version__}: build it against this TensorFlow: "
+                        f"{build_command()} (or install TensorFlow {built_for})")
     _ops = tf.load_op_library(path)
     return _ops
 

@@ -8,6 +8,7 @@ mall.keras.Malleable() without malld warns once and model.fit trains on. Run wit
 (ctest unit.python.tf_check_tensorflow_helper), MALL_TF_OPS_LIBRARY naming the built library."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,9 +108,31 @@ class TensorFlowHelper(unittest.TestCase):
                                  env=env, capture_output=True, text=True, timeout=120)
             self.assertNotEqual(run.returncode, 0)
             self.assertIn("was built for TensorFlow 0.0.1", run.stderr)
-            self.assertIn("rebuild mall against this TensorFlow", run.stderr)
+            self.assertIn("build it against this TensorFlow: ", run.stderr)
+            self.assertIn("-DMALL_TENSORFLOW_PYTHON=" + sys.executable, run.stderr)  # a source checkout's command
         finally:
             shutil.rmtree(folder)
+
+    def test_a_missing_library_names_the_command_that_builds_it(self):
+        env = dict(os.environ, MALL_TF_OPS_LIBRARY="/nonexistent/libmall_tf_ops.so")
+        code = ("import mall.tensorflow as mt, pathlib, sys\n"
+                "package = pathlib.Path(mt.__file__).parent\n"
+                "if (package / 'libmall_tf_ops.so').exists() or (package.parent.parent / 'build/lib/libmall_tf_ops.so').exists():\n"
+                "    mt._LIBRARY_NAME = 'libmall_tf_ops-absent.so'\n"
+                "mt.threads()\n")
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("no libmall_tf_ops-absent.so (looked at /nonexistent/libmall_tf_ops.so", run.stderr)
+        self.assertIn("With TensorFlow 2.16 to 2.21 in this environment, build it against that TensorFlow: ", run.stderr)
+
+    def test_the_supported_versions_are_the_builds(self):
+        cmake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tf_integration", "cmake",
+                             "tensorflow.cmake")
+        with open(cmake) as f:
+            text = f.read()
+        oldest = re.search(r"set\(MALL_TENSORFLOW_OLDEST ([0-9.]+)\)", text).group(1)
+        newest = re.search(r"set\(MALL_TENSORFLOW_NEWEST ([0-9.]+)\)", text).group(1)
+        self.assertEqual(self.mt.SUPPORTED_TENSORFLOW, f"{oldest} to {newest}")
 
     def test_keras_callback_without_malld_warns_once_and_trains(self):
         code = (
