@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # run-tests.sh — the one test command, for users and CI alike: installs dependencies (apt),
 # configures with Ninja into build/, builds with -j2, runs the whole ctest suite (unit,
-# integration) and exits non-zero on any failure. Extra arguments go to ctest (e.g. -L unit).
+# integration) and exits non-zero on any failure. Extra arguments go to ctest (e.g. -L unit);
+# --configure-only, first, stops after the configure.
 # Environment: MALL_BUILD_DIR (default <repo>/build), MALL_JOBS (default 2),
 #              MALL_SANITIZE_PASS=1 also builds an ASan/UBSan tree (build-asan/) and runs the suite
 #              there (malld, libmall and the tools all instrumented; CI sets it).
@@ -17,6 +18,10 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MALL_BUILD_DIR:-$repo/build}
+# --configure-only (first argument): install the dependencies and configure the build folder as the
+# test run does, then stop (whatever an earlier configure of that folder cached).
+configure_only=0
+if [ "${1:-}" = --configure-only ]; then configure_only=1; shift; fi
 jobs=${MALL_JOBS:-2}
 
 # Phase timing: phase NAME ends the phase before (its seconds kept for the summary) and starts NAME.
@@ -41,11 +46,19 @@ echo "== run-tests: configure ($build)"
 # install-deps.sh brought Slurm, Open MPI, libtorch and TensorFlow's wheel (in <repo>/.venv), so
 # their parts are required (ON), not AUTO: a missing one fails here instead of silently dropping
 # its tests.
-parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON -DMALL_WITH_TENSORFLOW=ON)
+# The venv's python is named outright: a build folder configured before the venv existed (the
+# README's first command, demo.sh, on a fresh clone) cached an empty MALL_TENSORFLOW_PYTHON.
+parts=(-DMALL_WITH_SLURM=ON -DMALL_WITH_MPI=ON -DMALL_WITH_LIBTORCH=ON -DMALL_WITH_TENSORFLOW=ON
+       "-DMALL_TENSORFLOW_PYTHON=${MALL_TF_VENV:-$repo/.venv}/bin/python")
 # The Debian 13 site tests run in one guest boot (ctest vm.site: site_malld, site_podman, site_slurm
 # in turn), ~90 s less than a boot each (tests/vm/CMakeLists.txt).
 cmake -G Ninja -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${parts[@]}" \
       -DMALL_SITE_TESTS_ONE_BOOT=ON >/dev/null
+
+if [ "$configure_only" = 1 ]; then
+  echo "== run-tests: configured $build (--configure-only)"
+  exit 0
+fi
 
 phase build
 echo "== run-tests: build"
