@@ -192,7 +192,8 @@ installed_packages() {
 
 # One dpkg-query for the whole list (it names only the packages it knows): a missing package is
 # one it does not report "install ok installed".
-present=" $(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null |
+# (dpkg-query exits 1 when it knows one of them not: that is the answer, not a failure.)
+present=" $( { dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null || true; } |
               awk '$2 " " $3 " " $4 == "install ok installed" { printf "%s ", $1 }') "
 missing=()
 for p in "${packages[@]}"; do
@@ -220,7 +221,7 @@ fi
 readonly POLICY=/usr/sbin/policy-rc.d POLICY_MARKER="# made by mall's install-deps.sh"
 policy_made=0
 remove_policy() {
-  if [ "$policy_made" = 1 ] && grep -qxF "$POLICY_MARKER" "$POLICY" 2>/dev/null; then
+  if [ "$policy_made" = 1 ] && grep -qF "$POLICY_MARKER" "$POLICY" 2>/dev/null; then
     "${sudo_cmd[@]}" rm -f -- "$POLICY"
   fi
   policy_made=0
@@ -245,17 +246,19 @@ remove_policy
 
 # On a host where systemd runs, the units of packages this run newly installed (the ones named
 # and what they pulled in) that their maintainer scripts enabled are disabled and stopped.
+# (Plain pipes and variables, no <(...): it works where /dev/fd is missing, e.g. in a chroot.)
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-  new_packages=$(LC_ALL=C comm -13 <(printf '%s\n' "$before") <(installed_packages))
+  new_packages=$(installed_packages | awk -v before="$before" '
+    BEGIN { n = split(before, b, "\n"); for (i = 1; i <= n; i++) had[b[i]] = 1 } !($0 in had)')
+  unit_files=$(for p in $new_packages; do dpkg-query -L "$p" 2>/dev/null || true; done |
+                 grep -E '^(/usr)?/lib/systemd/system/[^/@]+\.(service|socket|timer|path)$' |
+                 sed 's|.*/||' | LC_ALL=C sort -u || true)
   units=()
-  while read -r unit; do
-    [ -n "$unit" ] || continue
+  for unit in $unit_files; do
     case $(systemctl is-enabled "$unit" 2>/dev/null || true) in
       enabled|enabled-runtime) units+=("$unit") ;;
     esac
-  done < <(for p in $new_packages; do dpkg-query -L "$p" 2>/dev/null; done |
-             grep -E '^(/usr)?/lib/systemd/system/[^/@]+\.(service|socket|timer|path)$' |
-             sed 's|.*/||' | LC_ALL=C sort -u)
+  done
   if [ ${#units[@]} -gt 0 ]; then
     echo "install-deps: disabling the services this install brought (the tests start their own): ${units[*]}"
     "${sudo_cmd[@]}" systemctl disable --now --quiet "${units[@]}"
