@@ -226,7 +226,8 @@ remove_policy() {
   fi
   policy_made=0
 }
-if ! [ -e "$POLICY" ]; then
+# A file with our marker is a leftover of a run that was killed (SIGKILL): ours to remove.
+if ! [ -e "$POLICY" ] || grep -qF "$POLICY_MARKER" "$POLICY" 2>/dev/null; then
   trap remove_policy EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
