@@ -3,21 +3,30 @@
 # make-site-root.sh — the Debian 13 (trixie) "site" root for the vm.site_* tests (issue 29): systemd as
 # PID 1, Slurm 24.11, podman 5 + crun, trixie's kernel, and what building mall needs. Made with
 # mmdebstrap once and cached as a tarball in ${XDG_CACHE_HOME:-~/.cache}/mall/, keyed by the suite,
-# the package list and the guest configuration written below (a change of either makes a new one).
+# the package list, the guest configuration written below and docs/admin-slurm.md's recipe "mall for
+# Slurm 24.11 on Debian 13" (slurm_recipe.sh), whose `apt-get install` line names the Slurm and
+# build packages (a change of any makes a new one).
 # Contract: prints the tarball's path on stdout (progress on stderr); exit 0 made or cached, 1 failed,
 # 77 cannot run here (not root, no mmdebstrap). --help.
 set -euo pipefail
 
 prog=${0##*/}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=slurm_recipe.sh
+. "$here/slurm_recipe.sh"   # slurm_recipe_packages, slurm_recipe_key, SLURM_RECIPE_DOC
 readonly SUITE=trixie
-# The measured list that boots systemd as PID 1 under qemu TCG (PLATFORM.md "Debian 13"), what
-# building mall's .deb needs (CMakeLists.txt: pkg-config, hwloc, Boost.program_options,
-# nlohmann-json, libslurm-dev, Eigen for tf_integration/, which is always configured; cpack -G DEB:
-# dpkg-dev for dpkg-shlibdeps, file), and the .deb's runtime libraries (pulled by the -dev
-# packages), so that `apt install ./mall_*.deb` in the guest needs no network. jq and psmisc for
-# the guest test scripts; conmon and catatonit for podman (--init); docker.io with docker-cli (the
-# client is only Recommended by docker.io, and mmdebstrap installs no Recommends) for site_docker.sh.
-readonly PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-amd64,iproute2,procps,psmisc,python3,jq,slurmd,slurmctld,slurm-client,munge,podman,crun,conmon,catatonit,docker.io,docker-cli,containerd,runc,busybox-static,g++,cmake,ninja-build,pkg-config,libhwloc-dev,libboost-program-options-dev,nlohmann-json3-dev,libeigen3-dev,libslurm-dev,dpkg-dev,file
+# The guest's own packages: the measured list that boots systemd as PID 1 under qemu TCG
+# (PLATFORM.md "Debian 13"); python3, jq and psmisc for the guest test scripts; conmon and
+# catatonit for podman (--init); docker.io with docker-cli (the client is only Recommended by
+# docker.io, and mmdebstrap installs no Recommends) for site_docker.sh.
+readonly GUEST_PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-amd64,iproute2,procps,psmisc,python3,jq,podman,crun,conmon,catatonit,docker.io,docker-cli,containerd,runc,busybox-static
+# Slurm 24.11, munge and what building mall's .deb needs, exactly as the recipe's `apt-get install`
+# line names them (build-site-deb.sh then runs the whole recipe in this root, where that line
+# installs nothing new), with the .deb's runtime libraries (pulled by the -dev packages), so that
+# `apt install ./mall_*.deb` in the guest needs no network.
+RECIPE_PACKAGES=$(slurm_recipe_packages) || { echo "$prog: cannot read the Slurm 24.11 recipe of $SLURM_RECIPE_DOC (above)" >&2; exit 1; }
+RECIPE_KEY=$(slurm_recipe_key) || exit 1
+readonly RECIPE_PACKAGES RECIPE_KEY PACKAGES=$GUEST_PACKAGES,$RECIPE_PACKAGES
 
 usage() {
   cat <<EOF
@@ -31,7 +40,11 @@ DESCRIPTION
     Runs \`mmdebstrap --variant=minbase --include=PACKAGES $SUITE\` (Debian's mirror, the network
     needed once: about 45-90 s, ~250 MB download) and keeps the result as an uncompressed tarball
     ${XDG_CACHE_HOME:-~/.cache}/mall/debian-$SUITE-site-KEY-root.tar (about 1.3 GB), where KEY
-    hashes the suite, the package list and the guest configuration below. Later calls print the
+    hashes the suite, the package list, the guest configuration below and every line of the
+    recipe "mall for Slurm 24.11 on Debian 13" in $SLURM_RECIPE_DOC.
+    PACKAGES are the guest's own (systemd, the kernel, podman, docker, python3, jq, ...) and those
+    of the recipe's \`apt-get install\` line (Slurm 24.11, munge, mall's build dependencies), read
+    from the doc at every call. Later calls print the
     cached path at once. Making a new one removes the tarballs of other keys and the images
     run-in-site-vm.sh made from them.
 
@@ -52,13 +65,15 @@ DESCRIPTION
 
 OPTIONS
     --print-packages  print the package list (comma-separated) and exit
-    --print-packages-key  print a key of the suite and the package list only (build-site-deb.sh
-                      keys its build tree with it: the guest configuration does not change a build)
+    --print-packages-key  print a key of the suite, the package list and the recipe only
+                      (build-site-deb.sh keys its build tree with it: the guest configuration does
+                      not change a build, a new line in the recipe does)
     --print-path      print where the tarball is (or would be) and exit, making nothing
     -h, --help        this text
 
 EXIT STATUS
-    0 the tarball's path on stdout; 1 mmdebstrap failed (its log's tail on stderr); 77 cannot run
+    0 the tarball's path on stdout; 1 mmdebstrap failed (its log's tail on stderr), or the doc has
+    no readable recipe (slurm_recipe.sh's words on stderr); 77 cannot run
     here (not root, or mmdebstrap missing; the reason on stderr after "SKIP:").
 
 ENVIRONMENT
@@ -110,13 +125,13 @@ touch "$r/etc/.updated" "$r/var/.updated"
 '
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mall
-key=$(printf '%s\n%s\n%s\n' "$SUITE" "$PACKAGES" "$CUSTOMIZE" | md5sum | cut -c1-8)
+key=$(printf '%s\n%s\n%s\n%s\n' "$SUITE" "$PACKAGES" "$CUSTOMIZE" "$RECIPE_KEY" | md5sum | cut -c1-8)
 tarball=$cache/debian-$SUITE-site-$key-root.tar
 
 case ${1-} in
   -h|--help) usage; exit 0 ;;
   --print-packages) echo "$PACKAGES"; exit 0 ;;
-  --print-packages-key) printf '%s\n%s\n' "$SUITE" "$PACKAGES" | md5sum | cut -c1-8; exit 0 ;;
+  --print-packages-key) printf '%s\n%s\n%s\n' "$SUITE" "$PACKAGES" "$RECIPE_KEY" | md5sum | cut -c1-8; exit 0 ;;
   --print-path) echo "$tarball"; exit 0 ;;
   "") ;;
   *) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 1 ;;

@@ -15,14 +15,18 @@
 #       first line, which runs on the other cpu;
 #   (5) when the plain job is cancelled the malleable job grows back to 0-1;
 #   (6) scancel of the malleable job leaves no registration or reservation in malld and no cgroup;
-#   (7) slurmd's log and `journalctl -u malld` show no cgroup error, and no plugin release mismatch.
+#   (7) slurmd's log and `journalctl -u malld` show no cgroup error, and no plugin release mismatch;
+#   (8) the submission filter (CliFilterPlugins=cli_filter/lua with the .deb's cli_filter.lua in
+#       /etc/slurm, as docs/admin-slurm.md says for 24.11): `sbatch --malleable=2:2` without -c is
+#       held with CPUs/Task=2, and `--malleable=2:2 -c 1` is refused with the fix, queueing nothing.
 # Expects (tests/vm/site/run-in-site-vm.sh runs it so): root in the Debian 13 site guest
 # (MALL_IN_SITE_VM=1) with systemd as PID 1 on cgroup v2, host name "site" with 10.77.0.1, the root
 # made by make-site-root.sh (slurmctld, slurmd, slurm-client, munge, python3, jq installed, services
 # not started), mall installed from its .deb (`apt install ./mall_*.deb`: malld.service, mallctl,
 # mall_spank.so in Slurm's PluginDir, the python module), and this folder's slurm.conf, cgroup.conf,
 # plugstack.conf and malld.default in $MALL_SITE_SLURM_CONF (default $MALL_SITE_FILES/slurm, i.e.
-# run-in-site-vm.sh --file tests/vm/site/slurm). It installs them into /etc, (re)starts the
+# run-in-site-vm.sh --file tests/vm/site/slurm). It installs them into /etc, with the .deb's
+# /usr/share/mall/slurm/cli_filter.lua as /etc/slurm/cli_filter.lua, (re)starts the
 # services, and leaves the logs in $MALL_SITE_OUT/slurm/ when set. One PASS/FAIL line per check;
 # exits 1 when any check fails, 77 with the reason when it is not in such a guest. Its own watchdog
 # (MALL_SITE_SLURM_TIMEOUT_S, default 600 s: everything is slow under TCG) fails a hang.
@@ -94,6 +98,9 @@ slurm_batch_cgroup='^/system\.slice/[^/]*_slurmstepd\.scope/[^/]+/step_batch(/|$
 install -d -m 0755 /etc/slurm /var/log/slurm
 install -m 0644 "$conf/slurm.conf" "$conf/cgroup.conf" "$conf/plugstack.conf" /etc/slurm/
 install -m 0644 "$conf/malld.default" /etc/default/malld
+# The submission filter slurm.conf's CliFilterPlugins=cli_filter/lua loads, from the .deb.
+install -m 0644 /usr/share/mall/slurm/cli_filter.lua /etc/slurm/cli_filter.lua ||
+  fatal "(1) the .deb has no /usr/share/mall/slurm/cli_filter.lua to install as /etc/slurm/cli_filter.lua"
 install -d -o slurm -g slurm -m 0755 /var/lib/slurm/slurmctld
 install -d -m 0755 /var/lib/slurm/slurmd
 chown slurm:slurm /var/log/slurm
@@ -194,6 +201,27 @@ if [ -z "$cgroup_errors" ] && [ -z "$mismatch" ] && [ "$malld_lines" -gt 0 ]; th
   pass "(7) slurmd's log and journalctl -u malld show no cgroup error and no plugin release mismatch ($malld_lines malld lines name the jobs)"
 else
   fail "(7) logs: cgroup errors: ${cgroup_errors:-none} | release: ${mismatch:-ok} | malld journal lines naming jobs: $malld_lines"
+fi
+
+# ---- (8) the submission filter: MIN is the job's cpus per task ------------------------------------
+# A held job is only looked at, never run. Without the filter the held job has CPUs/Task=1 and the
+# -c 1 job is queued (to run non-malleable).
+queued() { squeue -h -o %A | sort | paste -sd' ' -; }
+held=$(sbatch --parsable --hold --malleable=2:2 --wrap true 2>"$work/held.sbatch.err"); held=${held%%;*}
+per_task=$( [ -n "$held" ] && scontrol show job "$held" | grep -o 'CPUs/Task=[0-9]*' | head -n1)
+if [ "$per_task" = CPUs/Task=2 ]; then
+  pass "(8) sbatch --hold --malleable=2:2 without -c: job $held got $per_task from cli_filter.lua"
+else
+  fail "(8) sbatch --hold --malleable=2:2 without -c: job '${held}' has '${per_task}', not CPUs/Task=2 (CliFilterPlugins, /etc/slurm/cli_filter.lua?): $(cat "$work/held.sbatch.err")"
+fi
+[ -z "$held" ] || { scancel "$held"; wait_until "$wait_s" "held job $held to end" job_final "$held"; }
+before=$(queued)
+rc=0; refused=$(sbatch --parsable --malleable=2:2 -c 1 --wrap true 2>&1) || rc=$?
+if [ "$rc" -ne 0 ] && grep -qF 'guarantees 2 cpus per task, but -c 1' <<<"$refused" && [ "$(queued)" = "$before" ]; then
+  pass "(8) sbatch --malleable=2:2 -c 1 refused at submission, nothing queued: $(grep -m1 -F guarantees <<<"$refused")"
+else
+  fail "(8) sbatch --malleable=2:2 -c 1: exit $rc, queue '$before' -> '$(queued)', output: $refused"
+  [ "$rc" -ne 0 ] || scancel "${refused%%;*}" 2>/dev/null
 fi
 
 kill "$watchdog_pid" 2>/dev/null
