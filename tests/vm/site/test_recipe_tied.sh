@@ -14,7 +14,10 @@
 #       following an edited doc (a package added, one taken out);
 #   (5) the root's cache key (--print-path) and the build tree's (--print-packages-key) change with
 #       any line of the recipe, a comment too, and not with the doc's prose around it;
-#   (6) a doc without the markers is refused by both scripts with words that name them.
+#   (6) a doc without the markers is refused by both scripts with words that name them;
+#   (7) every configuration line the doc's 24.11 section quotes (slurm.conf, cgroup.conf,
+#       plugstack.conf, /etc/default/malld, the cli_filter.lua install) is in the site guest's
+#       files (tests/vm/site/slurm/, site_slurm.sh).
 # The edited docs are copies in a temp folder (MALL_SLURM_RECIPE_DOC), removed on exit. One PASS or
 # FAIL line per check; exit 1 when any failed.
 set -uo pipefail
@@ -146,6 +149,25 @@ for cmd in "make-site-root.sh --print-packages" "build-site-deb.sh --print-recip
     fail "(6) $cmd with a doc without the recipe: exit $rc, '$msg'"
   fi
 done
+
+# ---- (7) the 24.11 section's configuration is the guest's --------------------------------------------
+# The lines of the fenced blocks of items 2 and 3 of "Deploying on systemd + cgroup v2 + Slurm 24.11".
+quoted=$(sed -n '/^2\. \*\*Install and start malld\*\*/,/^4\. \*\*podman 5\*\*/p' "$doc" |
+  awk '/^ *```/ { inside = !inside; next } inside { sub(/^ +/, ""); if ($0 != "" && $0 !~ /^#/) print }')
+guest=$(cat "$here"/slurm/slurm.conf "$here"/slurm/cgroup.conf "$here"/slurm/plugstack.conf "$here"/slurm/malld.default "$here"/slurm/site_slurm.sh)
+absent=()
+while IFS= read -r line; do
+  case $line in
+    "install -m 0644 /usr/share/mall/slurm/cli_filter.lua /etc/slurm/cli_filter.lua")
+      grep -qF 'install -m 0644 /usr/share/mall/slurm/cli_filter.lua /etc/slurm/cli_filter.lua' "$here/slurm/site_slurm.sh" || absent+=("$line") ;;
+    *) grep -qxF "$line" <<<"$guest" || absent+=("$line") ;;
+  esac
+done <<<"$quoted"
+if [ "$(grep -c . <<<"$quoted")" -ge 8 ] && [ ${#absent[@]} -eq 0 ]; then
+  pass "(7) the $(grep -c . <<<"$quoted") configuration lines the doc quotes for 24.11 are the site guest's ($(grep -c '^CliFilterPlugins=cli_filter/lua$' <<<"$quoted") CliFilterPlugins line)"
+else
+  fail "(7) the doc's 24.11 configuration is not the site guest's: not in tests/vm/site/slurm: ${absent[*]:-} (quoted: $(paste -sd'|' <<<"$quoted"))"
+fi
 
 [ "$failures" -eq 0 ] || { echo "test_recipe_tied.sh: $failures check(s) failed"; exit 1; }
 echo "test_recipe_tied.sh: all checks passed"
