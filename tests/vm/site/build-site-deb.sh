@@ -45,7 +45,8 @@ DESCRIPTION
     suite, package list and the recipe's lines; the last run's output of the recipe, with bash -x's
     "+ command" lines, in its recipe.log),
     so a second run rebuilds only what changed in the sources. First build: about 3-4 minutes on
-    2 cpus, 6.5 measured with other builds running; unchanged sources: about 10-20 s (unpacking the root, ninja's check, cpack).
+    2 cpus (6.5 measured with other builds running); unchanged sources: about 10-20 s
+    (unpacking the root, the recipe's no-op apt-get and build, cpack, the .deb's install).
 
 OPTIONS
     --source DIR  mall's source tree (default: $src_default)
