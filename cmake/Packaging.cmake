@@ -2,9 +2,13 @@
 # Packaging.cmake — `cpack -G DEB` makes one Debian package, mall_<version>_<arch>.deb: the programs,
 # libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit and
 # its options file (/etc/default/malld, a conffile), the man pages, the Python module, the copyright
-# file and the changelog, i.e. every install rule except the components tensorflow (the
-# Session adapter names a PyPI wheel's files) and mpi (libmall_mpi would tie every node to Debian's
-# Open MPI). Depends come from dpkg-shlibdeps (dpkg-dev); what it cannot see is named below.
+# file and the changelog, the Python package's sdist (/usr/share/mall/python/mall-<version>.tar.gz,
+# python/sdist.cmake: a node's Keras users pip-install it into their own TensorFlow venv, which
+# builds the op library against that TensorFlow and uses this package's libmall), i.e. every install
+# rule except the components tensorflow (the Session adapter names a PyPI wheel's files; the op
+# library is built for one TensorFlow, while users bring their own; mall.tensorflow and mall.keras
+# are in the package and name the pip command) and mpi (libmall_mpi would tie every node to
+# Debian's Open MPI). Depends come from dpkg-shlibdeps (dpkg-dev); what it cannot see is named below.
 # Files go under /usr whatever the tree's CMAKE_INSTALL_PREFIX; for Debian's layout (lib/<multiarch>,
 # /usr/lib/python3/dist-packages, Slurm's plugin folder) configure with -DCMAKE_INSTALL_PREFIX=/usr
 # (docs/admin-slurm.md "Install from a Debian package"; tests/package/test_deb_install.sh builds it that way).
@@ -28,7 +32,8 @@ enforcing each job's share with cgroup cpusets: malld (the node manager, with
 its systemd unit), mallctl, mallrun, mallsim and mall-oci-hook; libmall (C API,
 C++ wrapper, CMake package: find_package(mall)) and the header-only adapters
 that park workers of a framework's own thread pool; the Slurm SPANK plugin
---malleable and cli_filter.lua; the Python module mall.")
+--malleable and cli_filter.lua; the Python module mall, and its source
+(/usr/share/mall/python) for users to pip-install into their own TensorFlow.")
 # Depends: dpkg-shlibdeps on the ELF files (libc6, libstdc++6, libhwloc, libboost-program-options,
 # libslurm for malld's Slurm checks); a shlibs file ("libmall 0 mall (>= VERSION)", so packages built
 # against it depend on it) and the ldconfig call for libmall.so.0.

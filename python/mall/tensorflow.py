@@ -83,6 +83,10 @@ def build_command() -> str:
             source = "<the mall checkout or sdist you installed from>"
         return f"{python} -m pip install --force-reinstall --no-deps --no-cache-dir {source}"
     if facts is not None:
+        # `cmake --install` (the Debian package too) puts the sdist under <datadir>/mall/python.
+        source = getattr(facts, "SOURCE", "")
+        if source and os.path.exists(source):
+            return f"{python} -m pip install --force-reinstall --no-deps --no-cache-dir {source}"
         return (f"cmake -DMALL_TENSORFLOW_PYTHON={python} <mall's build folder> && "
                 "cmake --build <that folder> && cmake --install <that folder>")
     return (f"{python} -m pip install --force-reinstall --no-deps --no-cache-dir <this mall checkout>, "

@@ -57,6 +57,11 @@ cleanup() {
   local status=$? m
   set +e
   trap '' TERM INT   # a signal during the cleanup must not cut it short
+  # Whatever still runs inside the root (part e's malld, mallrun and trainer on a failure): ours.
+  for m in /proc/[0-9]*; do
+    [ "$(readlink "$m/root" 2>/dev/null)" = "$root" ] && kill -KILL "${m#/proc/}" 2>/dev/null
+  done
+  wait 2>/dev/null
   # Unmount what is mounted under the root (deepest first); remove nothing while anything still is.
   for m in $(awk -v r="$root/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
     umount "$m" 2>/dev/null || umount -l "$m" || echo "FAIL: cleanup: cannot unmount $m" >&4
@@ -116,8 +121,30 @@ for f in /usr/bin/malld /usr/bin/mallctl /usr/bin/mallrun /usr/bin/mallsim /usr/
          "/usr/lib/$multiarch/cmake/mall/mallConfig.cmake" "/usr/lib/$multiarch/cmake/mall/mallConfigVersion.cmake" \
          "/usr/lib/$multiarch/cmake/mall/mallTargets.cmake" "/usr/lib/$multiarch/slurm-wlm/mall_spank.so" \
          /usr/share/mall/slurm/cli_filter.lua /usr/lib/systemd/system/malld.service \
-         /usr/lib/python3/dist-packages/mall/__init__.py /usr/lib/python3/dist-packages/mall/_install_paths.py; do
+         /usr/lib/python3/dist-packages/mall/__init__.py /usr/lib/python3/dist-packages/mall/_install_paths.py \
+         /usr/lib/python3/dist-packages/mall/tensorflow.py /usr/lib/python3/dist-packages/mall/keras.py \
+         "/usr/share/mall/python/mall-$version.tar.gz"; do
   grep -qxF "$f" "$tmp/contents" || fail "the package lacks $f"
+done
+# The op library is built per TensorFlow, by pip in the user's venv: never in the package.
+bad=$(grep -E 'libmall_tf_ops|tensorflow-version|tensorflow_session|mallTensorflowTargets' "$tmp/contents" || true)
+[ -z "$bad" ] || fail "the package holds what is built against one TensorFlow: $bad"
+# The sdist (python/sdist.cmake): mall-<version>/ with PKG-INFO, pyproject.toml and what
+# python/package.cmake builds from; none of the tests, docs or examples (pyproject.toml's sdist.exclude).
+sdist_list=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/mall/python/mall-$version.tar.gz" | tar -tz) ||
+  fail "cannot list /usr/share/mall/python/mall-$version.tar.gz of the package"
+for f in PKG-INFO pyproject.toml CMakeLists.txt LICENSE python/package.cmake python/mall/__init__.py \
+         python/mall/_install_paths.py.in libmall/cmake/client_library.cmake tf_integration/cmake/tensorflow.cmake \
+         tf_integration/python_ops/mall_pool_ops.cpp; do
+  grep -qxF "mall-$version/$f" <<<"$sdist_list" || fail "the sdist lacks mall-$version/$f"
+done
+bad=$(grep -vE "^mall-$version/" <<<"$sdist_list" || true)
+[ -z "$bad" ] || fail "the sdist holds files outside mall-$version/: $bad"
+bad=$(grep -E "^mall-$version/(tests|docs|examples|python/tests|build[^/]*|\.venv|\.git)/" <<<"$sdist_list" || true)
+[ -z "$bad" ] || fail "the sdist holds what pyproject.toml's sdist.exclude leaves out: $bad"
+pkg_info=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/mall/python/mall-$version.tar.gz" | tar -xzO "mall-$version/PKG-INFO")
+for want in 'Metadata-Version: 2.1' 'Name: mall' "Version: $version"; do
+  grep -qxF "$want" <<<"$pkg_info" || fail "the sdist's PKG-INFO lacks '$want': $pkg_info"
 done
 grep -Eq '^/usr/share/man/man8/malld\.8(\.gz)?$' "$tmp/contents" || fail "the package lacks the man page /usr/share/man/man8/malld.8[.gz]"
 # Nothing of the tests, benchmarks or examples; nothing outside /usr but malld's options file, which
@@ -137,7 +164,7 @@ if [ -f "$build/CPackConfig.cmake" ]; then
   (cd "$tmp" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/out-tree") >"$tmp/cpack-tree.log" 2>&1 ||
     { cat "$tmp/cpack-tree.log" >&2; fail "cpack -G DEB in $build"; }
   tree_deb=$(echo "$tmp"/out-tree/mall_*.deb)
-  bad=$(dpkg-deb -c "$tree_deb" | grep -E 'tensorflow|mall_mpi|libmall_mpi|/test' || true)
+  bad=$(dpkg-deb -c "$tree_deb" | grep -E 'libmall_tf_ops|tensorflow-version|tensorflow_session|mallTensorflowTargets|mall_mpi|libmall_mpi|/test' || true)
   [ -z "$bad" ] || fail "cpack in $build packages what the package must not hold: $bad"
   dpkg-deb --fsys-tarfile "$tree_deb" | tar -xO ./usr/lib/systemd/system/malld.service |
     grep '^ExecStart=/usr/bin/malld ' >/dev/null || fail "cpack in $build: malld.service's ExecStart is not /usr/bin/malld"
@@ -146,12 +173,18 @@ fi
 # --- b. a clean Debian root of the host's suite ---------------------------------------------------
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [ -n "$suite" ] || fail "no VERSION_CODENAME in /etc/os-release: cannot tell which suite the root should be"
-root_packages=man-db,cmake,gcc,libc6-dev,make,python3
+# What a user's node has besides the package: a C toolchain and CMake (the consumer), python3-venv,
+# g++ and Ninja (a Keras user's venv and `pip install` of the package's sdist, part e).
+root_packages=man-db,cmake,gcc,g++,libc6-dev,make,ninja-build,python3,python3-venv
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/mall
 tarball=$cache/debian-$suite-$(echo "$root_packages" | md5sum | cut -c1-8)-root.tar
 if [ ! -f "$tarball" ]; then
   step "mmdebstrap --variant=minbase $suite (+ $root_packages) into $tarball"
   mkdir -p "$cache"
+  # Roots of this test made for another package list (~500 MB each) go.
+  for old in "$cache/debian-$suite-"????????"-root.tar"; do
+    [[ $old =~ /debian-$suite-[0-9a-f]{8}-root\.tar$ ]] && [ "$old" != "$tarball" ] && rm -f -- "$old"
+  done
   # No mirror argument: mmdebstrap takes the host's apt sources (nothing here names a mirror).
   mmdebstrap --quiet --variant=minbase --include="$root_packages" "$suite" "$tmp/root.tar" \
     >"$tmp/mmdebstrap.log" 2>&1 || { tail -n 30 "$tmp/mmdebstrap.log" >&2; fail "mmdebstrap $suite"; }
@@ -161,9 +194,14 @@ step "unpacking $tarball"
 mkdir "$root"
 tar -xpf "$tarball" -C "$root" || fail "unpacking $tarball"
 mount -t proc proc "$root/proc" || fail "mounting /proc in the root"
+# /sys for malld's topology (hwloc) and TensorFlow's cpu count in part e; read-only.
+mount -t sysfs -o ro sysfs "$root/sys" || fail "mounting /sys in the root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
-              DEBIAN_FRONTEND=noninteractive "$@"; }
+# A command in the root with a clean environment (an array too: `"${root_env[@]}" CMD &` gives $! = CMD's
+# pid, chroot and env exec it; a function run with & would be a subshell).
+root_env=(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8
+          DEBIAN_FRONTEND=noninteractive)
+in_root() { "${root_env[@]}" "$@"; }
 
 # --- c. install as a user would: apt resolves the declared Depends -------------------------------
 step "apt-get install ./$(basename "$deb") in the root"
@@ -240,9 +278,167 @@ in_root dpkg -i --force-confold "/tmp/$(basename "$deb")" >"$tmp/reinstall.log" 
   { cat "$tmp/reinstall.log" >&2; fail "dpkg -i of the package over itself"; }
 grep -qx 'MALLD_OPTIONS="--slurm --metrics-interval 30"' "$defaults" || fail "reinstalling the package lost the edit of /etc/default/malld"
 
+# --- e. a Keras user on the node: the one documented command, then a fit that follows mallctl set -
+# docs/admin-slurm.md, docs/frameworks.md: in a venv with their TensorFlow, a user runs
+#   python -m pip install --no-cache-dir /usr/share/mall/python/mall-<version>.tar.gz
+# which builds the op library against that TensorFlow and uses the node's libmall (no
+# nlohmann-json; g++, CMake and Ninja from the node). TensorFlow's wheels come from the host's
+# pip cache, bind-mounted (one download for this test and package.pip_keras_*).
+sdist=/usr/share/mall/python/mall-$version.tar.gz
+venv=/root/keras-venv
+pip_cache=${XDG_CACHE_HOME:-$HOME/.cache}/pip
+mkdir -p "$pip_cache" "$root/root/.cache/pip"
+mount --bind "$pip_cache" "$root/root/.cache/pip" || fail "bind-mounting the pip cache $pip_cache into the root"
+# The host's way to PyPI (a proxy, an index, a CA bundle), as pip in the root needs it.
+pip_env=(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-180}" TF_CPP_MIN_LOG_LEVEL=2)
+for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [ -n "${!var:-}" ] && pip_env+=("$var=${!var}")
+done
+if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
+  cp "$PIP_CERT" "$root/tmp/pip-cert.pem" && pip_env+=(PIP_CERT=/tmp/pip-cert.pem)
+fi
+in_user_env() { in_root "${pip_env[@]}" "$@"; }
+
+step "the system package's mall.tensorflow names the pip command"
+words=$(in_root python3 -c 'import mall, mall.tensorflow as t
+try:
+    t.op_library_path()
+except mall.MallError as e:
+    print(e)') || fail "python3 -c 'import mall.tensorflow' failed in the root"
+want="/usr/bin/python3 -m pip install --force-reinstall --no-deps --no-cache-dir $sdist"
+[[ $words == *"$want"* ]] || fail "mall.tensorflow of the package said: $words (expected it to name: $want)"
+
+step "python3 -m venv $venv; pip install -r requirements-tensorflow.txt"
+started=$SECONDS
+cp "$src/launch_scripts/requirements-tensorflow.txt" "$root/tmp/"
+in_root python3 -m venv "$venv" >"$tmp/venv.log" 2>&1 || { cat "$tmp/venv.log" >&2; fail "python3 -m venv in the root"; }
+in_user_env "$venv/bin/python" -m pip install --quiet -r /tmp/requirements-tensorflow.txt >"$tmp/pip-tf.log" 2>&1 ||
+  { tail -n 30 "$tmp/pip-tf.log" >&2; fail "pip install of TensorFlow in the root's venv"; }
+echo "$me: TensorFlow in the venv in $((SECONDS - started)) s"
+step "the documented command: $venv/bin/python -m pip install --no-cache-dir $sdist"
+started=$SECONDS
+in_user_env "$venv/bin/python" -m pip install --no-cache-dir --verbose "$sdist" >"$tmp/pip-mall.log" 2>&1 ||
+  { tail -n 60 "$tmp/pip-mall.log" >&2; fail "pip install $sdist in the root's venv"; }
+echo "$me: pip install of the sdist in $((SECONDS - started)) s"
+facts=$(in_user_env "$venv/bin/python" -c '
+import mall, mall._install_paths as p, mall._library as l
+print(mall.__file__); print(p.LIBRARY_DIR_ABSOLUTE); print(p.SOURCE); print(p.OP_LIBRARY); print(l.load().path)') ||
+  fail "the pip-installed mall does not import in the venv"
+echo "$facts" | sed "s/^/$me: installed: /"
+{ read -r package_file; read -r libdir; read -r source; read -r op_state; read -r libmall; } <<<"$facts"
+case $package_file in "$venv"/lib/python3*/site-packages/mall/__init__.py) ;; *) fail "import mall in the venv found $package_file";; esac
+[ "$libdir" = "/usr/lib/$multiarch" ] || fail "the wheel did not use the node's libmall: LIBRARY_DIR_ABSOLUTE='$libdir'"
+[ "$libmall" = "/usr/lib/$multiarch/libmall.so.0" ] || fail "mall._library.load() loaded $libmall, not the node's /usr/lib/$multiarch/libmall.so.0"
+[ ! -e "$root$(dirname "$package_file")/libmall.so.0" ] || fail "the wheel carries a libmall.so.0 of its own beside the node's"
+[ "$source" = "$sdist" ] || fail "_install_paths.SOURCE is '$source', not $sdist"
+tf_version=$(sed -n 's/^tensorflow[-a-z]*==//p' "$src/launch_scripts/requirements-tensorflow.txt")
+[[ $op_state == "built for tensorflow"[-_]"cpu $tf_version" ]] || fail "op library: '$op_state', expected built for tensorflow-cpu $tf_version"
+[ -f "$root$(dirname "$package_file")/libmall_tf_ops.so" ] || fail "no libmall_tf_ops.so beside $package_file"
+
+step "a Keras fit under the package's malld (affinity backend) and mallrun follows mallctl set"
+[ "$(nproc)" -ge 2 ] || fail "the Keras check needs cpus 0 and 1 (this machine has $(nproc))"
+# The trainer: a seeded tiny MLP on random data, mall.keras.Malleable() in model.fit; after each batch
+# a 'resize step N threads T cpus LIST' line for each allocation applied (T: TensorFlow's running
+# intra-op workers, mall.tensorflow.threads()); stops at the end of the batch after /tmp/stop exists.
+cat >"$root/tmp/keras_follow.py" <<'PY'
+import os
+import sys
+import numpy as np
+import keras
+import tensorflow as tf
+import mall.keras
+import mall.tensorflow
+
+sys.stdout.reconfigure(line_buffering=True)
+mall.tensorflow.size_pools()  # before TensorFlow's first op: pools as large as the job may grow
+malleable = mall.keras.Malleable()
+print(f"start pid {os.getpid()}")
+keras.utils.set_random_seed(1)
+x = np.random.default_rng(1).random((512, 32), dtype=np.float32)
+y = (x.sum(axis=1) * 3).astype(np.int32) % 10
+model = keras.Sequential([keras.Input(shape=(32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(64, drop_remainder=True).repeat()
+
+
+class Log(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.step, self.seen = 0, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step == 1:
+            print("training")
+        if malleable.changes != self.seen:
+            self.seen = malleable.changes
+            print(f"resize step {self.step} threads {mall.tensorflow.threads().intra} "
+                  f"cpus {malleable.client.allocation.text}")
+        if os.path.exists("/tmp/stop"):
+            self.model.stop_training = True
+
+
+log = Log()
+model.fit(data, epochs=1, steps_per_epoch=10**7, verbose=0, callbacks=[malleable, log])
+print(f"done steps {log.step}")
+PY
+rm -f "$root/tmp/stop"
+"${root_env[@]}" malld --backend affinity --cpus 0-1 --ack-timeout-ms 20000 --socket /run/mall/malld.sock \
+  --state-dir /var/lib/mall >"$tmp/malld.log" 2>&1 &
+malld_pid=$!
+for _ in $(seq 100); do [ -S "$root/run/mall/malld.sock" ] && break; sleep 0.1; done
+[ -S "$root/run/mall/malld.sock" ] || { cat "$tmp/malld.log" >&2; fail "malld in the root made no socket in 10 s"; }
+"${root_env[@]}" "${pip_env[@]}" mallrun --socket /run/mall/malld.sock --malleable=1:2 --job keras -- \
+  "$venv/bin/python" /tmp/keras_follow.py >"$tmp/trainer.log" 2>&1 &
+trainer_pid=$!
+# wait_line REGEX SECONDS [AFTER]: until a line of the trainer's log after its first AFTER lines
+# matches REGEX.
+trainer_has() { tail -n +"$((${2:-0} + 1))" "$tmp/trainer.log" | grep -Eq "$1"; }
+wait_line() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    trainer_has "$1" "${3:-0}" && return 0
+    kill -0 "$trainer_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  trainer_has "$1" "${3:-0}" && return 0
+  cat "$tmp/trainer.log" >&2; echo "--- malld's log:" >&2; tail -n 30 "$tmp/malld.log" >&2
+  fail "no line matching '$1' from the Keras trainer in $2 s"
+}
+# threads_on PID LIST: every thread of PID may run on exactly LIST (the affinity backend pins them).
+threads_on() {
+  local task
+  for task in /proc/"$1"/task/*; do
+    [ "$(awk '/^Cpus_allowed_list:/ {print $2}' "$task/status" 2>/dev/null || echo "$2")" = "$2" ] || return 1
+  done
+}
+started=$SECONDS
+wait_line '^training$' 180
+trainer_python=$(sed -n 's/^start pid //p' "$tmp/trainer.log")
+for set in "0 1 0" "0-1 2 0-1"; do
+  read -r cpus threads expected <<<"$set"
+  lines_before=$(wc -l <"$tmp/trainer.log")
+  out=$(in_root mallctl --socket /run/mall/malld.sock set keras --cpus "$cpus" 2>&1) || fail "mallctl set keras --cpus $cpus: $out"
+  wait_line "^resize step [0-9]+ threads $threads cpus $expected\$" 60 "$lines_before"
+  for _ in $(seq 50); do threads_on "$trainer_python" "$expected" && break; sleep 0.1; done
+  threads_on "$trainer_python" "$expected" ||
+    fail "after mallctl set --cpus $cpus the trainer's threads are not all on $expected: $(grep -h Cpus_allowed_list: /proc/"$trainer_python"/task/*/status | sort | uniq -c | tr '\n' ';')"
+  echo "$me: mallctl set keras --cpus $cpus: $(grep -E "threads $threads cpus $expected\$" "$tmp/trainer.log" | tail -n 1), every thread on $expected"
+done
+touch "$root/tmp/stop"
+trainer_status=0
+wait "$trainer_pid" || trainer_status=$?
+trainer_pid=
+[ "$trainer_status" -eq 0 ] || { cat "$tmp/trainer.log" >&2; fail "mallrun of the Keras trainer exited $trainer_status"; }
+grep -q '^done steps ' "$tmp/trainer.log" || { cat "$tmp/trainer.log" >&2; fail "the Keras trainer did not finish its fit"; }
+kill -TERM "$malld_pid"; wait "$malld_pid" || true
+malld_pid=
+echo "$me: Keras fit under malld in $((SECONDS - started)) s: $(grep '^done steps' "$tmp/trainer.log")"
+
 step "apt-get purge mall"
 in_root apt-get purge -y mall >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log" >&2; fail "apt-get purge mall"; }
-left=$(cd "$root" && ls -d usr/bin/malld "usr/lib/$multiarch/libmall.so.0" usr/lib/python3/dist-packages/mall etc/default/malld 2>/dev/null || true)
+left=$(cd "$root" && ls -d usr/bin/malld "usr/lib/$multiarch/libmall.so.0" usr/lib/python3/dist-packages/mall etc/default/malld \
+         usr/share/mall 2>/dev/null || true)
 [ -z "$left" ] || fail "apt-get purge mall left $left"
 
 step "PASS (package $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB)"
