@@ -6,10 +6,16 @@
 # `apt-get install ./mall_*.deb` in a clean Debian root of the host's suite (mmdebstrap minbase,
 # from the host's own apt sources) pulls what it needs, after which malld, mallctl, the man page,
 # the Python module, the unit file, the SPANK plugin in Debian's Slurm plugin folder and a C program
-# built there with find_package(mall) all work; `apt-get purge` then removes it.
+# built there with find_package(mall) all work; a Keras user of the node then runs the one
+# documented command, `python -m pip install --no-cache-dir /usr/share/mall/python/mall-<version>.tar.gz`
+# (the sdist the package ships, python/sdist.cmake) in a venv with TensorFlow 2.21, which must build
+# the op library and use the node's libmall, and a model.fit with mall.keras.Malleable() under the
+# package's malld (affinity backend: the root has no cgroup of its own) and mallrun follows
+# `mallctl set --cpus 0` and `0-1` (its resize lines, every thread's Cpus_allowed_list);
+# `apt-get purge` then removes the package.
 # Usage: test_deb_install.sh BUILD_DIR SOURCE_DIR. Needs root (exits 77 with the reason in
-# $MALL_TEST_SKIP_LOG otherwise), mmdebstrap and dpkg-dev (install-deps.sh), and the network to
-# the host's apt sources.
+# $MALL_TEST_SKIP_LOG otherwise), mmdebstrap and dpkg-dev (install-deps.sh), at least 2 cpus, and
+# the network to the host's apt sources and to PyPI.
 #
 # Choices (measured on the 2-cpu CI machine kind, Debian 12):
 # - The package is built from a tree of its own, configured as docs/admin-slurm.md "Install from a Debian
@@ -25,6 +31,12 @@
 #   module's check) to the root: mmdebstrap takes 30-45 s instead of 15 s, once: the root is cached
 #   as a tarball (~500 MB) in ${XDG_CACHE_HOME:-~/.cache}/mall/, keyed by the suite and the package
 #   list, and unpacked in ~6 s. Measured: first run 3 min 16 s, later runs 20 s.
+# - The Keras user (part e) adds g++, ninja-build and python3-venv to the root (~580 MB, unpacked in
+#   ~12 s), a venv with TensorFlow from a wheelhouse in the same cache (~320 MB, `pip download` on
+#   the first run), pip's build of the sdist (the op library alone: ~11 s) and a short fit (~3 s).
+#   Measured here (2 cpus shared with other builds): +~50 s on a fresh cache (mmdebstrap 41 s;
+#   part e 34 s with the download), +~43 s on later runs (63 s in all; TensorFlow from the
+#   wheelhouse 26 s, the sdist 10 s, the fit 3 s).
 # - The root's apt lists are fetched fresh each run (apt-get update), so Depends resolve against
 #   the suite as it is now, not as it was when the tarball was made.
 # Cleanup (also on failure, Ctrl-C and the watchdog): /proc in the root unmounted (lazily if busy),
@@ -282,13 +294,19 @@ grep -qx 'MALLD_OPTIONS="--slurm --metrics-interval 30"' "$defaults" || fail "re
 # docs/admin-slurm.md, docs/frameworks.md: in a venv with their TensorFlow, a user runs
 #   python -m pip install --no-cache-dir /usr/share/mall/python/mall-<version>.tar.gz
 # which builds the op library against that TensorFlow and uses the node's libmall (no
-# nlohmann-json; g++, CMake and Ninja from the node). TensorFlow's wheels come from the host's
-# pip cache, bind-mounted (one download for this test and package.pip_keras_*).
+# nlohmann-json; g++, CMake and Ninja from the node). TensorFlow and its dependencies come from a
+# wheelhouse in $cache (bind-mounted at /wheelhouse): `pip download` fills it on the first run, later
+# runs install from it with --no-index. Not pip's own cache: PyPI's answers here are not stored in it
+# (after a download ~/.cache/pip stayed empty), so each run would download the ~260 MB again.
 sdist=/usr/share/mall/python/mall-$version.tar.gz
 venv=/root/keras-venv
-pip_cache=${XDG_CACHE_HOME:-$HOME/.cache}/pip
-mkdir -p "$pip_cache" "$root/root/.cache/pip"
-mount --bind "$pip_cache" "$root/root/.cache/pip" || fail "bind-mounting the pip cache $pip_cache into the root"
+requirements=$src/launch_scripts/requirements-tensorflow.txt
+wheelhouse=$cache/wheels-$suite-$(md5sum <"$requirements" | cut -c1-8)
+mkdir -p "$wheelhouse" "$root/wheelhouse"
+for old in "$cache/wheels-$suite-"????????; do  # wheelhouses of another TensorFlow pin
+  [[ $old =~ /wheels-$suite-[0-9a-f]{8}$ ]] && [ "$old" != "$wheelhouse" ] && rm -rf -- "$old"
+done
+mount --bind "$wheelhouse" "$root/wheelhouse" || fail "bind-mounting the wheelhouse $wheelhouse into the root"
 # The host's way to PyPI (a proxy, an index, a CA bundle), as pip in the root needs it.
 pip_env=(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-180}" TF_CPP_MIN_LOG_LEVEL=2)
 for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
@@ -308,12 +326,18 @@ except mall.MallError as e:
 want="/usr/bin/python3 -m pip install --force-reinstall --no-deps --no-cache-dir $sdist"
 [[ $words == *"$want"* ]] || fail "mall.tensorflow of the package said: $words (expected it to name: $want)"
 
-step "python3 -m venv $venv; pip install -r requirements-tensorflow.txt"
+step "python3 -m venv $venv; pip install -r requirements-tensorflow.txt (wheelhouse $wheelhouse)"
 started=$SECONDS
-cp "$src/launch_scripts/requirements-tensorflow.txt" "$root/tmp/"
+cp "$requirements" "$root/tmp/requirements-tensorflow.txt"
 in_root python3 -m venv "$venv" >"$tmp/venv.log" 2>&1 || { cat "$tmp/venv.log" >&2; fail "python3 -m venv in the root"; }
-in_user_env "$venv/bin/python" -m pip install --quiet -r /tmp/requirements-tensorflow.txt >"$tmp/pip-tf.log" 2>&1 ||
-  { tail -n 30 "$tmp/pip-tf.log" >&2; fail "pip install of TensorFlow in the root's venv"; }
+if [ ! -f "$wheelhouse/complete" ]; then
+  in_user_env "$venv/bin/python" -m pip download --quiet -d /wheelhouse -r /tmp/requirements-tensorflow.txt \
+    >"$tmp/pip-download.log" 2>&1 || { tail -n 30 "$tmp/pip-download.log" >&2; fail "pip download of TensorFlow into $wheelhouse"; }
+  touch "$wheelhouse/complete"
+  echo "$me: downloaded $(du -sh "$wheelhouse" | cut -f1) of wheels in $((SECONDS - started)) s"
+fi
+in_user_env "$venv/bin/python" -m pip install --quiet --no-index --find-links /wheelhouse -r /tmp/requirements-tensorflow.txt \
+  >"$tmp/pip-tf.log" 2>&1 || { tail -n 30 "$tmp/pip-tf.log" >&2; fail "pip install of TensorFlow in the root's venv"; }
 echo "$me: TensorFlow in the venv in $((SECONDS - started)) s"
 step "the documented command: $venv/bin/python -m pip install --no-cache-dir $sdist"
 started=$SECONDS
@@ -331,7 +355,7 @@ case $package_file in "$venv"/lib/python3*/site-packages/mall/__init__.py) ;; *)
 [ "$libmall" = "/usr/lib/$multiarch/libmall.so.0" ] || fail "mall._library.load() loaded $libmall, not the node's /usr/lib/$multiarch/libmall.so.0"
 [ ! -e "$root$(dirname "$package_file")/libmall.so.0" ] || fail "the wheel carries a libmall.so.0 of its own beside the node's"
 [ "$source" = "$sdist" ] || fail "_install_paths.SOURCE is '$source', not $sdist"
-tf_version=$(sed -n 's/^tensorflow[-a-z]*==//p' "$src/launch_scripts/requirements-tensorflow.txt")
+tf_version=$(sed -n 's/^tensorflow[-a-z]*==//p' "$requirements")
 [[ $op_state == "built for tensorflow"[-_]"cpu $tf_version" ]] || fail "op library: '$op_state', expected built for tensorflow-cpu $tf_version"
 [ -f "$root$(dirname "$package_file")/libmall_tf_ops.so" ] || fail "no libmall_tf_ops.so beside $package_file"
 
