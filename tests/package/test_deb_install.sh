@@ -95,9 +95,15 @@ step() { echo "== $me [$((SECONDS - t0)) s]: $*"; }
 # --- a. the package: its file name, control fields and contents ---------------------------------
 pkgtree=$build/deb-package
 step "packaging tree $pkgtree (-DCMAKE_INSTALL_PREFIX=/usr)"
-cmake -G Ninja -S "$src" -B "$pkgtree" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
-  -DMALL_WITH_SLURM=ON -DMALL_WITH_TENSORFLOW=OFF -DMALL_WITH_MPI=OFF -DMALL_WITH_LIBTORCH=OFF \
-  -DMALL_BUILD_TESTS=OFF -DMALL_BUILD_EXAMPLES=OFF -DMALL_BUILD_BENCHMARKS=OFF >"$tmp/configure.log" 2>&1 ||
+# The options are the docs' own: the -D words of the `cmake -G Ninja` line between admin-slurm.md's
+# deb-package-recipe markers (continuation lines joined), so the doc cannot drift from what is tested.
+doc_options=$(sed -n '/<!-- deb-package-recipe:begin -->/,/<!-- deb-package-recipe:end -->/p' "$src/docs/admin-slurm.md" |
+  sed -e ':a' -e '/\\$/N; s/\\\n//; ta' | grep -m1 '^cmake -G Ninja ' | tr -s ' ' '\n' | grep '^-D' || true)
+mapfile -t doc_options <<<"$doc_options"
+case " ${doc_options[*]} " in *" -DCMAKE_INSTALL_PREFIX=/usr "*) ;;
+  *) fail "docs/admin-slurm.md has no deb-package-recipe block with a 'cmake -G Ninja ... -DCMAKE_INSTALL_PREFIX=/usr' line (found: ${doc_options[*]:-nothing})";; esac
+step "configure options from docs/admin-slurm.md: ${doc_options[*]}"
+cmake -G Ninja -S "$src" -B "$pkgtree" "${doc_options[@]}" >"$tmp/configure.log" 2>&1 ||
   { cat "$tmp/configure.log" >&2; fail "configuring the packaging tree $pkgtree"; }
 ninja -C "$pkgtree" -j "${MALL_JOBS:-$(nproc)}" >"$tmp/build.log" 2>&1 ||
   { tail -n 40 "$tmp/build.log" >&2; fail "building the packaging tree $pkgtree"; }
