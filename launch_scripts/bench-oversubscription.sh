@@ -48,7 +48,8 @@ Options:
   -h, --help   this text
 
 Needs a build (MALL_BUILD_DIR, default build/; built here if missing) and python3-sklearn's digits.
-As root malld enforces cores with cgroup cpusets; otherwise with thread affinity (it says so).
+As root, with a cgroup-v1 cpuset hierarchy at /sys/fs/cgroup/cpuset, malld enforces cores with
+cgroup cpusets (--backend auto); otherwise, cgroup v2 included, with thread affinity (it says so).
 Output: one line per run, a table of medians, then
   mall_vs_oversub=X.XX mall_vs_static=Y.YY
 (total images per second under mall divided by that of each other way).
