@@ -1,16 +1,23 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Proves malld's Reclaim by owner (what a Slurm job prolog sends: no cpus, malld looks the job up
 // in Slurm) reserves the Linux cpus of the job's Slurm cores on SMT and interleaved nodes (issue 12,
-// defect 4: it reserved Slurm's ids as if they were Linux cpus).
+// defect 4: it reserved Slurm's ids as if they were Linux cpus); and that malld asks slurmctld
+// nothing about a job whose step sockets slurmd's spool shows (issue 39), asks about one that
+// vanished from it and releases it when Slurm has ended it (with no AdminComment update then).
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -21,6 +28,7 @@
 #include "daemon/core/topology.hpp"
 #include "daemon/server.hpp"
 #include "daemon/slurm_jobs.hpp"
+#include "daemon/slurmd_spool.hpp"
 #include "support/malld_fixture.hpp"
 
 MALL_TEST_WATCHDOG(60);
@@ -40,7 +48,8 @@ public:
     SlurmJobState query(uint32_t id) override {
         SlurmJobState s;
         s.job_id = id;
-        if (id != job_) {
+        ++queries;
+        if (id != job_ || ended) {
             s.kind = SlurmJobState::Kind::NotRunning;
             s.detail = "unknown to slurmctld";
             return s;
@@ -65,7 +74,10 @@ public:
     // `mu`: taking it here orders that read before the destruction (ThreadSanitizer sees no order
     // in the SIGTERM that stops the server).
     ~FakeSlurm() override { std::lock_guard<std::mutex> lock(mu); }
+    uid_t slurmd_uid() const override { return ::getuid(); }  // the test's spool folder is its own
     std::chrono::milliseconds annotate_delay{0};
+    std::atomic<int> queries{0};     // what slurmctld was asked (each a REQUEST_JOB_INFO_SINGLE)
+    std::atomic<bool> ended{false};  // Slurm has ended the job
     std::mutex mu;
     std::vector<std::string> annotated;
     std::chrono::steady_clock::time_point annotated_at{};
@@ -80,13 +92,16 @@ private:
 // a fake Slurm; served on its own thread until the destructor stops it with SIGTERM.
 class InProcessMalld {
 public:
-    InProcessMalld(const std::string &topology_spec, std::unique_ptr<SlurmQuery> slurm) {
+    InProcessMalld(const std::string &topology_spec, std::unique_ptr<SlurmQuery> slurm,
+                   std::chrono::seconds interval = std::chrono::seconds(3600),
+                   std::optional<SlurmdSpool> spool = std::nullopt) {
         char tmpl[] = "/tmp/mall_test_slurm_lookup_XXXXXX";
         if (char *d = ::mkdtemp(tmpl)) dir_ = d;
         socket_ = dir_ + "/malld.sock";
         std::promise<std::string> started;
         auto ready = started.get_future();
-        thread_ = std::thread([this, topology_spec, &started, query = std::move(slurm)]() mutable {
+        thread_ = std::thread([this, topology_spec, &started, interval, query = std::move(slurm),
+                               spool = std::move(spool)]() mutable {
             std::string error;
             auto topology = Topology::load(topology_spec, &error);
             std::string why;
@@ -99,7 +114,7 @@ public:
             options.socket_path = socket_;
             options.state_dir = dir_ + "/state";
             Server server(options, *topology, topology->all_cpus(), std::move(backend));
-            server.enable_slurm_checks(std::move(query), std::chrono::seconds(3600));
+            server.enable_slurm_checks(std::move(query), interval, std::chrono::seconds(0), std::move(spool));
             if (!server.start(&error)) {
                 started.set_value("start failed: " + error);
                 return;
@@ -212,6 +227,105 @@ TEST(SlurmAdminComment, TheLastDeregisterIsAnsweredAfterTheJobsFiguresReachedSlu
     ASSERT_EQ(fake->annotated.size(), 1u);
     EXPECT_EQ(fake->annotated[0].rfind("7 lent_core_s=", 0), 0u) << fake->annotated[0];
     EXPECT_NE(fake->annotated[0].find(",resizes=1,ack_timeouts=0,"), std::string::npos) << fake->annotated[0];
+}
+
+// A slurmstepd's socket in a spool folder of the test's own: bound while the object lives.
+class StepdSocket {
+public:
+    explicit StepdSocket(const std::string &path) : path_(path) {
+        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+        bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0;
+    }
+    ~StepdSocket() { close(); }
+    void close() {  // the step ended
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+        ::unlink(path_.c_str());
+    }
+    bool bound() const { return bound_; }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    bool bound_ = false;
+};
+
+// Issue 39: with the job's step in slurmd's spool, neither its registration nor any of the
+// reconciliations (every second here) asks slurmctld anything; once its step socket is gone and
+// Slurm says it ended, malld asks (once), releases it, and does not try to update a finished job's
+// AdminComment.
+TEST(SlurmSteadyState, AJobTheSpoolShowsCostsSlurmctldNothing) {
+    char tmpl[] = "/tmp/mall_test_spool_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string spool = tmpl;
+    ASSERT_EQ(::chmod(spool.c_str(), 0755), 0);
+    struct RemoveSpool {
+        std::string dir;
+        ~RemoveSpool() { std::error_code e; std::filesystem::remove_all(dir, e); }
+    } remove_spool{spool};
+    StepdSocket extern_step(spool + "/node1_7.4294967291");
+    StepdSocket step(spool + "/node1_7.0");
+    ASSERT_TRUE(extern_step.bound() && step.bound());
+
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    InProcessMalld malld("pack:1 core:4", std::move(slurm), std::chrono::seconds(1),
+                         SlurmdSpool(spool, "node1", ::getuid()));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
+    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
+    ASSERT_TRUE(registered.ok) << registered.error;
+    // Three reconciliation rounds with the job running here: no question to slurmctld.
+    std::this_thread::sleep_for(3500ms);
+    EXPECT_EQ(fake->queries.load(), 0) << "slurmctld was asked about a job slurmd's spool shows";
+    ASSERT_TRUE(job_status(malld.socket(), "slurm-7").has_value());
+
+    // The job's steps end and the plugin's end never comes: malld asks Slurm, which ended it.
+    fake->ended = true;
+    step.close();
+    extern_step.close();
+    EXPECT_TRUE(wait_until([&] { return !job_status(malld.socket(), "slurm-7").has_value(); }, 20s))
+        << status_json(malld.socket()).value_or(nlohmann::json()).dump();
+    EXPECT_GE(fake->queries.load(), 1);
+    std::this_thread::sleep_for(1500ms);  // an end recorded would be sent by now
+    std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_TRUE(fake->annotated.empty()) << "tried to update the AdminComment of a job Slurm had ended: "
+                                         << fake->annotated[0];
+}
+
+// Issue 39: a spool folder malld cannot trust (writable by others) is not read: malld says so and
+// asks slurmctld instead, as it did before (the job is still checked).
+TEST(SlurmSteadyState, AnUntrustedSpoolFallsBackToAskingSlurmctld) {
+    char tmpl[] = "/tmp/mall_test_spool_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string spool = tmpl;
+    ASSERT_EQ(::chmod(spool.c_str(), 0777), 0);
+    struct RemoveSpool {
+        std::string dir;
+        ~RemoveSpool() { std::error_code e; std::filesystem::remove_all(dir, e); }
+    } remove_spool{spool};
+    StepdSocket step(spool + "/node1_7.0");
+    ASSERT_TRUE(step.bound());
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    InProcessMalld malld("pack:1 core:4", std::move(slurm), std::chrono::seconds(1),
+                         SlurmdSpool(spool, "node1", ::getuid()));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
+    ASSERT_TRUE(client->request(proto::Type::Register, job, std::chrono::seconds(20)).ok);
+    EXPECT_TRUE(wait_until([&] { return fake->queries.load() >= 2; }, 20s)) << fake->queries.load();
+    EXPECT_TRUE(job_status(malld.socket(), "slurm-7").has_value());  // Slurm runs it: kept
 }
 
 }  // namespace

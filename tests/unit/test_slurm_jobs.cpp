@@ -269,8 +269,9 @@ TEST(SlurmChecker, AnEndDuringARunningUpdateIsRecordedAfterIt) {
 TEST(SlurmAdminComment, ANodeWhoseSegmentWasOverwrittenTriesAgain) {
     std::string field = "set by the site";
     int writes = 0;
-    auto load = [&](std::string *comment) {
-        *comment = field;
+    auto load = [&](mall::LoadedComment *comment) {
+        comment->text = field;
+        comment->nodes = 2;
         return true;
     };
     // node2 read the field before node1's first write and writes right after it: node1's segment
@@ -294,4 +295,26 @@ TEST(SlurmAdminComment, ANodeWhoseSegmentWasOverwrittenTriesAgain) {
     EXPECT_EQ(tries, 3);
     auto refused = [](const std::string &) { return false; };
     EXPECT_EQ(mall::update_admin_comment(load, refused, "node1", "x=1"), mall::CommentUpdate::Failed);
+}
+
+// Issue 39: a job on one node has no other mall writer: its figures cost one read and one write
+// (no read-back), and the site's text is kept.
+TEST(SlurmAdminComment, ASingleNodeJobIsReadOnceAndWrittenOnce) {
+    std::string field = "set by the site";
+    int loads = 0, stores = 0;
+    auto load = [&](mall::LoadedComment *comment) {
+        ++loads;
+        comment->text = field;
+        comment->nodes = 1;
+        return true;
+    };
+    auto store = [&](const std::string &comment) {
+        ++stores;
+        field = comment;
+        return true;
+    };
+    EXPECT_EQ(mall::update_admin_comment(load, store, "node1", "x=1"), mall::CommentUpdate::Kept);
+    EXPECT_EQ(loads, 1);
+    EXPECT_EQ(stores, 1);
+    EXPECT_EQ(field, "set by the site;mall:node1:x=1");
 }

@@ -179,7 +179,7 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     }
     // The start times read above, before anything else could reuse those pids.
     for (auto &[pid, start] : starts) pids_.remember_start(pid, start);
-    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check(*slurm_id);
+    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check_registered(*slurm_id, Clock::now());
     std::string error;
     if (!backend_.add_pids(spec.id, spec.pids, &error)) log_warn("job " + spec.id + ": " + error);
     pids_.sync(manager_);
@@ -450,7 +450,7 @@ void RequestHandlers::handle_reclaim(Connection &c, const proto::Message &msg) {
                         "\"slurm-<jobid>\" and when started with --slurm");
             return;
         }
-        slurm_->check(*slurm_id);
+        slurm_->ask_slurmctld(*slurm_id);
         pending_.push_back(PendingReply{PendingReply::Kind::LookUp, c.id, msg.request_id, *owner, {},
                                         reply_deadline()});
         return;

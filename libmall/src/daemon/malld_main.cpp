@@ -234,16 +234,25 @@ int main(int argc, char **argv) {
         ("slurm", po::bool_switch(),
          "check \"slurm-<jobid>\" registrations and reservations against Slurm (libslurm, "
          "$SLURM_CONF): jobs Slurm does not run, or runs for another uid, are ended and their "
-         "cpus released; run at each registration and every --slurm-interval-s")
+         "cpus released; run at each registration and every --slurm-interval-s. A job with a "
+         "slurmstepd socket in slurmd's spool folder runs here: slurmctld is asked only about "
+         "jobs the spool does not show (steady state: no RPC)")
         ("slurm-node", po::value<std::string>(),
          "this node's name in Slurm (default: the short host name)")
+        ("slurmd-spool-dir", po::value<std::string>(),
+         "with --slurm, slurmd's spool folder on this node, where each running step's slurmstepd "
+         "keeps a socket <node>_<jobid>.<stepid> (%n and %h are expanded as slurmd does; default: "
+         "SlurmdSpoolDir of slurm.conf). Must be owned by root or SlurmdUser and writable by no one "
+         "else; \"none\": ask slurmctld about every job every --slurm-interval-s instead")
         ("slurm-interval-s", po::value<int>()->default_value(10),
-         "seconds between reconciliations with Slurm (1-3600)")
-        ("slurm-comment-interval", po::value<int>()->default_value(300),
+         "seconds between reconciliations with Slurm (1-3600); each reads the spool folder and asks "
+         "slurmctld only about jobs it does not show")
+        ("slurm-comment-interval", po::value<int>()->default_value(0),
          "with --slurm, seconds between updates of each running Slurm job's AdminComment with its "
          "figures so far (marked running_as_of=<epoch seconds>; its last figures replace them when "
-         "it ends): a job ended by scancel or its time limit, which Slurm no longer lets malld "
-         "update, keeps these; 0: only when a job ends (0-86400)")
+         "it ends), so that a job ended by scancel or its time limit, which Slurm no longer lets "
+         "malld update, keeps some. Each update costs slurmctld 2 RPCs per job and node (3 for a "
+         "multi-node job) and a job write; 0 (the default): only when a job ends (0-86400)")
         ("metrics-file", po::value<std::string>(),
          "write Prometheus metrics (the ones `mallctl metrics` prints) to this file every "
          "--metrics-interval, atomically (a temporary file renamed over it), mode 0644: point "
@@ -418,6 +427,7 @@ int main(int argc, char **argv) {
 
     std::unique_ptr<mall::SlurmQuery> slurm_query;
     std::string slurm_note;  // what the Slurm query connects to, logged at start-up
+    std::optional<mall::SlurmdSpool> slurmd_spool;
     int max_connections_per_user = 0;  // 0: from the pool, once it is known
     if (vm.count("max-connections-per-user")) max_connections_per_user = vm["max-connections-per-user"].as<int>();
     const int slurm_interval = vm["slurm-interval-s"].as<int>();
@@ -442,6 +452,21 @@ int main(int argc, char **argv) {
             return kExitUsage;
         }
         slurm_note = slurm_why;
+        std::string spool = vm.count("slurmd-spool-dir") ? vm["slurmd-spool-dir"].as<std::string>()
+                                                           : slurm_query->slurmd_spool_pattern();
+        if (spool.empty()) {
+            slurm_note += "; slurmd's spool folder unknown (no SlurmdSpoolDir; set --slurmd-spool-dir): "
+                          "slurmctld is asked about every job every interval";
+        } else if (spool == "none") {
+            slurm_note += "; no spool folder (--slurmd-spool-dir none): slurmctld is asked about every job "
+                          "every interval";
+        } else {
+            spool = mall::expand_slurmd_spool_dir(spool, node, host_name);
+            if (spool.front() != '/')
+                return usage_error("--slurmd-spool-dir " + spool + ": give an absolute path (slurmd's SlurmdSpoolDir)");
+            slurmd_spool.emplace(spool, node, slurm_query->slurmd_uid());
+            slurm_note += "; running jobs seen in " + spool;
+        }
     }
 
     // --- the folders malld writes into, now that every option value is good ---
@@ -546,7 +571,8 @@ int main(int argc, char **argv) {
         mall::Server server(std::move(server_options), *topology, pool, std::move(backend));
         if (slurm_query)
             server.enable_slurm_checks(std::move(slurm_query), std::chrono::seconds(slurm_interval),
-                                       std::chrono::seconds(vm["slurm-comment-interval"].as<int>()));
+                                       std::chrono::seconds(vm["slurm-comment-interval"].as<int>()),
+                                       std::move(slurmd_spool));
         if (!server.start(&error)) {
             mall::log_line(mall::LogLevel::Error, "cannot start: " + error);
             return kExitStartup;

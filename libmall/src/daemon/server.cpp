@@ -86,7 +86,7 @@ Server::~Server() {
 }
 
 void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
-                                 std::chrono::seconds comment_interval) {
+                                 std::chrono::seconds comment_interval, std::optional<SlurmdSpool> spool) {
     if (handlers_) {  // after start() the handlers and the epoll set would not know of it
         log_error("internal: Slurm checks must be enabled before malld starts; they stay off");
         return;
@@ -94,6 +94,7 @@ void Server::enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono:
     slurm_query_ = std::move(query);
     slurm_interval_ = interval;
     slurm_comment_interval_ = comment_interval;
+    slurmd_spool_ = std::move(spool);
 }
 
 bool Server::start(std::string *error) {
@@ -150,7 +151,8 @@ bool Server::start(std::string *error) {
         }
     }
     if (slurm_query_)  // after the mask: its thread must not take the stop signals
-        slurm_ = std::make_unique<SlurmReconciler>(std::move(slurm_query_), slurm_interval_, slurm_comment_interval_);
+        slurm_ = std::make_unique<SlurmReconciler>(std::move(slurm_query_), slurm_interval_, slurm_comment_interval_,
+                                                   std::move(slurmd_spool_));
     epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_fd_) return fail(std::string("epoll_create1 failed: ") + std::strerror(errno));
     connections_ = std::make_unique<Connections>(epoll_fd_.get());

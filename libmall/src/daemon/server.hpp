@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -83,9 +84,11 @@ public:
     bool start(std::string *error);
     // Before start(): check "slurm-<jobid>" registrations and reservations against Slurm, right
     // after each registration and every `interval`; record running jobs' figures in their
-    // AdminComment every `comment_interval` (0: only when they end; see slurm_reconcile.hpp).
+    // AdminComment every `comment_interval` (0: only when they end; see slurm_reconcile.hpp);
+    // `spool`: slurmd's spool folder of this node, where running jobs are seen without an RPC.
     void enable_slurm_checks(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
-                             std::chrono::seconds comment_interval = std::chrono::seconds(0));
+                             std::chrono::seconds comment_interval = std::chrono::seconds(0),
+                             std::optional<SlurmdSpool> spool = std::nullopt);
     // Serves until SIGTERM or SIGINT, then stops cleanly (state kept, socket removed).
     // Returns the process exit code (0).
     int run();
@@ -142,6 +145,7 @@ private:
     std::unique_ptr<SlurmQuery> slurm_query_;
     std::chrono::seconds slurm_interval_{0};
     std::chrono::seconds slurm_comment_interval_{0};
+    std::optional<SlurmdSpool> slurmd_spool_;
     TimePoint next_container_scan_{};
     std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
     std::optional<TimePoint> next_accounting_checkpoint_;  // set while the core has jobs

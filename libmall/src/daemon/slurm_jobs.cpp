@@ -28,6 +28,7 @@ extern "C" {
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <slurm/slurm_version.h>
+extern slurm_conf_t slurm_conf;  // libslurm's loaded configuration (src/common/read_config.h)
 }
 #endif
 
@@ -92,7 +93,7 @@ std::string admin_comment_figures(const nlohmann::json &end_event) {
            ",oversub_s=" + real("oversubscribed_seconds");
 }
 
-CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &load,
+CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &load,
                                    const std::function<bool(const std::string &)> &store, const std::string &node,
                                    const std::string &figures, int attempts) {
     const std::string segment = "mall:" + node + ":" + figures;
@@ -101,12 +102,13 @@ CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &loa
     for (int attempt = 0; attempt < attempts; ++attempt) {
         if (attempt > 0)  // another node wrote between our read and write: try again a little later
             std::this_thread::sleep_for(std::chrono::milliseconds(20 + jitter() % 100));
-        std::string comment;
+        LoadedComment comment;
         if (!load(&comment)) return CommentUpdate::Failed;
-        if (!store(merge_admin_comment(comment, node, figures))) return CommentUpdate::Failed;
+        if (!store(merge_admin_comment(comment.text, node, figures))) return CommentUpdate::Failed;
+        if (comment.nodes == 1) return CommentUpdate::Kept;  // no other node of the job writes
         if (!load(&comment)) return CommentUpdate::Failed;
         // Kept when the field, read back, holds our segment whole (as a ';'-separated part).
-        const std::string padded = ";" + comment + ";";
+        const std::string padded = ";" + comment.text + ";";
         if (padded.find(";" + segment + ";") != std::string::npos) return CommentUpdate::Kept;
     }
     return CommentUpdate::Lost;
@@ -256,6 +258,10 @@ const char *base_state_name(uint32_t state) {
     }
 }
 
+// One job, with its resources, from this cluster's slurmctld: SHOW_LOCAL keeps slurm_load_job from
+// first asking slurmctld for the federation (REQUEST_FED_INFO), one RPC instead of two.
+constexpr uint16_t kLoadOneJob = SHOW_DETAIL | SHOW_LOCAL;
+
 // How long Slurm's description of this node is reused before it is asked again (it changes only
 // when slurmctld is reconfigured).
 constexpr std::chrono::minutes kNodeShapeMaxAge{5};
@@ -278,7 +284,7 @@ public:
     SlurmJobState query(uint32_t job_id) override {
         SlurmJobState out;
         job_info_msg_t *info = nullptr;
-        if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+        if (slurm_load_job(&info, job_id, kLoadOneJob) != SLURM_SUCCESS) {
             const int err = errno;
             if (err == ESLURM_INVALID_JOB_ID) {
                 out.kind = SlurmJobState::Kind::NotRunning;
@@ -337,15 +343,17 @@ public:
             return out;
         };
         Annotated out;
-        auto load = [&](std::string *comment) {
+        auto load = [&](LoadedComment *comment) {
             job_info_msg_t *info = nullptr;
-            if (slurm_load_job(&info, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+            if (slurm_load_job(&info, job_id, kLoadOneJob) != SLURM_SUCCESS) {
                 out = failed("cannot load the job: ");
                 return false;
             }
-            comment->clear();
-            if (info != nullptr && info->record_count > 0 && info->job_array[0].admin_comment != nullptr)
-                *comment = info->job_array[0].admin_comment;
+            *comment = LoadedComment{};
+            if (info != nullptr && info->record_count > 0) {
+                if (info->job_array[0].admin_comment != nullptr) comment->text = info->job_array[0].admin_comment;
+                comment->nodes = info->job_array[0].num_nodes;
+            }
             if (info != nullptr) slurm_free_job_info_msg(info);
             return true;
         };
@@ -367,8 +375,14 @@ public:
                         "segment and wrote it back); the figures are in malld's history", false};
         }
         return out;
-        return {};
     }
+
+    // libslurm's parsed slurm.conf (slurm_init read it, or fetched it once, configless): not
+    // declared in slurm.h, exported by libslurm 22.05 and 24.11 alike.
+    std::string slurmd_spool_pattern() const override {
+        return slurm_conf.slurmd_spooldir != nullptr ? slurm_conf.slurmd_spooldir : "";
+    }
+    uid_t slurmd_uid() const override { return slurm_conf.slurmd_user_id; }
 
 private:
     // Slurm's sockets, cores per socket and threads per core of this node (unknown on failure).

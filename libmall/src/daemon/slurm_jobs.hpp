@@ -62,18 +62,27 @@ public:
         bool finished = false;  // refused because slurmctld had finished the job (e.g. scancel)
     };
     virtual Annotated annotate(uint32_t job_id, const std::string &figures) = 0;
+    // slurmd's spool folder as slurm.conf names it (SlurmdSpoolDir, %n and %h not expanded) and
+    // SlurmdUser's uid, read from the configuration libslurm loaded (no RPC); empty when unknown.
+    virtual std::string slurmd_spool_pattern() const { return {}; }
+    virtual uid_t slurmd_uid() const { return 0; }
 };
 
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
 // separated by ';', an older segment of the same node is replaced, other text is kept as it was.
 std::string merge_admin_comment(const std::string &existing, const std::string &node, const std::string &figures);
-// Puts this node's segment into a job's AdminComment with `load` (read the field) and `store`
-// (write it) as slurmctld allows: read, merge, write, then read back. Nodes of one job update it
-// at about the same moment and the last write wins, so when the segment is not there on reading
-// back, it tries again after a short random pause, `attempts` times in all. Failed: load or store
-// said no (their own words say why).
+// Puts this node's segment into a job's AdminComment with `load` (read the field and the job's
+// node count) and `store` (write it) as slurmctld allows: read, merge, write. A job on one node has
+// no other writer from mall: that is all (2 RPCs). Nodes of a multi-node job update the field at
+// about the same moment and the last write wins, so there it reads back too, and when the segment
+// is not there, tries again after a short random pause, `attempts` times in all. Failed: load or
+// store said no (their own words say why).
 enum class CommentUpdate { Kept, Failed, Lost };
-CommentUpdate update_admin_comment(const std::function<bool(std::string *)> &load,
+struct LoadedComment {
+    std::string text;
+    uint32_t nodes = 0;  // the job's node count (0: unknown, treated as several)
+};
+CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &load,
                                    const std::function<bool(const std::string &)> &store, const std::string &node,
                                    const std::string &figures, int attempts = 5);
 // The figures malld records for an ended job, from its "end" event:

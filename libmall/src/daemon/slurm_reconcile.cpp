@@ -2,6 +2,8 @@
 // slurm_reconcile.cpp — see slurm_reconcile.hpp.
 #include "slurm_reconcile.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <set>
 
 #include "log.hpp"
@@ -9,9 +11,44 @@
 namespace mall {
 
 SlurmReconciler::SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
-                                 std::chrono::seconds comment_interval)
-    : checker_(std::move(query)), interval_(interval), comment_interval_(comment_interval) {
+                                 std::chrono::seconds comment_interval, std::optional<SlurmdSpool> spool)
+    : checker_(std::move(query)), spool_(std::move(spool)), interval_(interval), comment_interval_(comment_interval) {
     if (comment_interval_.count() > 0) next_running_record_ = Clock::now() + comment_interval_;
+}
+
+std::set<uint32_t> SlurmReconciler::to_ask(const std::set<uint32_t> &ids, TimePoint now) {
+    if (!spool_) return ids;
+    const SlurmdSpool::Listing here = spool_->read();
+    if (!here.ok()) {
+        spool_failures_.failed(here.error, LogLevel::Warn,
+                               here.error + ": malld asks slurmctld about every Slurm job every --slurm-interval-s "
+                                            "instead (one RPC per job each time; point --slurmd-spool-dir at "
+                                            "slurmd's SlurmdSpoolDir for this node)");
+        return ids;
+    }
+    spool_failures_.succeeded("slurmd's spool folder " + spool_->folder() +
+                              " can be read again: malld learns its jobs from it, not from slurmctld");
+    std::set<uint32_t> ask;
+    for (uint32_t id : ids) {
+        if (here.jobs.count(id) != 0) {
+            not_seen_here_.erase(id);
+            continue;
+        }
+        NotSeenHere &seen = not_seen_here_[id];
+        if (now < seen.next_ask) continue;
+        seen.backoff = seen.backoff.count() == 0 ? interval_ : std::min(seen.backoff * 2, kMaxAskBackoff);
+        seen.next_ask = now + seen.backoff;
+        ask.insert(id);
+    }
+    // Forget jobs no longer known (ended, released).
+    for (auto it = not_seen_here_.begin(); it != not_seen_here_.end();)
+        it = ids.count(it->first) != 0 ? std::next(it) : not_seen_here_.erase(it);
+    return ask;
+}
+
+void SlurmReconciler::check_registered(uint32_t job_id, TimePoint now) {
+    // Already asked about (a prolog lookup, a re-registration) within its back-off: not again.
+    if (auto ask = to_ask({job_id}, now); !ask.empty()) checker_.check(ask);
 }
 
 void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
@@ -21,11 +58,25 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
         if (auto id = slurm_job_id_of(name)) ids.insert(*id);
     for (const auto &[owner, cpus] : manager.reserved())
         if (auto id = slurm_job_id_of(owner)) ids.insert(*id);
-    if (!ids.empty()) checker_.check(ids);
+    for (auto it = ended_by_slurm_.begin(); it != ended_by_slurm_.end();)
+        it = ids.count(*it) != 0 ? std::next(it) : ended_by_slurm_.erase(it);
+    if (ids.empty()) {
+        not_seen_here_.clear();
+        return;
+    }
+    if (auto ask = to_ask(ids, now); !ask.empty()) checker_.check(ask);
 }
 
 void SlurmReconciler::record_end(const nlohmann::json &end_event) {
-    if (auto id = slurm_job_id_of(end_event.value("job", std::string()))) checker_.annotate(*id, admin_comment_figures(end_event));
+    auto id = slurm_job_id_of(end_event.value("job", std::string()));
+    if (!id) return;
+    // Slurm had ended it (malld learnt so from slurmctld): an update would only be refused.
+    if (ended_by_slurm_.erase(*id) != 0) {
+        log_info(slurm_job_name(*id) + " had ended in Slurm before malld heard of its end: its figures are in "
+                 "malld's history only");
+        return;
+    }
+    checker_.annotate(*id, admin_comment_figures(end_event));
 }
 
 void SlurmReconciler::record_running(const NodeManager &manager, TimePoint now) {
@@ -80,6 +131,7 @@ void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {
             if (!job && manager.reserved().count(name) == 0) break;
             log_info("Slurm reports job " + std::to_string(state.job_id) + " " + state.detail +
                      ": ending " + name + " and releasing its cpus");
+            ended_by_slurm_.insert(state.job_id);
             CpuSet released;
             manager.release_owner(name, Clock::now(), &released);
             break;
@@ -91,6 +143,14 @@ void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {
                           ": ending the registration");
                 manager.deregister_job(name, Clock::now());
             } else if (job) {
+                if (auto seen = not_seen_here_.find(state.job_id);
+                    seen != not_seen_here_.end() && spool_ && !seen->second.said) {
+                    seen->second.said = true;
+                    log_warn("Slurm runs job " + std::to_string(state.job_id) + " but slurmd's spool folder " +
+                             spool_->folder() + " shows no step of it on this node: malld asks slurmctld about it "
+                             "again after a back-off (up to " + std::to_string(kMaxAskBackoff.count()) +
+                             " s); if every job says this, --slurmd-spool-dir is wrong");
+                }
                 std::string why;
                 auto cpus = cpus_on_node(state, manager.topology(), &why);
                 if (!cpus && state.slurm_cores && !state.slurm_cores->empty())

@@ -1,36 +1,51 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // slurm_reconcile.hpp — Slurm is the authority on its jobs. With `malld --slurm`, every
-// "slurm-<jobid>" registration is checked against slurmctld right after it is made, and every
-// registration and reservation every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
+// "slurm-<jobid>" registration is checked right after it is made, and every registration and
+// reservation every interval: a job Slurm no longer runs (its epilog was missed, malld was down,
 // or a client invented it) is ended and its cpus released; a registration under another uid than
-// the job's is ended. Queries run on SlurmChecker's thread; verdicts come back through its fd.
+// the job's is ended. The node answers first, for free: a job with a slurmstepd socket in slurmd's
+// spool (slurmd_spool.hpp) runs here, and nothing is asked. slurmctld is asked (an RPC, on
+// SlurmChecker's thread; verdicts come back through its fd) only about a job the spool does not
+// show, and again about the same job only after a back-off that doubles up to kMaxAskBackoff, so
+// steady state costs slurmctld nothing however short the interval. Without a readable, trusted
+// spool every job is asked about every interval (the old cost; a warning says how to fix it).
 // Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
-// A Slurm job's figures go to its AdminComment when it ends and, every `comment_interval` while it
-// runs, as they are so far (marked running_as_of=<epoch seconds>): slurmctld refuses updates to a
-// job it has finished, so a job ended by scancel or its time limit keeps its last running figures.
+// A Slurm job's figures go to its AdminComment when it ends (not when Slurm had already ended it:
+// slurmctld refuses updates to a finished job) and, only if `comment_interval` is set, every
+// interval while it runs, as they are so far (marked running_as_of=<epoch seconds>).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/node_manager.hpp"
 #include "log.hpp"
 #include "slurm_jobs.hpp"
+#include "slurmd_spool.hpp"
 
 namespace mall {
 
 class SlurmReconciler {
 public:
-    // comment_interval 0: AdminComment only when a job ends.
+    // comment_interval 0: AdminComment only when a job ends. spool: slurmd's spool folder of this
+    // node (nullopt: slurmctld is asked about every job every interval).
     SlurmReconciler(std::unique_ptr<SlurmQuery> query, std::chrono::seconds interval,
-                    std::chrono::seconds comment_interval = std::chrono::seconds(0));
+                    std::chrono::seconds comment_interval = std::chrono::seconds(0),
+                    std::optional<SlurmdSpool> spool = std::nullopt);
 
     int fd() const { return checker_.fd(); }     // readable when verdicts wait (epoll)
-    void check(uint32_t job_id) { checker_.check({job_id}); }
-    // Asks about every slurm-* job and owner the core knows; the next round is due `interval` on.
+    // Asks slurmctld about the job now (a prolog's lookup of its cores).
+    void ask_slurmctld(uint32_t job_id) { checker_.check({job_id}); }
+    // A new registration: asks slurmctld only when slurmd's spool shows no step of the job here.
+    void check_registered(uint32_t job_id, TimePoint now);
+    // Checks every slurm-* job and owner the core knows (see the file's comment); the next round
+    // is due `interval` on.
     void check_all(const NodeManager &manager, TimePoint now);
     TimePoint next_check() const { return next_check_; }
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
@@ -56,7 +71,20 @@ public:
     std::optional<CpuSet> cpus_on_node(const SlurmJobState &state, const Topology &topology, std::string *why);
 
 private:
+    // The jobs of `ids` slurmctld must be asked about now: those the spool does not list, each at
+    // most once per back-off. All of them when there is no spool or it cannot be read.
+    std::set<uint32_t> to_ask(const std::set<uint32_t> &ids, TimePoint now);
+
+    struct NotSeenHere {
+        TimePoint next_ask{};
+        std::chrono::seconds backoff{0};
+        bool said = false;  // the "Slurm runs it, the spool does not show it" line was logged
+    };
     SlurmChecker checker_;
+    std::optional<SlurmdSpool> spool_;
+    FailureLog spool_failures_;
+    std::map<uint32_t, NotSeenHere> not_seen_here_;
+    std::set<uint32_t> ended_by_slurm_;  // released because Slurm had ended them: no AdminComment
     std::chrono::seconds interval_;
     std::chrono::seconds comment_interval_;
     TimePoint next_check_{};
@@ -64,6 +92,9 @@ private:
     std::string disagreement_logged_;  // the last disagreement warned about
     FailureLog annotation_failures_;
 };
+
+// The longest wait before slurmctld is asked again about a job it runs that the spool does not show.
+inline constexpr std::chrono::seconds kMaxAskBackoff{600};
 
 // How long a Slurm job's Deregister answer waits for its AdminComment update.
 inline constexpr std::chrono::seconds kAnnotationWait{2};

@@ -26,5 +26,6 @@ target_sources(mall_daemon PRIVATE
   src/daemon/status_view.cpp
   src/daemon/slurm_jobs.cpp
   src/daemon/slurm_reconcile.cpp
+  src/daemon/slurmd_spool.cpp
   src/daemon/server.cpp
 )
