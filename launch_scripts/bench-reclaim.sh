@@ -138,6 +138,7 @@ port=$(( 20000 + RANDOM % 4000 * 2 ))
 while port_taken "$port" || port_taken $(( port + 1 )); do port=$(( port + 2 )); done
 export MALL_CLUSTER_DIR=$tmp/cluster MALL_BUILD_DIR=$build MALL_CLUSTER_PORT=$port
 export MALL_CLUSTER_CGROUP=mall_bench_reclaim_$$ MALL_CLUSTER_TIMEOUT_S=30
+export MALL_CLUSTER_PLUGIN_ARGS=prolog_lookup=yes   # the prolog's reclaim is what this measures
 say "bringing up a private Slurm cluster of $nodes node(s) (ports $port-$(( port + 1 )), cgroup parent $MALL_CLUSTER_CGROUP)"
 cluster_up=1
 "$cluster_sh" up --nodes "$nodes" >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log" >&2; die "the local cluster did not come up (above)"; }

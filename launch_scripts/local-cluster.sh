@@ -138,6 +138,8 @@ Environment:
   MALL_CLUSTER_TIMEOUT_S  how long up/down wait for each step (default 30)
   MALL_CLUSTER_MALLD_SLURM  1 (default): start malld with --slurm (checks jobs against slurmctld)
                           when it supports it; 0: without
+  MALL_CLUSTER_PLUGIN_ARGS more plugstack.conf arguments for the mall plugin after socket=
+                          (e.g. "prolog_lookup=yes"; docs/admin-slurm.md lists them)
   MALL_CLUSTER_MALLD_ARGS more malld options for every node, split at spaces (e.g.
                           '--slurm-comment-interval 60 --metrics-file /run/mall.prom')
 
@@ -492,7 +494,7 @@ EOF
   fi
 
   if [ -f "$plugin" ]; then
-    new="optional $plugin socket=$(if multi; then echo "$inner_node/malld.sock"; else malld_sock_of "$node"; fi)"
+    new="optional $plugin socket=$(if multi; then echo "$inner_node/malld.sock"; else malld_sock_of "$node"; fi)${MALL_CLUSTER_PLUGIN_ARGS:+ $MALL_CLUSTER_PLUGIN_ARGS}"
   else
     new="# $plugin is not built yet: the cluster runs without the mall plugin. Build it, then: $prog down && $prog up"
   fi

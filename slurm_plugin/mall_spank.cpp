@@ -31,11 +31,11 @@
 // - Cores: S_JOB_ALLOC_CORES gives Slurm's abstract core ids on this node; common/slurm_cpu_map.hpp
 //   maps them to Linux cpus as slurmd does (malld maps the prolog's lookup with the same code).
 // - The job prolog (a separate process under slurmd) gets no core list in 22.05 (S_JOB_ALLOC_CORES
-//   is a slurmstepd item and the prolog environment has no cpu list), so the prolog sends a Reclaim
-//   naming only the owner and malld (started with --slurm) asks slurmctld for the job's cores on
-//   this node. Without --slurm that Reclaim is refused, and the Reclaim happens in
+//   is a slurmstepd item and the prolog environment has no cpu list). The Reclaim happens in
 //   slurm_spank_init_post_opt of each step, as root, before that step's tasks start (later steps
-//   find the cores already reserved and skip it).
+//   find the cores already reserved and skip it). With prolog_lookup=yes the prolog also sends a
+//   Reclaim naming only the owner and malld (started with --slurm) asks slurmctld for the job's
+//   cores on this node: earlier, at one RPC per job and node (off by default: issue 39).
 // - Where the task is when it registers: task_post_fork runs in slurmstepd after proctrack_g_add
 //   and task_g_pre_set_affinity (src/slurmd/slurmstepd/mgr.c, _fork_all_tasks), so with
 //   proctrack/cgroup + task/cgroup the task already sits in Slurm's step cgroup (v1:
@@ -112,10 +112,10 @@ MALL_SPANK_EXPORT int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {
         auto cpus = job_cpus_on_node(sp);  // not provided to the prolog by Slurm 22.05
         if (id && cpus)
             reclaim_for_job(*id, *cpus, "job prolog");
-        else if (id)
-            reclaim_owner_only(*id);  // malld --slurm looks the cores up
+        else if (id && config().prolog_lookup)
+            reclaim_owner_only(*id);  // malld --slurm looks the cores up (one RPC to slurmctld)
         else
-            log_debug("job prolog: no job id here; the reclaim happens at step start");
+            log_debug("job prolog: no core list here; the reclaim happens at step start");
         return 0;
     } catch (...) {
         return 0;

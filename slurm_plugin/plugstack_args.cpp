@@ -13,7 +13,8 @@ namespace mall::slurm {
 namespace {
 
 const char *kUsage =
-    "accepted: socket=/absolute/path min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N";
+    "accepted: socket=/absolute/path min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N "
+    "prolog_lookup=yes|no";
 
 std::optional<unsigned> parse_number(const std::string &key, const std::string &value, unsigned lo,
                                      unsigned hi, std::string *why) {
@@ -83,6 +84,13 @@ std::optional<PlugstackConfig> parse_plugstack_args(const std::vector<std::strin
                 config.on_daemon_down = OnDaemonDown::Fail;
             else
                 return fail("on_daemon_down=" + value + " is not run or fail");
+        } else if (key == "prolog_lookup") {
+            if (value == "yes")
+                config.prolog_lookup = true;
+            else if (value == "no")
+                config.prolog_lookup = false;
+            else
+                return fail("prolog_lookup=" + value + " is not yes or no");
         } else {
             return fail("unknown argument \"" + key + "\"");
         }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // plugstack_args.hpp — parser for the plugin's plugstack.conf arguments (pure logic, no Slurm):
-//   socket=PATH min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N
+//   socket=PATH min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N prolog_lookup=yes|no
 // Every argument is optional, each may appear once; unknown or malformed ones are errors whose text
 // names the argument and says what is accepted.
 #pragma once
@@ -23,6 +23,10 @@ struct PlugstackConfig {
     OnDaemonDown on_daemon_down = OnDaemonDown::Run;
     // malld's ack timeout (its --ack-timeout-ms); our request timeouts add a margin to it.
     unsigned ack_timeout_ms = static_cast<unsigned>(kDefaultAckTimeout.count());
+    // Whether the job prolog, which Slurm 22.05 gives no core list, asks malld --slurm to look the
+    // job's cores up in slurmctld (one RPC per job and node) so that they are reclaimed before
+    // the first step starts; off, each step's start reclaims them, still before its tasks.
+    bool prolog_lookup = false;
 };
 
 constexpr unsigned kMaxAckTimeoutMs = 600000;  // 10 minutes: anything longer stalls job starts

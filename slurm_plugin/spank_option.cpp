@@ -105,8 +105,13 @@ MalleableLimits limits_here(bool on_node) {
     MalleableLimits limits;
     limits.admin_min = config().min_cpus;
     limits.admin_max = config().max_cpus;
-    // On the node: its own cpus. In sbatch/salloc/srun: the largest node of the cluster.
-    limits.node_cpus = on_node ? node_cpu_count() : largest_node_cpus();
+    // On the node: its own cpus. In sbatch/salloc/srun: the largest node of the cluster (the whole
+    // node table from slurmctld), except inside a job (SLURM_JOB_ID set: srun in a batch script):
+    // that job's request was checked at its submission and each node checks its own cpus at the
+    // task's start, so a step costs slurmctld no node table (issue 39).
+    const char *inside_job = std::getenv("SLURM_JOB_ID");
+    limits.node_cpus = on_node ? node_cpu_count()
+                               : (inside_job != nullptr && *inside_job != '\0' ? 0 : largest_node_cpus());
     limits.largest_node = !on_node;
     return limits;
 }

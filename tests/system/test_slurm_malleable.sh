@@ -29,6 +29,9 @@ systest_require "slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq" 
 
 # A private cluster: its own folder, cgroup parent and ports (tests/system/private_cluster.sh).
 private_cluster_init mall-systest-slurm 6827
+# The plain job's prolog asks malld to look its cores up in slurmctld (plugstack prolog_lookup=yes,
+# off by default since issue 39: one RPC per job and node); this test checks that path.
+export MALL_CLUSTER_PLUGIN_ARGS=prolog_lookup=yes
 # Running jobs' figures reach their AdminComment every second (300 s by default).
 export MALL_CLUSTER_MALLD_ARGS="--slurm-comment-interval 1"
 cluster_down_done=0

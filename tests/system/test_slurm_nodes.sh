@@ -37,6 +37,9 @@ systest_require "slurmctld slurmd sbatch srun scontrol squeue scancel sinfo jq u
   "$mallctl" "$mallrun" "$client" "$trainer" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-nodes 6857   # folder, cgroup parent (the ports are unused: namespaces)
+# The plain job's prolog asks malld to look its cores up in slurmctld (plugstack prolog_lookup=yes,
+# off by default since issue 39: one RPC per job and node); this test checks that path.
+export MALL_CLUSTER_PLUGIN_ARGS=prolog_lookup=yes
 cluster_down_done=0
 watch_pid=''
 borrower_pid=''

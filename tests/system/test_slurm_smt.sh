@@ -19,6 +19,9 @@ wait_default_s=30
 systest_require "slurmctld slurmd sbatch scontrol scancel jq" "$mallctl" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-smt 6857
+# The plain job's prolog asks malld to look its cores up in slurmctld (plugstack prolog_lookup=yes,
+# off by default since issue 39: one RPC per job and node); this test checks that path.
+export MALL_CLUSTER_PLUGIN_ARGS=prolog_lookup=yes
 cluster_down_done=0
 cleanup() {
   trap - EXIT INT TERM

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Proves the plugin's plugstack.conf argument parser takes the documented keys with their defaults
 // and rejects every malformed form (unknown key, no '=', duplicates, bad numbers, bad paths,
-// bad on_daemon_down, min above max) with a message naming the argument.
+// bad on_daemon_down or prolog_lookup, min above max) with a message naming the argument.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -36,12 +36,13 @@ TEST(PlugstackArgs, Defaults) {
     EXPECT_EQ(c->max_cpus, 0u);
     EXPECT_EQ(c->on_daemon_down, OnDaemonDown::Run);
     EXPECT_EQ(c->ack_timeout_ms, 2000u);
+    EXPECT_FALSE(c->prolog_lookup);  // issue 39: no RPC per job and node unless asked for
 }
 
 TEST(PlugstackArgs, AllKeys) {
     std::string error;
     auto c = parse_plugstack_args({"socket=/tmp/mall-cluster/malld.sock", "min_cpus=1", "max_cpus=2",
-                                   "on_daemon_down=fail", "ack_timeout_ms=500"},
+                                   "on_daemon_down=fail", "ack_timeout_ms=500", "prolog_lookup=yes"},
                                   &error);
     ASSERT_TRUE(c) << error;
     EXPECT_EQ(c->socket, "/tmp/mall-cluster/malld.sock");
@@ -49,6 +50,7 @@ TEST(PlugstackArgs, AllKeys) {
     EXPECT_EQ(c->max_cpus, 2u);
     EXPECT_EQ(c->on_daemon_down, OnDaemonDown::Fail);
     EXPECT_EQ(c->ack_timeout_ms, 500u);
+    EXPECT_TRUE(c->prolog_lookup);
     auto run = parse_plugstack_args({"on_daemon_down=run"}, &error);
     ASSERT_TRUE(run) << error;
     EXPECT_EQ(run->on_daemon_down, OnDaemonDown::Run);
@@ -99,6 +101,14 @@ TEST(PlugstackArgs, RejectsBadOnDaemonDown) {
     EXPECT_NE(rejected({"on_daemon_down=drain"}).find("not run or fail"), std::string::npos);
     rejected({"on_daemon_down="});
     rejected({"on_daemon_down=RUN"});
+}
+
+TEST(PlugstackArgs, RejectsBadPrologLookup) {
+    EXPECT_NE(rejected({"prolog_lookup=1"}).find("prolog_lookup=1 is not yes or no"), std::string::npos);
+    rejected({"prolog_lookup="});
+    auto no = parse_plugstack_args({"prolog_lookup=no"}, nullptr);
+    ASSERT_TRUE(no);
+    EXPECT_FALSE(no->prolog_lookup);
 }
 
 TEST(PlugstackArgs, RejectsMinAboveMax) {

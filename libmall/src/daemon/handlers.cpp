@@ -450,6 +450,12 @@ void RequestHandlers::handle_reclaim(Connection &c, const proto::Message &msg) {
                         "\"slurm-<jobid>\" and when started with --slurm");
             return;
         }
+        if (!slurm_->lists_cores()) {  // libslurm 24.11: the answer would name no cores (no RPC for that)
+            connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                        "this malld's libslurm cannot list a job's cores on a node; the Slurm plugin "
+                        "reclaims them at each step's start");
+            return;
+        }
         slurm_->ask_slurmctld(*slurm_id);
         pending_.push_back(PendingReply{PendingReply::Kind::LookUp, c.id, msg.request_id, *owner, {},
                                         reply_deadline()});

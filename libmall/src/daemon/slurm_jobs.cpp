@@ -383,6 +383,7 @@ public:
         return slurm_conf.slurmd_spooldir != nullptr ? slurm_conf.slurmd_spooldir : "";
     }
     uid_t slurmd_uid() const override { return slurm_conf.slurmd_user_id; }
+    bool lists_cores() const override { return cores_on_node() != nullptr; }
 
 private:
     // Slurm's sockets, cores per socket and threads per core of this node (unknown on failure).

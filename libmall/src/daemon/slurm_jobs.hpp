@@ -66,6 +66,8 @@ public:
     // SlurmdUser's uid, read from the configuration libslurm loaded (no RPC); empty when unknown.
     virtual std::string slurmd_spool_pattern() const { return {}; }
     virtual uid_t slurmd_uid() const { return 0; }
+    // Whether query() can give a running job's cores on this node (libslurm 22.05 can, 24.11 not).
+    virtual bool lists_cores() const { return true; }
 };
 
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
@@ -111,6 +113,7 @@ public:
     SlurmChecker &operator=(const SlurmChecker &) = delete;
 
     void check(const std::set<uint32_t> &job_ids);
+    bool lists_cores() const { return query_->lists_cores(); }
     // Queues an AdminComment update (SlurmQuery::annotate). An ended job's update goes before
     // queries (its stepd waits for it) and replaces a running one still queued for the job; a
     // running job's update (`running`) goes after queries: it replaces the figures of one still

@@ -42,6 +42,8 @@ public:
     int fd() const { return checker_.fd(); }     // readable when verdicts wait (epoll)
     // Asks slurmctld about the job now (a prolog's lookup of its cores).
     void ask_slurmctld(uint32_t job_id) { checker_.check({job_id}); }
+    // Whether slurmctld's answer can name a job's cores on this node (else a lookup is pointless).
+    bool lists_cores() const { return checker_.lists_cores(); }
     // A new registration: asks slurmctld only when slurmd's spool shows no step of the job here.
     void check_registered(uint32_t job_id, TimePoint now);
     // Checks every slurm-* job and owner the core knows (see the file's comment); the next round
