@@ -19,7 +19,8 @@ life_s=5
 samples=10
 trainer=idle
 # The RPC types malld (--slurm) and the plugin send to slurmctld (libslurm's slurm_load_job, which
-# also loads the federation, slurm_update_job, slurm_load_node_single, slurm_load_node).
+# also loads the federation unless given SHOW_LOCAL, slurm_update_job, slurm_load_node_single,
+# slurm_load_node).
 mall_types='REQUEST_JOB_INFO_SINGLE REQUEST_FED_INFO REQUEST_UPDATE_JOB REQUEST_NODE_INFO_SINGLE REQUEST_NODE_INFO'
 
 usage() {
@@ -52,7 +53,8 @@ Then prints the sdiag RPC lines of phases 2 and 3 (types mall uses marked "mall"
 The figures:
   ctld_rpcs_per_job_minute  RPCs slurmctld counted in phase 3 of the types mall uses
                             (REQUEST_JOB_INFO_SINGLE and REQUEST_FED_INFO: libslurm's slurm_load_job
-                            sends both; REQUEST_UPDATE_JOB, REQUEST_NODE_INFO_SINGLE,
+                            sends both unless given SHOW_LOCAL, as malld does since issue 39;
+                            REQUEST_UPDATE_JOB, REQUEST_NODE_INFO_SINGLE,
                             REQUEST_NODE_INFO), divided by the N*J jobs and by S/60 minutes.
                             All of malld's RPCs come from root, but so do slurmd's and
                             slurmstepd's (here every daemon runs as root): the type tells them
