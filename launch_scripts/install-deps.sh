@@ -41,6 +41,8 @@ full_packages=(
   iproute2
   # MPI under Slurm: Open MPI brings PMIx, which `srun --mpi=pmix` (MpiDefault=pmix) needs.
   openmpi-bin libopenmpi-dev
+  # gdb: the Slurm system tests print the backtrace of a rank's core dump when one crashes.
+  gdb
   # The Python module's tests and examples/train_torch.py: Debian's PyTorch (OpenMP build), numpy,
   # and scikit-learn for the digits data it ships.
   python3-torch python3-numpy python3-sklearn
@@ -90,7 +92,7 @@ DESCRIPTION
             (launch_scripts/requirements-tensorflow.txt: a ~260 MB download, ~1.6 GB installed)
             in the project's own virtual environment <repo>/.venv, made with /usr/bin/python3.
     full    (the default; what launch_scripts/run-tests.sh and CI use) everything the whole suite
-            needs: keras, plus Slurm (slurmctld, slurmd, munge, libslurm-dev), Open MPI, Debian's
+            needs: keras, plus Slurm (slurmctld, slurmd, munge, libslurm-dev), Open MPI, gdb, Debian's
             PyTorch and libtorch, clang and LLVM for the fuzzers, qemu and busybox for the
             cgroup-v2 guest, podman and docker.io for the container tests, mmdebstrap, dpkg-dev
             and lintian for the package tests, gnuplot, tmux and the Prometheus client. It also

@@ -313,8 +313,14 @@ threads_now() { last_change "$1" | sed -n 's/.* -> \([0-9]*\) share .*/\1/p'; }
 ranks_at() { [ "$(threads_now 0)" = "$1" ] && [ "$(threads_now 1)" = "$1" ]; }
 stop_file=$work/stop
 # The ranks run in $work/mpi-cores with cores allowed: a rank that crashes leaves its core there,
-# and mpi_cores_backtrace prints where (a rank once died at start with SIGSEGV at address 0, which
-# Open MPI's own handler cannot unwind past).
+# and mpi_cores_backtrace prints where (gdb: install-deps.sh). A rank once died at start with
+# SIGSEGV at address 0, which Open MPI's own handler cannot unwind past; no core was kept (gdb was
+# not installed on CI) and it never came back in reruns. Its symptom is PMIx's known intermittent
+# crash in the shared-memory job-data store at init (gds ds21, pmix_gds_ds21_lock_init reading a
+# segment header at NULL: openpmix#1114, ompi#7335; Debian 12's PMIx 4.2.2 has ds21 first), whose
+# documented workaround is PMIX_MCA_gds=hash: the ranks take job data from slurmstepd's PMIx server
+# by message instead. Set for the ranks here (issue 39). mall_train_mpi calls MPI_Init before any
+# mall call, and libmall runs nothing at load time.
 mkdir -p "$work/mpi-cores"
 mpi_cores_shown=''   # each core's backtrace is printed once, whichever check failed first
 mpi_cores_backtrace() {
@@ -332,7 +338,7 @@ mpi_cores_backtrace() {
   done
 }
 jm=$(submit mpi -N 2 --ntasks-per-node=1 --malleable=1:2 --chdir="$work/mpi-cores" \
-       --wrap "ulimit -c unlimited 2>/dev/null; export OMPI_MCA_btl_tcp_if_include=$subnet.0/24; srun --mpi=pmix $trainer --steps 100000000 --print-every 0 --log-changes --stop-file $stop_file --max-seconds 150; echo srun-rc=\$?") ||
+       --wrap "ulimit -c unlimited 2>/dev/null; export OMPI_MCA_btl_tcp_if_include=$subnet.0/24 PMIX_MCA_gds=hash; srun --mpi=pmix $trainer --steps 100000000 --print-every 0 --log-changes --stop-file $stop_file --max-seconds 150; echo srun-rc=\$?") ||
   { fail "(2) sbatch refused the MPI job: $(cat "$work/mpi.sbatch.err")"; jm=''; }
 if [ -n "$jm" ]; then
   jobm=slurm-$jm
