@@ -52,7 +52,7 @@ std::optional<DecodeError> expected_refusal(std::string_view packet) {
     if (packet.size() < 16) return DecodeError::TruncatedHeader;
     if (read_at<uint32_t>(packet, 0) != mall::proto::kMagic) return DecodeError::BadMagic;
     uint16_t type = read_at<uint16_t>(packet, 6);
-    if (!((type >= 1 && type <= 12) || (type >= 64 && type <= 66))) return DecodeError::UnknownType;
+    if (!((type >= 1 && type <= 13) || (type >= 64 && type <= 66))) return DecodeError::UnknownType;
     uint32_t length = read_at<uint32_t>(packet, 8);
     if (length > 64 * 1024) return DecodeError::Oversized;
     size_t available = packet.size() - 16;

@@ -3,7 +3,10 @@
 // in Slurm) reserves the Linux cpus of the job's Slurm cores on SMT and interleaved nodes (issue 12,
 // defect 4: it reserved Slurm's ids as if they were Linux cpus); and that malld asks slurmctld
 // nothing about a job whose step sockets slurmd's spool shows (issue 39), asks about one that
-// vanished from it and releases it when Slurm has ended it (with no AdminComment update then).
+// vanished from it and releases it when Slurm has ended it (with no AdminComment update then);
+// and that an admin's Record (`mallctl record`, issue 39: figures reach Slurm "on demand") writes
+// a running Slurm job's figures so far and is answered once slurmctld took them, and is refused
+// with words, changing nothing, for other jobs, other users and a malld without --slurm.
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -64,11 +67,12 @@ public:
     // As slurmctld takes a while (annotate_delay: a slow slurmctld simulated, not a wait): the
     // Deregister's answer must wait for it. annotated_at is when the update ended.
     Annotated annotate(uint32_t id, const std::string &figures) override {
+        ++annotate_calls;
         std::this_thread::sleep_for(annotate_delay);
         std::lock_guard<std::mutex> lock(mu);
         annotated.push_back(std::to_string(id) + " " + figures);
         annotated_at = std::chrono::steady_clock::now();
-        return {};
+        return annotate_answer;
     }
     // malld's thread destroys the fake (with the Server) after the test read `annotated` under
     // `mu`: taking it here orders that read before the destruction (ThreadSanitizer sees no order
@@ -81,6 +85,8 @@ public:
     std::mutex mu;
     std::vector<std::string> annotated;
     std::chrono::steady_clock::time_point annotated_at{};
+    std::atomic<int> annotate_calls{0};  // updates begun (the one in flight included)
+    Annotated annotate_answer;           // what slurmctld answers each update (default: taken)
 
 private:
     uint32_t job_;
@@ -326,6 +332,223 @@ TEST(SlurmSteadyState, AnUntrustedSpoolFallsBackToAskingSlurmctld) {
     ASSERT_TRUE(client->request(proto::Type::Register, job, std::chrono::seconds(20)).ok);
     EXPECT_TRUE(wait_until([&] { return fake->queries.load() >= 2; }, 20s)) << fake->queries.load();
     EXPECT_TRUE(job_status(malld.socket(), "slurm-7").has_value());  // Slurm runs it: kept
+}
+
+// --- Record: a Slurm job's figures so far, on demand (issue 39) ---
+
+constexpr uid_t kOtherUid = 61001;  // a throwaway uid: no passwd entry needed
+
+// argv that runs `argv` as kOtherUid (gid the same, no supplementary groups).
+std::vector<std::string> as_other_user(std::vector<std::string> argv) {
+    std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=" + std::to_string(kOtherUid),
+                                    "--regid=" + std::to_string(kOtherUid), "--clear-groups"};
+    out.insert(out.end(), argv.begin(), argv.end());
+    return out;
+}
+
+// Registers `name` for `pid` as the Slurm plugin does and waits until it holds its cpus (so its
+// figures count a resize).
+void register_and_wait(const std::string &socket, const std::string &name, pid_t pid) {
+    std::string error;
+    auto client = CtlClient::connect(socket, &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    nlohmann::json job{{"job", name}, {"uid", ::getuid()}, {"pids", {pid}}, {"min", 1}, {"max", 2}};
+    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
+    ASSERT_TRUE(registered.ok) << registered.error;
+    ASSERT_TRUE(wait_until([&] {
+        auto j = job_status(socket, name);
+        return j && !j->value("cpuset", "").empty() && j->value("state", "") == "settled";
+    }, 20s)) << status_json(socket).value_or(nlohmann::json()).dump();
+}
+
+CtlResult record(const std::string &socket, const std::string &job) {
+    std::string error;
+    auto client = CtlClient::connect(socket, &error);
+    if (!client) return CtlResult{false, {}, "cannot connect: " + error, MALL_ERR_NODAEMON};
+    return client->request(proto::Type::Record, {{"job", job}}, std::chrono::seconds(20));
+}
+
+std::vector<std::string> annotated_of(FakeSlurm *fake) {
+    std::lock_guard<std::mutex> lock(fake->mu);
+    return fake->annotated;
+}
+
+// The job's figures so far reach Slurm's annotate, marked running_as_of, and the reply (and
+// mallctl's line) carry what was sent; the job runs on.
+TEST(SlurmRecord, ARecordSendsTheRunningFiguresToSlurmAndAnswersWithThem) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
+    const auto before = std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch()).count();
+
+    CtlResult reply = record(malld.socket(), "slurm-7");
+    ASSERT_TRUE(reply.ok) << reply.error;
+    EXPECT_EQ(reply.body.value("job", ""), "slurm-7");
+    EXPECT_EQ(reply.body.value("final", true), false);
+    const std::string figures = reply.body.value("figures", "");
+    EXPECT_EQ(figures.rfind("lent_core_s=", 0), 0u) << figures;
+    EXPECT_NE(figures.find(",resizes=1,ack_timeouts=0,"), std::string::npos) << figures;
+    const auto as_of = figures.find(",running_as_of=");
+    ASSERT_NE(as_of, std::string::npos) << figures;
+    EXPECT_GE(std::stoll(figures.substr(as_of + 15)), before) << figures;
+    auto sent = annotated_of(fake);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0], "7 " + figures);
+
+    // mallctl's command line: the same request, its figures on stdout, exit 0.
+    auto r = run_command(mallctl_argv(malld.socket(), {"record", "slurm-7"}));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("job slurm-7: recorded lent_core_s="), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(",running_as_of="), std::string::npos) << r.out;
+    sent = annotated_of(fake);
+    ASSERT_EQ(sent.size(), 2u);
+    EXPECT_NE(sent[1].find(",running_as_of="), std::string::npos) << sent[1];
+    EXPECT_TRUE(job_status(malld.socket(), "slurm-7").has_value()) << "a Record ended the job";
+}
+
+// A job that is not Slurm's, a Slurm job not on this node, a bad request and a user who is not an
+// admin: refused with words that say why, nothing sent to Slurm, the jobs as they were.
+TEST(SlurmRecord, ARecordOfAnotherJobOrByAnotherUserIsRefusedAndChangesNothing) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    Child other({"/bin/sleep", "120"});
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
+    register_and_wait(malld.socket(), "train", other.pid());
+    auto jobs_before = status_json(malld.socket()).value_or(nlohmann::json())["jobs"].size();
+
+    CtlResult not_slurm = record(malld.socket(), "train");
+    EXPECT_FALSE(not_slurm.ok);
+    EXPECT_EQ(not_slurm.code, MALL_ERR_INVAL);
+    EXPECT_NE(not_slurm.error.find("job train is not a Slurm job"), std::string::npos) << not_slurm.error;
+    EXPECT_NE(not_slurm.error.find("slurm-<jobid>"), std::string::npos) << not_slurm.error;
+
+    CtlResult not_here = record(malld.socket(), "slurm-8");
+    EXPECT_FALSE(not_here.ok);
+    EXPECT_EQ(not_here.code, MALL_ERR_NOJOB);
+    EXPECT_NE(not_here.error.find("no job slurm-8 on this node"), std::string::npos) << not_here.error;
+
+    std::string error;
+    auto client = CtlClient::connect(malld.socket(), &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    CtlResult no_job = client->request(proto::Type::Record, nlohmann::json::object(), std::chrono::seconds(20));
+    EXPECT_FALSE(no_job.ok);
+    EXPECT_NE(no_job.error.find("\"job\""), std::string::npos) << no_job.error;
+
+    // An ordinary user (mallctl as uid 61001; the socket is 0666, its folder opened to others).
+    ASSERT_EQ(::chmod(std::filesystem::path(malld.socket()).parent_path().c_str(), 0711), 0);
+    auto denied = run_command(as_other_user(mallctl_argv(malld.socket(), {"record", "slurm-7"})));
+    EXPECT_EQ(denied.exit_code, 1) << denied.out << denied.err;
+    EXPECT_NE(denied.err.find("Record needs root or an admin uid"), std::string::npos) << denied.err;
+    // mallctl's own refusals: exit 1 with malld's words, exit 2 for a name that is not Slurm's.
+    auto missing = run_command(mallctl_argv(malld.socket(), {"record", "slurm-8"}));
+    EXPECT_EQ(missing.exit_code, 1) << missing.err;
+    EXPECT_NE(missing.err.find("no job slurm-8 on this node"), std::string::npos) << missing.err;
+    auto usage = run_command(mallctl_argv(malld.socket(), {"record", "train"}));
+    EXPECT_EQ(usage.exit_code, 2) << usage.err;
+    EXPECT_NE(usage.err.find("not a Slurm job's name"), std::string::npos) << usage.err;
+    auto nameless = run_command(mallctl_argv(malld.socket(), {"record"}));
+    EXPECT_EQ(nameless.exit_code, 2) << nameless.err;
+
+    std::this_thread::sleep_for(300ms);  // an update wrongly queued would have been sent by now
+    EXPECT_TRUE(annotated_of(fake).empty()) << "a refused Record reached Slurm: " << annotated_of(fake)[0];
+    auto status = status_json(malld.socket());
+    ASSERT_TRUE(status.has_value());
+    EXPECT_EQ((*status)["jobs"].size(), jobs_before) << status->dump();
+    EXPECT_TRUE(job_status(malld.socket(), "slurm-7").has_value());
+    EXPECT_TRUE(job_status(malld.socket(), "train").has_value());
+}
+
+// slurmctld is slow: each Record is answered after its own update ended, also the one sent while
+// another Record's update was in flight (queued behind it, not dropped nor answered by it).
+TEST(SlurmRecord, ARecordIsAnsweredAfterItsOwnUpdateReachedSlurm) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    fake->annotate_delay = std::chrono::milliseconds(500);
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
+
+    auto first = std::async(std::launch::async, [&] { return record(malld.socket(), "slurm-7"); });
+    ASSERT_TRUE(wait_until([&] { return fake->annotate_calls.load() == 1; }, 20s));  // first in flight
+    CtlResult second = record(malld.socket(), "slurm-7");
+    const auto answered = std::chrono::steady_clock::now();
+    CtlResult first_reply = first.get();
+    ASSERT_TRUE(first_reply.ok) << first_reply.error;
+    ASSERT_TRUE(second.ok) << second.error;
+    std::lock_guard<std::mutex> lock(fake->mu);
+    ASSERT_EQ(fake->annotated.size(), 2u) << "the second Record's update was not sent";
+    EXPECT_GE(answered, fake->annotated_at) << "answered before its AdminComment update ended";
+    EXPECT_EQ(fake->annotated[0], "7 " + first_reply.body.value("figures", ""));
+    EXPECT_EQ(fake->annotated[1], "7 " + second.body.value("figures", ""));
+}
+
+// A Record that comes while the job's end is being recorded is answered by that update (its last
+// figures, final), and sends no running figures after it (they would replace the last ones).
+TEST(SlurmRecord, ARecordDuringTheJobsEndIsAnsweredWithItsLastFigures) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    fake->annotate_delay = std::chrono::milliseconds(500);
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
+
+    auto ended = std::async(std::launch::async, [&] {
+        std::string error;
+        auto client = CtlClient::connect(malld.socket(), &error);
+        if (!client) return CtlResult{false, {}, error, MALL_ERR_NODAEMON};
+        return client->request(proto::Type::Deregister, {{"job", "slurm-7"}, {"pid", task.pid()}},
+                               std::chrono::seconds(20));
+    });
+    ASSERT_TRUE(wait_until([&] { return fake->annotate_calls.load() == 1; }, 20s));  // the end in flight
+    CtlResult reply = record(malld.socket(), "slurm-7");
+    ASSERT_TRUE(ended.get().ok);
+    ASSERT_TRUE(reply.ok) << reply.error;
+    EXPECT_EQ(reply.body.value("final", false), true);
+    const std::string figures = reply.body.value("figures", "");
+    EXPECT_EQ(figures.find("running_as_of"), std::string::npos) << figures;
+    std::this_thread::sleep_for(700ms);  // a running update queued after the end would be sent by now
+    auto sent = annotated_of(fake);
+    ASSERT_EQ(sent.size(), 1u) << "running figures went to Slurm after the job's last ones: " << sent.back();
+    EXPECT_EQ(sent[0], "7 " + figures);
+}
+
+// slurmctld refuses (the job finished in Slurm): the admin gets Slurm's words, mallctl exits 1.
+TEST(SlurmRecord, SlurmctldsRefusalReachesTheAdminWithItsWords) {
+    auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
+    FakeSlurm *fake = slurm.get();
+    fake->annotate_answer = {"cannot load the job: Job has already finished", true};
+    InProcessMalld malld("pack:1 core:4", std::move(slurm));
+    ASSERT_EQ(malld.start_error(), "");
+    Child task({"/bin/sleep", "120"});
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
+    CtlResult reply = record(malld.socket(), "slurm-7");
+    EXPECT_FALSE(reply.ok);
+    EXPECT_NE(reply.error.find("Slurm had finished job 7"), std::string::npos) << reply.error;
+    EXPECT_NE(reply.error.find("Job has already finished"), std::string::npos) << reply.error;
+    auto r = run_command(mallctl_argv(malld.socket(), {"record", "slurm-7"}));
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find("Job has already finished"), std::string::npos) << r.err;
+}
+
+// A malld without --slurm records nothing in Slurm and says so.
+TEST(SlurmRecord, AMalldWithoutSlurmChecksSaysSo) {
+    MalldOptions options;
+    options.backend = "affinity";
+    PrivateMalld malld(options);
+    std::string error;
+    ASSERT_TRUE(malld.start(&error)) << error;
+    auto r = run_command(mallctl_argv(malld.socket(), {"record", "slurm-7"}));
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find("not started with --slurm"), std::string::npos) << r.err;
 }
 
 }  // namespace

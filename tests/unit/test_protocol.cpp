@@ -73,7 +73,9 @@ TEST(Protocol, EveryKnownTypeRoundTrips) {
     }
     EXPECT_FALSE(proto::is_known_type(0));
     EXPECT_TRUE(proto::is_known_type(12));  // Usage
-    EXPECT_FALSE(proto::is_known_type(13));
+    EXPECT_TRUE(proto::is_known_type(13));  // Record
+    EXPECT_STREQ(proto::type_name(proto::Type::Record), "Record");
+    EXPECT_FALSE(proto::is_known_type(14));
     EXPECT_FALSE(proto::is_known_type(63));
     EXPECT_FALSE(proto::is_known_type(67));
 }

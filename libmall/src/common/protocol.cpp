@@ -65,7 +65,7 @@ int64_t checked_int(const nlohmann::json &value, const char *field, int64_t min,
 }  // namespace
 
 bool is_known_type(uint16_t t) {
-    return (t >= static_cast<uint16_t>(Type::Register) && t <= static_cast<uint16_t>(Type::Usage)) ||
+    return (t >= static_cast<uint16_t>(Type::Register) && t <= static_cast<uint16_t>(Type::Record)) ||
            (t >= static_cast<uint16_t>(Type::Reply) && t <= static_cast<uint16_t>(Type::Notify));
 }
 
@@ -83,6 +83,7 @@ const char *type_name(Type t) {
         case Type::Release: return "Release";
         case Type::Watch: return "Watch";
         case Type::Usage: return "Usage";
+        case Type::Record: return "Record";
         case Type::Reply: return "Reply";
         case Type::Event: return "Event";
         case Type::Notify: return "Notify";

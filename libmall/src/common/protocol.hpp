@@ -56,6 +56,10 @@ enum class Type : uint16_t {
     Watch = 11,      // any:   {} -> reply {} then Event messages until the client hangs up
     Usage = 12,      // attached: {cpus_used:uint}  the job uses only that many of its cpus (0 = all):
                      //   plan it with max = max(min, cpus_used) (no reply)
+    Record = 13,     // admin: {job:"slurm-<jobid>"} (malld --slurm) -> reply (deferred until
+                     //   slurmctld took the update, at most 10 s) {job, figures, final:bool}:
+                     //   the job's figures so far went to its AdminComment (final: its end was
+                     //   being recorded, and that update, with its last figures, is the answer)
     // from malld
     Reply = 64,      // {ok:bool, error?:str, code?:int, ...}
     Event = 65,      // {event:str, time:float (s since epoch), ...}

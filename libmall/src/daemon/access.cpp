@@ -49,6 +49,7 @@ const RequestRule kRequestTable[] = {
     {proto::Type::Release, Role::Admin, &RequestHandlers::handle_release},
     {proto::Type::Watch, Role::Any, &RequestHandlers::handle_watch},
     {proto::Type::Usage, Role::Attached, &RequestHandlers::handle_usage},
+    {proto::Type::Record, Role::Admin, &RequestHandlers::handle_record},
 };
 
 // SO_PEERCRED's pid was taken at connect time: by now that process may have exited and its pid

@@ -509,6 +509,84 @@ void RequestHandlers::handle_watch(Connection &c, const proto::Message &msg) {
     connections_.reply(c, msg.request_id, proto::ok_reply());
 }
 
+void RequestHandlers::handle_record(Connection &c, const proto::Message &msg) {
+    const std::string job = proto::get_string(msg.body, "job");
+    // Checked before the name is echoed back (every registered job has a valid name).
+    if (auto bad = proto::invalid_job_name(job)) throw proto::ProtocolError("bad job name: " + *bad);
+    if (!slurm_) {
+        connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                                 "this malld was not started with --slurm, so it records no figures in Slurm; "
+                                 "job figures are in `mallctl status` and, once a job ends, in malld's history "
+                                 "file (--history-file)");
+        return;
+    }
+    const auto slurm_id = slurm_job_id_of(job);
+    if (!slurm_id) {
+        connections_.reply_error(c, msg.request_id, MALL_ERR_INVAL,
+                                 "job " + job + " is not a Slurm job: malld records figures in Slurm only for "
+                                 "jobs named slurm-<jobid> (what the Slurm plugin registers); see `mallctl "
+                                 "status` for this job's figures");
+        return;
+    }
+    const TimePoint now = Clock::now();
+    const Job *registered = manager_.find(job);
+    // A job that just ended, whose end is being recorded, is answered by that update (its last figures).
+    if (!registered && !slurm_->annotating(*slurm_id)) {
+        connections_.reply_error(c, msg.request_id, MALL_ERR_NOJOB,
+                                 "no job " + job + " on this node (see `mallctl status`); a Slurm job's "
+                                 "figures reach its AdminComment when it ends here");
+        return;
+    }
+    PendingReply pending{PendingReply::Kind::Record, c.id, msg.request_id, job, {}, now + kRecordWait};
+    // 0 while its end is recorded: the reply waits for that update (resolve_annotations).
+    if (registered) pending.ticket = slurm_->record_now(manager_, *registered, *slurm_id, now);
+    log_info("recording " + job + "'s figures so far in its Slurm AdminComment (asked by uid " +
+             std::to_string(c.peer.uid) + ")");
+    pending_.push_back(std::move(pending));
+}
+
+void RequestHandlers::answer_record(Connection &c, const PendingReply &p, const SlurmAnnotation &done) {
+    const std::string id = std::to_string(done.job_id);
+    if (done.error.empty()) {
+        connections_.reply(c, p.request_id,
+                           proto::ok_reply({{"job", p.job}, {"figures", done.figures}, {"final", !done.running}}));
+    } else if (done.finished) {
+        connections_.reply_error(c, p.request_id, MALL_ERR_NOJOB,
+                                 "Slurm had finished job " + id + ", so slurmctld refused its figures (" +
+                                     done.error + "); they are in malld's history when the job ends here");
+    } else {
+        connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                                 "slurmctld refused " + p.job + "'s figures: " + done.error);
+    }
+}
+
+void RequestHandlers::resolve_annotations(const std::vector<SlurmAnnotation> &finished) {
+    for (const SlurmAnnotation &done : finished) {
+        for (auto &p : pending_) {
+            if (p.kind != PendingReply::Kind::Record || p.connection == 0) continue;
+            if (slurm_job_id_of(p.job) != done.job_id) continue;
+            if (p.ticket != 0) {
+                // An update queued before the request (older figures) is not its answer; one of the
+                // job's end queued after it is (the end replaced the queued running update).
+                if (done.ticket < p.ticket) continue;
+            } else {
+                if (done.running) continue;  // waiting for the end's update
+                // The job was registered again since (a new step): its figures so far go now.
+                if (const Job *again = manager_.find(p.job); again && slurm_) {
+                    p.ticket = slurm_->record_now(manager_, *again, done.job_id, Clock::now());
+                    continue;
+                }
+            }
+            if (Connection *asker = connections_.find(p.connection); asker && !asker->closing)
+                answer_record(*asker, p, done);
+            p.connection = 0;  // answered: dropped below
+        }
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const PendingReply &p) { return p.connection == 0; }),
+                   pending_.end());
+}
+
 void RequestHandlers::process_pending(TimePoint now) {
     std::vector<PendingReply> still;
     for (auto &p : pending_) {
@@ -531,6 +609,15 @@ void RequestHandlers::process_pending(TimePoint now) {
                 connections_.reply_error(c, p.request_id, p.error_code, p.error);
             } else {
                 connections_.reply(c, p.request_id, proto::ok_reply(p.answer));
+            }
+        } else if (p.kind == PendingReply::Kind::Record) {
+            if (now >= p.deadline) {
+                connections_.reply_error(c, p.request_id, MALL_ERR_SYSTEM,
+                            "slurmctld did not take " + p.job + "'s figures within " +
+                                std::to_string(kRecordWait.count()) + " s; the update stays queued and "
+                                "reaches Slurm when slurmctld answers (is slurmctld up? see malld's log)");
+            } else {
+                still.push_back(std::move(p));
             }
         } else if (p.kind == PendingReply::Kind::LookUp) {
             if (now >= p.deadline) {

@@ -4,7 +4,8 @@
 // Register and Reclaim reply later (deferred replies): Register once the job holds cpus, Reclaim
 // once no other job holds the cpus, a Reclaim without cpus once Slurm said which cpus the owner
 // has here; each within the ack timeout plus a slack, after which the asker gets an error that
-// says what is still pending. A deferred reply whose asker left is dropped.
+// says what is still pending. Record (a Slurm job's figures so far into its AdminComment) replies
+// once slurmctld took the update, within kRecordWait. A deferred reply whose asker left is dropped.
 #pragma once
 
 #include <chrono>
@@ -52,6 +53,7 @@ public:
     void handle_reclaim(Connection &c, const proto::Message &msg);
     void handle_release(Connection &c, const proto::Message &msg);
     void handle_watch(Connection &c, const proto::Message &msg);
+    void handle_record(Connection &c, const proto::Message &msg);
 
     // --- deferred replies ---
     // Answers every deferred request whose condition holds or whose deadline passed.
@@ -61,6 +63,8 @@ public:
     // Reclaims waiting for Slurm's word on an owner's cpus become ordinary deferred reclaims once
     // Slurm has answered, or fail with its words.
     void resolve_lookups(const std::string &owner, const SlurmJobState &state);
+    // Records waiting for their AdminComment update are answered with its outcome (--slurm).
+    void resolve_annotations(const std::vector<SlurmAnnotation> &finished);
 
     // The status an admin sees (`mallctl status --json` as root): the core's status plus the
     // backend, and each job's pids and cgroup. Others see status_seen_by() of it (handle_status).
@@ -74,7 +78,9 @@ private:
         // Deregister: the answer to a Slurm job's Deregister, held while malld records the ended
         // job's figures in Slurm (its AdminComment): Slurm's task-exit waits for it, so the job is
         // still running in slurmctld when the update arrives.
-        enum class Kind { Register, Reclaim, LookUp, Deregister };
+        // Record: an admin's request to record a Slurm job's figures so far, waiting for the
+        // AdminComment update of `ticket` (0: for the update of the job's end being recorded).
+        enum class Kind { Register, Reclaim, LookUp, Deregister, Record };
         PendingReply(Kind kind_, uint64_t connection_, uint32_t request_id_, std::string job_, CpuSet cpus_,
                      TimePoint deadline_)
             : kind(kind_), connection(connection_), request_id(request_id_), job(std::move(job_)),
@@ -90,7 +96,10 @@ private:
         nlohmann::json answer = nlohmann::json::object();
         int error_code = 0;
         std::string error;
+        uint64_t ticket = 0;  // Record: SlurmChecker::annotate's number for its update
     };
+    // Answers a Record with the outcome of the AdminComment update it waited for.
+    void answer_record(Connection &c, const PendingReply &p, const SlurmAnnotation &done);
     // A deferred reclaim ends when its cpus are free or its deadline passed: it is counted in the
     // node's reclaim figures and answered (when `asker` is not null). False: it waits on.
     bool finish_reclaim(const PendingReply &p, Connection *asker, TimePoint now);
@@ -114,5 +123,9 @@ private:
     std::vector<PendingReply> pending_;
     nlohmann::json status_extras_ = nlohmann::json::object();
 };
+
+// How long a Record's answer waits for slurmctld to take the update (it waits behind an ended
+// job's update and slurmctld's queries, and a multi-node job's update may try a few times).
+inline constexpr std::chrono::seconds kRecordWait{10};
 
 }  // namespace mall

@@ -633,7 +633,7 @@ void Server::handle_connection(uint64_t id, uint32_t events) {
 }
 
 void Server::handle_slurm_results() {
-    slurm_->take_annotations();
+    handlers_->resolve_annotations(slurm_->take_annotations());
     for (const SlurmJobState &state : slurm_->take_results()) {
         handlers_->resolve_lookups(slurm_job_name(state.job_id), state);
         slurm_->apply(state, *manager_);

@@ -114,33 +114,38 @@ CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &l
     return CommentUpdate::Lost;
 }
 
-void SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running) {
+uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running, bool behind_in_flight) {
+    uint64_t ticket = 0;
     {
         std::lock_guard<std::mutex> lock(mu_);
+        ticket = ++last_ticket_;
         if (running) {
-            for (auto &[queued_id, queued_figures] : running_annotations_)
-                if (queued_id == job_id) {  // newer figures, same place in the queue
-                    queued_figures = std::move(figures);
-                    return;
+            for (auto &queued : running_annotations_)
+                if (queued.job_id == job_id) {  // newer figures, same place in the queue
+                    queued.figures = std::move(figures);
+                    queued.ticket = ticket;
+                    return ticket;
                 }
-            if (annotating_.count(job_id) != 0) return;  // in flight, or its end is being recorded
-            running_annotations_.emplace_back(job_id, std::move(figures));
+            // In flight, or its end is being recorded (an explicit request waits only for the former).
+            if (annotating_.count(job_id) != 0 && (!behind_in_flight || ending_.count(job_id) != 0)) return 0;
+            running_annotations_.push_back({job_id, std::move(figures), ticket});
         } else {
             // A running update sent after this one would overwrite the job's last figures.
             for (auto it = running_annotations_.begin(); it != running_annotations_.end();) {
-                if (it->first != job_id) {
+                if (it->job_id != job_id) {
                     ++it;
                     continue;
                 }
                 annotating_.erase(annotating_.find(job_id));
                 it = running_annotations_.erase(it);
             }
-            annotations_.emplace_back(job_id, std::move(figures));
+            annotations_.push_back({job_id, std::move(figures), ticket});
             ending_.insert(job_id);
         }
         annotating_.insert(job_id);
     }
     wake_.notify_one();
+    return ticket;
 }
 
 bool SlurmChecker::annotating(uint32_t job_id) const {
@@ -195,10 +200,13 @@ void SlurmChecker::loop() {
             const bool ended = !annotations_.empty();
             if (ended || pending_.empty()) {
                 auto &queue = ended ? annotations_ : running_annotations_;
-                auto [job_id, figures] = std::move(queue.front());
+                auto [job_id, figures, ticket] = std::move(queue.front());
                 queue.pop_front();
                 lock.unlock();
-                SlurmAnnotation done{job_id, {}, false, !ended};
+                SlurmAnnotation done;
+                done.job_id = job_id;
+                done.running = !ended;
+                done.ticket = ticket;
                 try {
                     const SlurmQuery::Annotated outcome = query_->annotate(job_id, figures);
                     done.error = outcome.error;
@@ -206,6 +214,7 @@ void SlurmChecker::loop() {
                 } catch (const std::exception &e) {
                     done.error = e.what();
                 }
+                done.figures = std::move(figures);
                 lock.lock();
                 annotating_.erase(annotating_.find(job_id));
                 if (ended) ending_.erase(ending_.find(job_id));

@@ -97,6 +97,8 @@ struct SlurmAnnotation {
     std::string error;
     bool finished = false;  // SlurmQuery::Annotated::finished
     bool running = false;   // a running job's figures so far, not its last ones
+    std::string figures;    // what was sent (this node's segment without "mall:<node>:")
+    uint64_t ticket = 0;    // SlurmChecker::annotate's number for it
 };
 
 // libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.
@@ -118,7 +120,11 @@ public:
     // queries (its stepd waits for it) and replaces a running one still queued for the job; a
     // running job's update (`running`) goes after queries: it replaces the figures of one still
     // queued for the job, and is dropped while one is in flight or the job's end is recorded.
-    void annotate(uint32_t job_id, std::string figures, bool running = false);
+    // `behind_in_flight` (an admin's explicit request, `mallctl record`): a running update is
+    // queued behind the one in flight for the job instead of dropped (still dropped while the
+    // job's end is recorded). Returns the update's ticket, which its SlurmAnnotation carries (an
+    // update whose figures replaced a queued one's takes the newer ticket); 0 when dropped.
+    uint64_t annotate(uint32_t job_id, std::string figures, bool running = false, bool behind_in_flight = false);
     // Whether the update of the job's end is queued or in flight (running updates do not count:
     // nothing waits for them).
     bool annotating(uint32_t job_id) const;
@@ -139,11 +145,17 @@ private:
     std::deque<uint32_t> pending_;
     std::set<uint32_t> queued_;
     std::vector<SlurmJobState> results_;
-    std::deque<std::pair<uint32_t, std::string>> annotations_;          // ended jobs: id, figures
-    std::deque<std::pair<uint32_t, std::string>> running_annotations_;  // running jobs: id, figures
+    struct QueuedAnnotation {
+        uint32_t job_id = 0;
+        std::string figures;
+        uint64_t ticket = 0;
+    };
+    std::deque<QueuedAnnotation> annotations_;          // ended jobs
+    std::deque<QueuedAnnotation> running_annotations_;  // running jobs
     std::multiset<uint32_t> annotating_;  // every update queued or in flight
     std::multiset<uint32_t> ending_;      // of those, the ended jobs'
     std::vector<SlurmAnnotation> annotated_;
+    uint64_t last_ticket_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };

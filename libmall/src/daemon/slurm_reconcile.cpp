@@ -79,23 +79,35 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     checker_.annotate(*id, admin_comment_figures(end_event));
 }
 
+namespace {
+
+// A running job's figures so far, marked with the wall-clock second they were taken.
+std::string running_figures(const NodeManager &manager, const Job &job, TimePoint now) {
+    const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    return admin_comment_figures(manager.accounting(job, now).to_json()) + ",running_as_of=" +
+           std::to_string(wall_now.count());
+}
+
+}  // namespace
+
 void SlurmReconciler::record_running(const NodeManager &manager, TimePoint now) {
     if (!next_running_record_ || now < *next_running_record_) return;
     next_running_record_ = now + comment_interval_;
-    const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
-        std::chrono::system_clock::now().time_since_epoch());
     for (const auto &[name, job] : manager.jobs()) {
         auto id = slurm_job_id_of(name);
         if (!id) continue;
-        checker_.annotate(*id,
-                          admin_comment_figures(manager.accounting(job, now).to_json()) +
-                              ",running_as_of=" + std::to_string(wall_now.count()),
-                          true);
+        checker_.annotate(*id, running_figures(manager, job, now), true);
     }
 }
 
-void SlurmReconciler::take_annotations() {
-    for (const SlurmAnnotation &done : checker_.take_annotations()) {
+uint64_t SlurmReconciler::record_now(const NodeManager &manager, const Job &job, uint32_t job_id, TimePoint now) {
+    return checker_.annotate(job_id, running_figures(manager, job, now), true, /*behind_in_flight=*/true);
+}
+
+std::vector<SlurmAnnotation> SlurmReconciler::take_annotations() {
+    std::vector<SlurmAnnotation> taken = checker_.take_annotations();
+    for (const SlurmAnnotation &done : taken) {
         const std::string job = slurm_job_name(done.job_id);
         if (done.error.empty()) {
             log_debug("recorded " + job + "'s figures" + (done.running ? " so far" : "") + " in its Slurm AdminComment");
@@ -112,10 +124,12 @@ void SlurmReconciler::take_annotations() {
             annotation_failures_.failed(done.error, LogLevel::Warn,
                                         "cannot record " + job + "'s figures" + (done.running ? " so far" : "") +
                                             " in Slurm: " + done.error +
-                                            (done.running ? " (malld tries again next round)"
-                                                          : " (malld's history has them)"));
+                                            (!done.running ? " (malld's history has them)"
+                                             : comment_interval_.count() > 0 ? " (malld tries again next round)"
+                                                                             : ""));
         }
     }
+    return taken;
 }
 
 void SlurmReconciler::apply(const SlurmJobState &state, NodeManager &manager) {

@@ -12,7 +12,8 @@
 // Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
 // A Slurm job's figures go to its AdminComment when it ends (not when Slurm had already ended it:
 // slurmctld refuses updates to a finished job) and, only if `comment_interval` is set, every
-// interval while it runs, as they are so far (marked running_as_of=<epoch seconds>).
+// interval while it runs, as they are so far (marked running_as_of=<epoch seconds>), and when an
+// admin asks (record_now).
 #pragma once
 
 #include <chrono>
@@ -57,9 +58,15 @@ public:
     // SlurmChecker::annotate); the next round is due `comment_interval` on. nullopt: no rounds.
     void record_running(const NodeManager &manager, TimePoint now);
     std::optional<TimePoint> next_running_record() const { return next_running_record_; }
+    // An admin asked (Record, `mallctl record`): the job's figures so far go to its AdminComment
+    // now, queued behind an update in flight for it. Returns the update's ticket (its
+    // SlurmAnnotation carries it), 0 when the job's end is being recorded (that update is the
+    // newer one).
+    uint64_t record_now(const NodeManager &manager, const Job &job, uint32_t job_id, TimePoint now);
     bool annotating(uint32_t job_id) const { return checker_.annotating(job_id); }
-    // The finished AdminComment updates; failures are logged (each distinct one once).
-    void take_annotations();
+    // The finished AdminComment updates; failures are logged (each distinct one once). Returned
+    // for the replies that wait on them (RequestHandlers::resolve_annotations).
+    std::vector<SlurmAnnotation> take_annotations();
     // Acts on one verdict: ends and releases what Slurm does not run, ends registrations under
     // the wrong uid, warns about guaranteed cpus Slurm did not give; keeps everything when
     // slurmctld is unreachable.

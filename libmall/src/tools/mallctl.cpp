@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallctl.cpp — the administrator's command line for malld: the global options, the command
 // table, the help texts' layout, usage errors and dispatch. The commands live in their own rooms:
-// status and watch (tools/mallctl_status.cpp); set, policy, reclaim and release
+// status and watch (tools/mallctl_status.cpp); set, policy, reclaim, release and record
 // (tools/mallctl_steer.cpp); metrics and history (tools/mallctl_reports.cpp); top
 // (tools/mallctl_top.cpp); and signal (tools/mallctl_signal.cpp), which talks to a process, not
 // to malld. Each exports its help; each validates every argument locally before sending anything.
@@ -51,6 +51,7 @@ const std::vector<Command> &commands() {
         {"policy", kPolicySynopsis, kPolicySummary, kPolicyDetails},
         {"reclaim", kReclaimSynopsis, kReclaimSummary, kReclaimDetails},
         {"release", kReleaseSynopsis, kReleaseSummary, kReleaseDetails},
+        {"record", kRecordSynopsis, kRecordSummary, kRecordDetails},
         {"watch", kWatchSynopsis, kWatchSummary, kWatchDetails},
         {"metrics", kMetricsSynopsis, kMetricsSummary, kMetricsDetails},
         {"history", kHistorySynopsis, kHistorySummary, kHistoryDetails},
@@ -110,8 +111,8 @@ void print_main_help(std::ostream &out) {
            "CPU lists use the Linux list format: \"0-3,8\" (ascending or not, no spaces).\n"
            "status, watch, metrics and top are open to everyone (a user who is not an admin sees\n"
            "other users' jobs only as their cpus); history reads malld's history file (mode 0600:\n"
-           "root). set, policy, reclaim and release need root or an admin uid of malld. signal\n"
-           "talks to a process, not to malld: its owner or root may.\n"
+           "root). set, policy, reclaim, release and record need root or an admin uid of malld.\n"
+           "signal talks to a process, not to malld: its owner or root may.\n"
            "\n"
            "Exit status:\n"
            "  0  success\n"
@@ -160,6 +161,7 @@ const std::map<std::string, Handler> &handlers() {
         {"policy", [](const Globals &g, const std::vector<std::string> &a) { return cmd_policy(g, a, usage_error_for("policy")); }},
         {"reclaim", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim(g, a, usage_error_for("reclaim")); }},
         {"release", [](const Globals &g, const std::vector<std::string> &a) { return cmd_release(g, a, usage_error_for("release")); }},
+        {"record", [](const Globals &g, const std::vector<std::string> &a) { return cmd_record(g, a, usage_error_for("record")); }},
         {"watch", [](const Globals &g, const std::vector<std::string> &a) { return cmd_watch(g, a, usage_error_for("watch")); }},
         {"metrics", [](const Globals &g, const std::vector<std::string> &a) {
              return cmd_metrics(a, status_fetcher(g), usage_error_for("metrics"));

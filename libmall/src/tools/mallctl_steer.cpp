@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// mallctl_steer.cpp — mallctl's steering commands, `set`, `policy`, `reclaim` and `release` (see
-// mallctl_steer.hpp): their help, the local checks of every argument (job names, cpu lists,
-// weights, thread counts) and the requests to malld.
+// mallctl_steer.cpp — mallctl's steering commands, `set`, `policy`, `reclaim`, `release` and
+// `record` (see mallctl_steer.hpp): their help, the local checks of every argument (job names, cpu
+// lists, weights, thread counts) and the requests to malld.
 #include "tools/mallctl_steer.hpp"
 
 #include <cerrno>
@@ -123,6 +123,33 @@ const char *const kReleaseDetails =
     "Examples:\n"
     "  sudo mallctl release 6-7\n"
     "  sudo mallctl release --owner slurm-1234\n";
+
+const char *const kRecordSynopsis = "record JOB";
+const char *const kRecordSummary = "write a Slurm job's figures so far into its AdminComment now";
+const char *const kRecordDetails =
+    "Writes this node's figures for the Slurm job JOB (slurm-<jobid>, the name the Slurm plugin\n"
+    "registers it under) into the job's AdminComment now, as they are so far, and returns once\n"
+    "slurmctld has taken them. malld writes them there by itself when the job ends on this node;\n"
+    "record is for a long job you want to read before it ends (`scontrol show job JOBID`). The\n"
+    "node's segment is the one the end writes, marked with the time T it was taken (Unix seconds):\n"
+    "  mall:NODE:lent_core_s=..,core_s=..,resizes=..,ack_timeouts=..,oversub_s=..,running_as_of=T\n"
+    "and the job's end replaces it with the last figures. When the job's end is being recorded at\n"
+    "that moment, that update is the answer: mallctl prints its figures and says they are final.\n"
+    "\n"
+    "Each node writes only its own segment: for a job on several nodes, run record on each of them\n"
+    "(e.g. `pdsh -w NODES mallctl record slurm-1234`). It costs slurmctld one job read and one job\n"
+    "update for a job on one node, and one more read (to see that no other node's write replaced\n"
+    "it) for a job on several.\n"
+    "\n"
+    "malld must run with --slurm. mallctl waits up to 10 s for slurmctld; past that malld says so,\n"
+    "and the update stays queued until slurmctld answers. slurmctld refuses figures for a job it\n"
+    "has finished: mallctl prints Slurm's words and exits 1.\n"
+    "\n"
+    "Needs root or an admin uid of malld.\n"
+    "\n"
+    "Examples:\n"
+    "  sudo mallctl record slurm-1234\n"
+    "  sudo pdsh -w node[01-08] mallctl record slurm-1234\n";
 
 namespace {
 
@@ -294,6 +321,30 @@ int cmd_reclaim(const Globals &g, const std::vector<std::string> &args, const Us
 
 int cmd_release(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error) {
     return cmd_reclaim_or_release(g, args, false, usage_error);
+}
+
+int cmd_record(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error) {
+    po::options_description opts;
+    opts.add_options()("job", po::value<std::string>(), "");
+    po::positional_options_description pos;
+    pos.add("job", 1);
+    po::variables_map vm = parse_command(args, opts, pos);
+    if (!vm.count("job")) return usage_error("name the Slurm job, e.g. mallctl record slurm-1234");
+    const std::string job = vm["job"].as<std::string>();
+    if (auto why = mall::proto::invalid_job_name(job)) return usage_error("bad job name '" + job + "': " + *why);
+    if (job.rfind(mall::kSlurmJobPrefix, 0) != 0)
+        return usage_error("'" + job + "' is not a Slurm job's name: malld records figures in Slurm only for "
+                           "slurm-<jobid>, e.g. mallctl record slurm-1234");
+    Session s(g.socket);
+    if (!s.connect()) return kExitUnreachable;
+    int rc = kExitOk;
+    // malld answers within 10 s (its own limit for slurmctld), with an error past it.
+    auto body = s.request(mall::proto::Type::Record, json{{"job", job}}, &rc, std::chrono::seconds(30));
+    if (!body) return rc;
+    const bool final = body->value("final", false);
+    std::cout << "job " << job << ": " << (final ? "its end was being recorded; final figures " : "recorded ")
+              << text_or_dash(field_string(*body, "figures")) << "\n";
+    return kExitOk;
 }
 
 }  // namespace mall::tools
