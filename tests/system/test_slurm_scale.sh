@@ -414,8 +414,9 @@ if [ -n "${MALL_SYSTEST_LOG_DIR:-}" ]; then   # keep the logs and job outputs (e
   mkdir -p "$MALL_SYSTEST_LOG_DIR" && cp -r "$MALL_CLUSTER_DIR/log" "$work"/*.out "$work"/*.err "$work/sdiag.steady" "$MALL_SYSTEST_LOG_DIR"/ 2>/dev/null
   for (( k = 1; k <= nodes; k++ )); do mkdir -p "$MALL_SYSTEST_LOG_DIR/node$k" && cp -r "$MALL_CLUSTER_DIR/nodes/node$k/log" "$MALL_SYSTEST_LOG_DIR/node$k/" 2>/dev/null; done
 fi
-if [ "$failures" -gt 0 ]; then   # the daemons' recent errors, without the cancellations of (e)
-  "$cluster" logs 20 2>/dev/null | grep -iE 'error|fatal|warn' | grep -v 'CANCELLED AT' | tail -n 40 | sed 's/^/    /'
+if [ "$failures" -gt 0 ]; then   # the daemons' recent errors, without (e)'s cancellations and PMIx's step-end notes
+  "$cluster" logs 20 2>/dev/null | grep -iE 'error|fatal|warn' | grep -vE 'CANCELLED AT|rmdir_recursive|pmixp_libpmix_finalize' |
+    tail -n 40 | sed 's/^/    /'
 fi
 cluster_down_and_nothing_left "${task[*]}"   # no task of the run may survive
 left=$(find /sys/fs/cgroup/*/ -maxdepth 1 -type d -name "${MALL_CLUSTER_CGROUP}_node*" 2>/dev/null | tr '\n' ' ')
