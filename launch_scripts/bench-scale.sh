@@ -41,6 +41,8 @@ with its own slurmd and its own malld --slurm, the mall SPANK plugin loaded), th
   2. a job's life: sdiag --reset, one short malleable job per node (sbatch -w nodeK
      --malleable=1:2 -c1 --wrap 'srun mall_test_client --duration-s L'), waits until every one
      ended, every malld lists no job, and then one more reconciliation period (11 s), reads sdiag;
+  2b. a multi-node job's life: the same with one job over all N nodes (sbatch -N N
+     --ntasks-per-node=1 --malleable=1:2 -c1), whose N mallds write the one AdminComment at its end;
   3. steady state: J jobs per node (sbatch -w nodeK --malleable=1:2 -c1 --wrap 'srun TRAINER'),
      waits until every one runs and is attached (mallctl status --json on each node's socket),
      sdiag --reset, waits S seconds without any Slurm client call, reads sdiag, checks that all
@@ -49,6 +51,7 @@ with its own slurmd and its own malld --slurm, the mall SPANK plugin loaded), th
 Then prints the sdiag RPC lines of phases 2 and 3 (types mall uses marked "mall", the others
 "other"), and a last line:
   ctld_rpcs_per_job_minute=X ctld_rpcs_per_job_life=Y start_delay_ms=Z malld_rss_kb=W
+  ctld_rpcs_per_node_of_multinode_job=V
 
 The figures:
   ctld_rpcs_per_job_minute  RPCs slurmctld counted in phase 3 of the types mall uses
@@ -71,7 +74,11 @@ The figures:
                             REQUEST_SUBMIT_BATCH_JOB; srun in the job: REQUEST_HET_JOB_ALLOC_INFO,
                             REQUEST_JOB_STEP_CREATE, REQUEST_STEP_COMPLETE); with it, the plugin in
                             each checks --malleable against the nodes' cpus (REQUEST_NODE_INFO),
-                            which counts as mall's.
+                            which counts as mall's (since issue 39 sbatch's only: srun inside a
+                            job leaves the check to the node).
+  ctld_rpcs_per_node_of_multinode_job  RPCs of the same types in phase 2b, divided by N: what a
+                            multi-node job costs per node it spans (its nodes read back the field
+                            after writing it, so that none loses another's figures).
   start_delay_ms            median over R of (sbatch called -> the plain job's first command ran,
                             same clock) with the plugin, minus the same median without the plugin:
                             what the plugin adds to a plain job's start on a node with no malleable
@@ -265,6 +272,21 @@ life_count=$(mall_count "$tmp/sdiag.life")
 rpcs_per_life=$(awk -v c="$life_count" -v n="$nodes" 'BEGIN { printf "%.1f", c / n }')
 note "phase 2 took $(( ($(ms_now) - t2) / 1000 )) s"
 
+# ---- 2b. one short malleable job over every node: a multi-node job's life, per node -------------
+t2b=$(ms_now)
+say "2b. a multi-node job's life: one malleable job of $life_s s on all $nodes nodes (one task per node)"
+sdiag_ --reset >/dev/null
+sbatch --parsable -J bench-span -N "$nodes" --ntasks-per-node=1 --malleable=1:2 -c1 -o "$tmp/span.out" \
+  --wrap "srun $bin/mall_test_client --step-us 100000 --duration-s $life_s; touch $tmp/span.done" >/dev/null ||
+  die "sbatch of the $nodes-node job failed"
+wait_until $(( life_s + 60 + nodes )) "the $nodes-node job to end" test -e "$tmp/span.done"
+wait_until 60 "every malld to drop the $nodes-node job" all_mallds_empty
+sleep 11
+sdiag_ >"$tmp/sdiag.span"
+span_count=$(mall_count "$tmp/sdiag.span")
+rpcs_per_span_node=$(awk -v c="$span_count" -v n="$nodes" 'BEGIN { printf "%.1f", c / n }')
+note "phase 2b took $(( ($(ms_now) - t2b) / 1000 )) s"
+
 # ---- 3. steady state: J long malleable jobs per node -------------------------------------------
 t3=$(ms_now)
 njobs=$(( nodes * jobs_per_node ))
@@ -307,6 +329,7 @@ done
 note "phase 3 took $(( ($(ms_now) - t3) / 1000 )) s (window $(( window_ms / 1000 )) s)"
 
 show_rpcs "$tmp/sdiag.life" "phase 2, $nodes short jobs' lives: $life_count RPCs of mall's types"
+show_rpcs "$tmp/sdiag.span" "phase 2b, one $nodes-node job's life: $span_count RPCs of mall's types"
 show_rpcs "$tmp/sdiag.steady" "phase 3, $(( window_ms / 1000 )) s with $njobs jobs: $steady_count RPCs of mall's types"
 note "total $(( ($(ms_now) - t_up) / 1000 )) s before the cluster goes down"
-echo "ctld_rpcs_per_job_minute=$rpcs_per_minute ctld_rpcs_per_job_life=$rpcs_per_life start_delay_ms=$start_delay_ms malld_rss_kb=$rss_max"
+echo "ctld_rpcs_per_job_minute=$rpcs_per_minute ctld_rpcs_per_job_life=$rpcs_per_life start_delay_ms=$start_delay_ms malld_rss_kb=$rss_max ctld_rpcs_per_node_of_multinode_job=$rpcs_per_span_node"
