@@ -190,6 +190,14 @@ void register_task(spank_t sp) {
                            {"guaranteed", guaranteed->to_string()},
                            {"weight", request->weight},
                            {"join", true}};
+    // This node's place in a multi-node job: malld sends its figures to the job's AdminComment in
+    // that turn at the job's end, so that the nodes' updates of the one field seldom collide.
+    uint32_t node_index = 0, nodes = 0;
+    if (spank_get_item(sp, S_JOB_NODEID, &node_index) == ESPANK_SUCCESS &&
+        spank_get_item(sp, S_JOB_NNODES, &nodes) == ESPANK_SUCCESS && nodes > 1 && node_index < nodes) {
+        body["slurm_node_index"] = node_index;
+        body["slurm_nodes"] = nodes;
+    }
     bool unreachable = false;
     auto result = ask_malld(mall::proto::Type::Register, body, &unreachable, &error);
     if (unreachable) {

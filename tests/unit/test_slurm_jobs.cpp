@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/slurm_jobs.hpp"
+#include "daemon/slurm_reconcile.hpp"
 #include "support/watchdog.h"
 
 namespace {
@@ -317,4 +318,38 @@ TEST(SlurmAdminComment, ASingleNodeJobIsReadOnceAndWrittenOnce) {
     EXPECT_EQ(loads, 1);
     EXPECT_EQ(stores, 1);
     EXPECT_EQ(field, "set by the site;mall:node1:x=1");
+}
+
+// Issue 39: the nodes of a multi-node job take turns at its end. An ended job's update given a
+// delay waits for it without holding up the thread: a later update without one, and a query,
+// go first; annotating() counts the waiting one (its Deregister waits for it).
+TEST(SlurmChecker, ADelayedEndUpdateWaitsItsTurnWhileOtherWorkGoesOn) {
+    auto query = std::make_unique<FakeQuery>();
+    FakeQuery *fake = query.get();
+    mall::SlurmChecker checker(std::move(query));
+    const auto queued = std::chrono::steady_clock::now();
+    checker.annotate(21, "later", false, false, 400ms);
+    checker.annotate(22, "now");
+    checker.check({5});
+    EXPECT_TRUE(checker.annotating(21));
+    std::vector<mall::SlurmJobState> results;
+    const auto done = take_updates(checker, 2, 1, &results);
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_EQ(done[0].job_id, 22u);
+    EXPECT_EQ(done[1].job_id, 21u);
+    EXPECT_GE(std::chrono::steady_clock::now() - queued, 400ms);
+    EXPECT_FALSE(checker.annotating(21));
+    std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_EQ(fake->order, (std::vector<std::string>{"annotate 22 now", "query 5", "annotate 21 later"}));
+}
+
+// The turn: 25 ms a node, the whole job within 1.5 s (its task-exits wait 2 s for the updates).
+TEST(SlurmNodeTurn, SpreadsAJobsNodesWithinItsTaskExitWait) {
+    EXPECT_EQ(mall::SlurmReconciler::node_turn(1), 0ms);
+    EXPECT_EQ(mall::SlurmReconciler::node_turn(2), 25ms);
+    EXPECT_EQ(mall::SlurmReconciler::node_turn(64), 23ms);
+    EXPECT_EQ(mall::SlurmReconciler::node_turn(1000), 2ms);
+    for (uint32_t nodes : {2u, 8u, 64u, 500u})
+        EXPECT_LE((nodes - 1) * mall::SlurmReconciler::node_turn(nodes), 1500ms) << nodes;
+    EXPECT_LT(1500ms, mall::kAnnotationWait);
 }

@@ -38,7 +38,8 @@ enum class Type : uint16_t {
     // below repeats it for the reader.
     Register = 1,    // admin: {job, uid, pids:[int], min, max, guaranteed?:"list", weight?:num,
                      //   join?:bool (a further task of a registered job adds its pids),
-                     //   cgroup?:"auto"|"own"|"in-place" (where malld enforces it; default auto)}
+                     //   cgroup?:"auto"|"own"|"in-place" (where malld enforces it; default auto),
+                     //   slurm_node_index?, slurm_nodes? (a Slurm job's: this node's place in it)}
                      //   reply (deferred until the job holds cpus): {job, cpus, generation}
     Deregister = 2,  // admin: {job, pid?}   (pid: remove one pid; job ends when none is left)
     Attach = 3,      // owner: {job?:str, min?:int, max?:int} -> reply {job, generation} + page fd

@@ -179,7 +179,21 @@ void RequestHandlers::handle_register(Connection &c, const proto::Message &msg) 
     }
     // The start times read above, before anything else could reuse those pids.
     for (auto &[pid, start] : starts) pids_.remember_start(pid, start);
-    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) slurm_->check_registered(*slurm_id, Clock::now());
+    if (auto slurm_id = slurm_job_id_of(spec.id); slurm_ && slurm_id) {
+        slurm_->check_registered(*slurm_id, Clock::now());
+        // The plugin says where this node stands in a multi-node job (its turn at the job's end).
+        // Read after the registration succeeded, so only a hint: a bad value is ignored, never an
+        // error (the job is registered already).
+        auto hint = [&](const char *field) -> std::optional<uint32_t> {
+            const auto it = msg.body.find(field);
+            if (it == msg.body.end() || !it->is_number_unsigned() || it->get<uint64_t>() > kMaxSlurmNodes)
+                return std::nullopt;
+            return static_cast<uint32_t>(it->get<uint64_t>());
+        };
+        const auto index = hint("slurm_node_index");
+        const auto nodes = hint("slurm_nodes");
+        if (index && nodes) slurm_->remember_node_index(*slurm_id, *index, *nodes);
+    }
     std::string error;
     if (!backend_.add_pids(spec.id, spec.pids, &error)) log_warn("job " + spec.id + ": " + error);
     pids_.sync(manager_);

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -99,11 +100,16 @@ CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &l
     const std::string segment = "mall:" + node + ":" + figures;
     std::minstd_rand jitter(static_cast<unsigned>(::getpid()) ^
                             static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    uint32_t nodes = 0;  // the job's node count, from the last read
     for (int attempt = 0; attempt < attempts; ++attempt) {
-        if (attempt > 0)  // another node wrote between our read and write: try again a little later
-            std::this_thread::sleep_for(std::chrono::milliseconds(20 + jitter() % 100));
+        // Another node wrote between our read and write: try again a little later, at a random
+        // moment in a window that grows with the job's nodes (all of them may be retrying).
+        if (attempt > 0)
+            std::this_thread::sleep_for(
+                std::chrono::milliseconds(20 + jitter() % (100 + 10 * std::min<uint32_t>(nodes, 1000))));
         LoadedComment comment;
         if (!load(&comment)) return CommentUpdate::Failed;
+        nodes = comment.nodes;
         if (!store(merge_admin_comment(comment.text, node, figures))) return CommentUpdate::Failed;
         if (comment.nodes == 1) return CommentUpdate::Kept;  // no other node of the job writes
         if (!load(&comment)) return CommentUpdate::Failed;
@@ -114,7 +120,8 @@ CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &l
     return CommentUpdate::Lost;
 }
 
-uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running, bool behind_in_flight) {
+uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running, bool behind_in_flight,
+                                std::chrono::milliseconds delay) {
     uint64_t ticket = 0;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -139,7 +146,7 @@ uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool runni
                 annotating_.erase(annotating_.find(job_id));
                 it = running_annotations_.erase(it);
             }
-            annotations_.push_back({job_id, std::move(figures), ticket});
+            annotations_.push_back({job_id, std::move(figures), ticket, std::chrono::steady_clock::now() + delay});
             ending_.insert(job_id);
         }
         annotating_.insert(job_id);
@@ -191,17 +198,39 @@ void SlurmChecker::loop() {
         uint32_t id = 0;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            wake_.wait(lock, [this] {
-                return stop_ || !pending_.empty() || !annotations_.empty() || !running_annotations_.empty();
-            });
-            if (stop_) return;
-            // An ended job's figures come first (its stepd waits on them), then queries, then a
-            // running job's figures so far.
-            const bool ended = !annotations_.empty();
+            // An ended job's figures come first once their time has come (its stepd waits on
+            // them), then queries, then a running job's figures so far.
+            auto ready_end = annotations_.end();
+            for (;;) {
+                if (stop_) return;
+                const auto now = std::chrono::steady_clock::now();
+                auto earliest = std::chrono::steady_clock::time_point::max();
+                ready_end = annotations_.end();
+                for (auto it = annotations_.begin(); it != annotations_.end(); ++it) {
+                    if (it->not_before <= now) {
+                        ready_end = it;
+                        break;
+                    }
+                    earliest = std::min(earliest, it->not_before);
+                }
+                if (ready_end != annotations_.end() || !pending_.empty() || !running_annotations_.empty()) break;
+                if (annotations_.empty())
+                    wake_.wait(lock);
+                else
+                    wake_.wait_until(lock, earliest);
+            }
+            const bool ended = ready_end != annotations_.end();
             if (ended || pending_.empty()) {
-                auto &queue = ended ? annotations_ : running_annotations_;
-                auto [job_id, figures, ticket] = std::move(queue.front());
-                queue.pop_front();
+                QueuedAnnotation next;
+                if (ended) {
+                    next = std::move(*ready_end);
+                    annotations_.erase(ready_end);
+                } else {
+                    next = std::move(running_annotations_.front());
+                    running_annotations_.pop_front();
+                }
+                auto &[job_id, figures, ticket, not_before] = next;
+                (void)not_before;
                 lock.unlock();
                 SlurmAnnotation done;
                 done.job_id = job_id;

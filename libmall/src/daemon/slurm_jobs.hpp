@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -124,7 +125,10 @@ public:
     // queued behind the one in flight for the job instead of dropped (still dropped while the
     // job's end is recorded). Returns the update's ticket, which its SlurmAnnotation carries (an
     // update whose figures replaced a queued one's takes the newer ticket); 0 when dropped.
-    uint64_t annotate(uint32_t job_id, std::string figures, bool running = false, bool behind_in_flight = false);
+    // `delay` (an ended job's update only): sent no sooner than that from now, other work going
+    // on meanwhile (the nodes of a multi-node job take turns; see SlurmReconciler::record_end).
+    uint64_t annotate(uint32_t job_id, std::string figures, bool running = false, bool behind_in_flight = false,
+                      std::chrono::milliseconds delay = std::chrono::milliseconds(0));
     // Whether the update of the job's end is queued or in flight (running updates do not count:
     // nothing waits for them).
     bool annotating(uint32_t job_id) const;
@@ -149,6 +153,7 @@ private:
         uint32_t job_id = 0;
         std::string figures;
         uint64_t ticket = 0;
+        std::chrono::steady_clock::time_point not_before{};  // ended jobs' updates only
     };
     std::deque<QueuedAnnotation> annotations_;          // ended jobs
     std::deque<QueuedAnnotation> running_annotations_;  // running jobs

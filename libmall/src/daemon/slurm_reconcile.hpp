@@ -52,7 +52,14 @@ public:
     void check_all(const NodeManager &manager, TimePoint now);
     TimePoint next_check() const { return next_check_; }
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
-    // A job ended (its "end" event): a Slurm job's figures go to its AdminComment.
+    // Where this node stands in a multi-node Slurm job (the plugin's S_JOB_NODEID of
+    // S_JOB_NNODES at registration): at the job's end the nodes take turns, node i sending its
+    // update i * node_turn(nodes) after its end, so that their read-merge-writes of the one
+    // AdminComment field seldom overlap (an overlap costs a retry, 3 more RPCs).
+    void remember_node_index(uint32_t job_id, uint32_t index, uint32_t nodes);
+    static std::chrono::milliseconds node_turn(uint32_t nodes);
+    // A job ended (its "end" event): a Slurm job's figures go to its AdminComment (in its node's
+    // turn, see remember_node_index).
     void record_end(const nlohmann::json &end_event);
     // When a round is due: every Slurm job's figures so far go to its AdminComment (see
     // SlurmChecker::annotate); the next round is due `comment_interval` on. nullopt: no rounds.
@@ -94,6 +101,7 @@ private:
     FailureLog spool_failures_;
     std::map<uint32_t, NotSeenHere> not_seen_here_;
     std::set<uint32_t> ended_by_slurm_;  // released because Slurm had ended them: no AdminComment
+    std::map<uint32_t, std::pair<uint32_t, uint32_t>> node_index_;  // job -> (index, nodes)
     std::chrono::seconds interval_;
     std::chrono::seconds comment_interval_;
     TimePoint next_check_{};
@@ -101,6 +109,9 @@ private:
     std::string disagreement_logged_;  // the last disagreement warned about
     FailureLog annotation_failures_;
 };
+
+// The most nodes a Slurm job's node-index hint may name (Register's slurm_nodes).
+inline constexpr uint32_t kMaxSlurmNodes = 1000000;
 
 // The longest wait before slurmctld is asked again about a job it runs that the spool does not show.
 inline constexpr std::chrono::seconds kMaxAskBackoff{600};
