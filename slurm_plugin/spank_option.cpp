@@ -63,7 +63,17 @@ int malleable_option_cb(int, const char *optarg, int remote) {
         if (g_option.bare) optarg = nullptr;
         if (remote) return 0;  // checked against the node in task_post_fork, where failing is safe
         std::string error;
-        if (!mall::slurm::parse_malleable(optarg, limits_here(false), &error)) {
+        // First without the cluster's node table: a request within this host's own cpus needs
+        // no RPC (issue 39). Only a MIN or MAX above them asks slurmctld for its largest node
+        // (one REQUEST_NODE_INFO); each node checks the request against its own cpus anyway.
+        MalleableLimits limits = limits_here(false, /*ask_slurmctld=*/false);
+        auto request = mall::slurm::parse_malleable(optarg, limits, &error);
+        const unsigned here = node_cpu_count();
+        if (request && (here == 0 || request->min > here || request->max > here) && !inside_job()) {
+            limits = limits_here(false, /*ask_slurmctld=*/true);
+            request = mall::slurm::parse_malleable(optarg, limits, &error);
+        }
+        if (!request) {
             slurm_error("%s", error.c_str());
             return -1;  // Slurm adds "Invalid --malleable argument" and the command exits
         }
@@ -101,17 +111,20 @@ std::optional<MalleableRequest> parse_given_option(const MalleableLimits &limits
     return mall::slurm::parse_malleable(g_option.bare ? nullptr : g_option.text.c_str(), limits, error);
 }
 
-MalleableLimits limits_here(bool on_node) {
+bool inside_job() {
+    const char *id = std::getenv("SLURM_JOB_ID");
+    return id != nullptr && *id != '\0';
+}
+
+MalleableLimits limits_here(bool on_node, bool ask_slurmctld) {
     MalleableLimits limits;
     limits.admin_min = config().min_cpus;
     limits.admin_max = config().max_cpus;
     // On the node: its own cpus. In sbatch/salloc/srun: the largest node of the cluster (the whole
-    // node table from slurmctld), except inside a job (SLURM_JOB_ID set: srun in a batch script):
-    // that job's request was checked at its submission and each node checks its own cpus at the
-    // task's start, so a step costs slurmctld no node table (issue 39).
-    const char *inside_job = std::getenv("SLURM_JOB_ID");
-    limits.node_cpus = on_node ? node_cpu_count()
-                               : (inside_job != nullptr && *inside_job != '\0' ? 0 : largest_node_cpus());
+    // node table from slurmctld) when asked to, never inside a job (SLURM_JOB_ID set: srun in a
+    // batch script): that job's request was checked at its submission and each node checks its
+    // own cpus at the task's start, so a step costs slurmctld no node table (issue 39).
+    limits.node_cpus = on_node ? node_cpu_count() : (ask_slurmctld && !inside_job() ? largest_node_cpus() : 0);
     limits.largest_node = !on_node;
     return limits;
 }

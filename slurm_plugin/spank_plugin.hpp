@@ -68,8 +68,11 @@ std::string option_display();
 std::optional<mall::slurm::MalleableRequest> parse_given_option(const mall::slurm::MalleableLimits &limits,
                                                                std::string *error);
 // The bounds here: the admin's min_cpus/max_cpus, and the node's cpus (on_node) or, in
-// sbatch/salloc/srun, the largest node's of the cluster.
-mall::slurm::MalleableLimits limits_here(bool on_node);
+// sbatch/salloc/srun with ask_slurmctld and outside a job, the largest node's of the cluster (one
+// REQUEST_NODE_INFO: the whole node table); else unknown (0).
+mall::slurm::MalleableLimits limits_here(bool on_node, bool ask_slurmctld = false);
+// Whether this process runs inside a Slurm job (SLURM_JOB_ID set): srun in a batch script.
+bool inside_job();
 // The most cores a task on this node may grow to (MAX per task, capped by the node and max_cpus),
 // exported to the task as MALL_MAX; nullopt when the value is invalid or the bound is unknown.
 std::optional<unsigned> task_max_cpus();

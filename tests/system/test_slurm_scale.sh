@@ -19,7 +19,8 @@
 #      starts: its first command prints its own Cpus_allowed_list and the borrower's threads' lists,
 #      and none of them holds the plain job's core (the node's malld logs the reclaim, which the
 #      plugin sends as the plain job's step starts: the plugin's defaults, no prolog lookup); the MPI
-#      job's ranks shrink at the same steps, and it then completes (srun exit 0, one checksum);
+#      job's ranks shrink at the same steps, and it then completes (srun exit 0, one checksum) with
+#      each of its 8 nodes' last figures in its AdminComment;
 #  (c) the mallds of nodes 17-24 killed at once (SIGKILL): `up --nodes 64` restarts only those 8,
 #      each re-adopts its jobs with the same allocation (tasks' threads untouched, re-attached), and
 #      a re-adopted job still resizes (it grows into a freed core, mallctl set shrinks and frees it);
@@ -301,6 +302,17 @@ if [ $same = 1 ] && [[ " $rank0_steps" =~ :2\ .*:1 ]]; then
   pass "(b) the MPI job's $group ranks (balanced) changed at the same steps to the same thread counts, 2 then 1 as the plain jobs reclaimed their cores (step:threads): $rank0_steps"
 else
   fail "(b) the MPI job's ranks changed differently: $(for (( r = 0; r < group; r++ )); do printf 'rank %s: %s; ' "$r" "$(steps_of "$r")"; done)"
+fi
+# Its 8 nodes' figures all reached its AdminComment at its end, none lost to another node's write
+# (each node merges its segment into the one field, in its turn, and reads it back).
+comment=$(scontrol show job "${multi[0]}" -o 2>/dev/null | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+segments=$(grep -o 'mall:node[0-9]*:lent_core_s=[0-9.]*,core_s=[0-9.]*,resizes=[0-9]*,ack_timeouts=[0-9]*,oversub_s=[0-9.]*' <<<"$comment" |
+           cut -d: -f2 | sort -u | paste -sd' ')
+if [ "$segments" = "$(for (( k = 1; k <= group; k++ )); do echo "node$k"; done | sort -u | paste -sd' ')" ] &&
+   [[ $comment != *running_as_of* ]]; then
+  pass "(b) the MPI job's AdminComment has the last figures of each of its $group nodes: $segments"
+else
+  fail "(b) the MPI job's AdminComment lacks a node's figures (has: '$segments'): '$comment'"
 fi
 phase_done b
 
