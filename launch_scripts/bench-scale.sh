@@ -74,8 +74,9 @@ The figures:
                             REQUEST_SUBMIT_BATCH_JOB; srun in the job: REQUEST_HET_JOB_ALLOC_INFO,
                             REQUEST_JOB_STEP_CREATE, REQUEST_STEP_COMPLETE); with it, the plugin in
                             each checks --malleable against the nodes' cpus (REQUEST_NODE_INFO),
-                            which counts as mall's (since issue 39 sbatch's only: srun inside a
-                            job leaves the check to the node).
+                            which counts as mall's (since issue 39 only where MIN or MAX exceed
+                            the submitting host's cpus, never in srun inside a job: each node
+                            checks its own cpus).
   ctld_rpcs_per_node_of_multinode_job  RPCs of the same types in phase 2b, divided by N: what a
                             multi-node job costs per node it spans (its nodes read back the field
                             after writing it, so that none loses another's figures).

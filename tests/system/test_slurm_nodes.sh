@@ -13,7 +13,8 @@
 #      admin (mallctl set) makes node2's rank cap itself; node2's malld lists the freed core as free
 #      and lends it to a borrower; node1's rank grown back makes node2's grow back; every change
 #      happens at the same step on both ranks and both end with the same checksum; the job's
-#      AdminComment has each node's figures (both mallds write it as the ranks end);
+#      AdminComment has each node's figures so far after `mallctl record` on both nodes, and each
+#      node's last figures once the ranks end (both mallds write it then);
 #  (3) malld@node1 killed (SIGKILL) mid-job: the job runs on (node1's task keeps its cores, a new step
 #      on node1 runs non-malleable with the plugin's warning), node2 is unaffected; `up --nodes 2`
 #      restarts only malld@node1, which re-adopts the job (and can resize it again);
@@ -396,12 +397,25 @@ if [ -n "$jm" ]; then
     fail "(2) the ranks of job $jm did not attach at both nodes on 0-1 with 2 threads"; dump_job mpi "$jm"; mpi_cores_backtrace
   fi
 
+  # On demand (issue 39): an admin's `mallctl record` on both nodes puts each node's figures so far
+  # in the running job's AdminComment (marked running_as_of), answered once slurmctld took them.
+  figures='lent_core_s=[0-9.]+,core_s=[0-9.]+,resizes=[0-9]+,ack_timeouts=[0-9]+,oversub_s=[0-9.]+'
+  if nctl node1 record "$jobm" >"$work/record1.out" 2>&1 && nctl node2 record "$jobm" >"$work/record2.out" 2>&1; then
+    comment=$(scontrol show job "$jm" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+    if [[ $comment =~ mall:node1:$figures,running_as_of=[0-9]+ ]] && [[ $comment =~ mall:node2:$figures,running_as_of=[0-9]+ ]]; then
+      pass "(2) mallctl record on both nodes: the running job's AdminComment has each node's figures so far: $comment"
+    else
+      fail "(2) after mallctl record on both nodes, the AdminComment is '$comment' ($(cat "$work/record1.out" "$work/record2.out" | tr '\n' ' '))"
+    fi
+  else
+    fail "(2) mallctl record $jobm: $(cat "$work/record1.out" "$work/record2.out" 2>/dev/null | tr '\n' ' ')"
+  fi
+
   touch "$stop_file"
   if wait_for 90 job_final "$jm" && [ "$(job_state "$jm")" = COMPLETED ] && grep -qx 'srun-rc=0' "$work/mpi.out"; then
     pass "(2) MPI job $jm completed, srun exit 0"
     # Both nodes' mallds recorded their figures at about the same moment: each segment is there.
     comment=$(scontrol show job "$jm" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
-    figures='lent_core_s=[0-9.]+,core_s=[0-9.]+,resizes=[0-9]+,ack_timeouts=[0-9]+,oversub_s=[0-9.]+'
     if [[ $comment =~ mall:node1:$figures ]] && [[ $comment =~ mall:node2:$figures ]] && [[ $comment != *running_as_of* ]]; then
       pass "(2) MPI job $jm's AdminComment has each node's figures: $comment"
     else
