@@ -29,7 +29,6 @@ extern "C" {
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <slurm/slurm_version.h>
-extern slurm_conf_t slurm_conf;  // libslurm's loaded configuration (src/common/read_config.h)
 }
 #endif
 
@@ -415,12 +414,23 @@ public:
         return out;
     }
 
-    // libslurm's parsed slurm.conf (slurm_init read it, or fetched it once, configless): not
-    // declared in slurm.h, exported by libslurm 22.05 and 24.11 alike.
-    std::string slurmd_spool_pattern() const override {
-        return slurm_conf.slurmd_spooldir != nullptr ? slurm_conf.slurmd_spooldir : "";
+    // libslurm's parsed slurm.conf (slurm_init read it, or fetched it once, configless): the
+    // global `slurm_conf` (src/common/read_config.h), not declared in slurm.h; looked up at run
+    // time, so a libslurm that does not export it leaves the spool unknown instead of failing to
+    // link (malld then says so and asks slurmctld). Its layout is the slurm_conf_t of the
+    // slurm.h this file is built against, the libslurm malld links.
+    static const slurm_conf_t *loaded_conf() {
+        static const auto *conf = static_cast<const slurm_conf_t *>(::dlsym(RTLD_DEFAULT, "slurm_conf"));
+        return conf;
     }
-    uid_t slurmd_uid() const override { return slurm_conf.slurmd_user_id; }
+    std::string slurmd_spool_pattern() const override {
+        const slurm_conf_t *conf = loaded_conf();
+        return conf != nullptr && conf->slurmd_spooldir != nullptr ? conf->slurmd_spooldir : "";
+    }
+    uid_t slurmd_uid() const override {
+        const slurm_conf_t *conf = loaded_conf();
+        return conf != nullptr ? static_cast<uid_t>(conf->slurmd_user_id) : 0;
+    }
     bool lists_cores() const override { return cores_on_node() != nullptr; }
 
 private:
