@@ -34,20 +34,26 @@ std::set<uint32_t> SlurmReconciler::to_ask(const std::set<uint32_t> &ids, TimePo
             not_seen_here_.erase(id);
             continue;
         }
-        NotSeenHere &seen = not_seen_here_[id];
+        // Missing once is normal at a job's end: its steps are gone before slurmd's epilog
+        // releases its reservation (a multi-node job completes only when every node is done).
+        // Asked only when still missing a round later.
+        auto [entry, first_miss] = not_seen_here_.try_emplace(id);
+        NotSeenHere &seen = entry->second;
+        if (first_miss) {
+            seen.next_ask = now + interval_;
+            continue;
+        }
         if (now < seen.next_ask) continue;
         seen.backoff = seen.backoff.count() == 0 ? interval_ : std::min(seen.backoff * 2, kMaxAskBackoff);
         seen.next_ask = now + seen.backoff;
         ask.insert(id);
     }
-    // Forget jobs no longer known (ended, released).
-    for (auto it = not_seen_here_.begin(); it != not_seen_here_.end();)
-        it = ids.count(it->first) != 0 ? std::next(it) : not_seen_here_.erase(it);
     return ask;
 }
 
 void SlurmReconciler::check_registered(uint32_t job_id, TimePoint now) {
-    // Already asked about (a prolog lookup, a re-registration) within its back-off: not again.
+    // The plugin registers from slurmstepd, whose socket is in the spool already; a job that is not
+    // there is asked about a round later, like any other.
     if (auto ask = to_ask({job_id}, now); !ask.empty()) checker_.check(ask);
 }
 
@@ -62,6 +68,9 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
         it = ids.count(*it) != 0 ? std::next(it) : ended_by_slurm_.erase(it);
     for (auto it = node_index_.begin(); it != node_index_.end();)
         it = ids.count(it->first) != 0 ? std::next(it) : node_index_.erase(it);
+    // Forget jobs no longer known (ended, released).
+    for (auto it = not_seen_here_.begin(); it != not_seen_here_.end();)
+        it = ids.count(it->first) != 0 ? std::next(it) : not_seen_here_.erase(it);
     if (ids.empty()) {
         not_seen_here_.clear();
         return;

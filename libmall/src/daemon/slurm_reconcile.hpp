@@ -5,9 +5,10 @@
 // or a client invented it) is ended and its cpus released; a registration under another uid than
 // the job's is ended. The node answers first, for free: a job with a slurmstepd socket in slurmd's
 // spool (slurmd_spool.hpp) runs here, and nothing is asked. slurmctld is asked (an RPC, on
-// SlurmChecker's thread; verdicts come back through its fd) only about a job the spool does not
-// show, and again about the same job only after a back-off that doubles up to kMaxAskBackoff, so
-// steady state costs slurmctld nothing however short the interval. Without a readable, trusted
+// SlurmChecker's thread; verdicts come back through its fd) only about a job the spool has not
+// shown for a whole round (at a job's end its steps are gone a while before the epilog releases
+// its reservation), and again about the same job only after a back-off that doubles up to
+// kMaxAskBackoff, so steady state costs slurmctld nothing however short the interval. Without a readable, trusted
 // spool every job is asked about every interval (the old cost; a warning says how to fix it).
 // Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
 // A Slurm job's figures go to its AdminComment when it ends (not when Slurm had already ended it:
@@ -45,7 +46,8 @@ public:
     void ask_slurmctld(uint32_t job_id) { checker_.check({job_id}); }
     // Whether slurmctld's answer can name a job's cores on this node (else a lookup is pointless).
     bool lists_cores() const { return checker_.lists_cores(); }
-    // A new registration: asks slurmctld only when slurmd's spool shows no step of the job here.
+    // A new registration: asks slurmctld only when slurmd's spool shows no step of the job here
+    // a round later.
     void check_registered(uint32_t job_id, TimePoint now);
     // Checks every slurm-* job and owner the core knows (see the file's comment); the next round
     // is due `interval` on.
