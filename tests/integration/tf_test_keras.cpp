@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 
@@ -260,6 +262,26 @@ TEST_F(KerasUnderMalld, AJobParkedWhenItEndsExitsZero) {
     EXPECT_TRUE(wait_until([&] { return !job_status(malld_->socket(), "keras"); }, 10s)) << status_text(*malld_);
 }
 
+// How a process stands with signals, for a failure message: the process's pending, ignored and
+// caught sets, and each thread's blocked and pending ones (/proc/PID/task/TID/status).
+std::string signal_state(pid_t pid) {
+    auto fields = [](const std::string &status_path, std::initializer_list<const char *> names) {
+        std::ifstream in(status_path);
+        std::string line, out;
+        while (std::getline(in, line))
+            for (const char *name : names)
+                if (line.rfind(std::string(name) + ":", 0) == 0) out += " " + line;
+        return out;
+    };
+    const std::string proc = "/proc/" + std::to_string(pid);
+    std::string out = "pid " + std::to_string(pid) + fields(proc + "/status", {"ShdPnd", "SigIgn", "SigCgt"}) + "\n";
+    std::error_code ec;
+    for (const auto &task : std::filesystem::directory_iterator(proc + "/task", ec))
+        out += "  tid " + task.path().filename().string() +
+               fields(task.path().string() + "/status", {"Name", "SigPnd", "SigBlk"}) + "\n";
+    return out;
+}
+
 // Ctrl-C while workers are parked: the terminal's SIGINT reaches mallrun and Python; Keras stops
 // with KeyboardInterrupt, nothing hangs on a parked worker, and malld forgets the job.
 TEST_F(KerasUnderMalld, CtrlCWhileParkedEndsTheJob) {
@@ -269,7 +291,8 @@ TEST_F(KerasUnderMalld, CtrlCWhileParkedEndsTheJob) {
     ASSERT_GT(pid, 0) << status_text(*malld_);
     trainer_->signal_group(SIGINT);  // what Ctrl-C in a terminal does: the foreground process group
     const auto code = trainer_->wait_exit(60s);
-    ASSERT_TRUE(code) << "still running 60 s after Ctrl-C:\n" << output();
+    ASSERT_TRUE(code) << "still running 60 s after Ctrl-C (python's signal state: SIGINT is bit 1, 0x2):\n"
+                      << signal_state(pid) << output();
     EXPECT_NE(*code, 0) << output();
     EXPECT_NE(output().find("KeyboardInterrupt"), std::string::npos) << output();
     EXPECT_TRUE(wait_until([&] { return ::kill(pid, 0) != 0; }, 10s)) << "python " << pid << " outlived mallrun";
