@@ -24,14 +24,16 @@ using mall::slurm::PlugstackConfig;
 
 bool same(const PlugstackConfig &a, const PlugstackConfig &b) {
     return a.socket == b.socket && a.min_cpus == b.min_cpus && a.max_cpus == b.max_cpus &&
-           a.on_daemon_down == b.on_daemon_down && a.ack_timeout_ms == b.ack_timeout_ms;
+           a.on_daemon_down == b.on_daemon_down && a.ack_timeout_ms == b.ack_timeout_ms &&
+           a.prolog_lookup == b.prolog_lookup;
 }
 
 std::vector<std::string> as_args(const PlugstackConfig &config) {
     std::vector<std::string> args{"socket=" + config.socket,
                                   "ack_timeout_ms=" + std::to_string(config.ack_timeout_ms),
                                   config.on_daemon_down == OnDaemonDown::Run ? "on_daemon_down=run"
-                                                                             : "on_daemon_down=fail"};
+                                                                             : "on_daemon_down=fail",
+                                  config.prolog_lookup ? "prolog_lookup=yes" : "prolog_lookup=no"};
     if (config.min_cpus != 0) args.push_back("min_cpus=" + std::to_string(config.min_cpus));
     if (config.max_cpus != 0) args.push_back("max_cpus=" + std::to_string(config.max_cpus));
     return args;
@@ -39,7 +41,8 @@ std::vector<std::string> as_args(const PlugstackConfig &config) {
 
 // Refusals that need no knowledge of the values: a word without "key=", an unknown key, a repeat.
 bool must_refuse(const std::vector<std::string> &args) {
-    static const std::set<std::string> keys{"socket", "min_cpus", "max_cpus", "on_daemon_down", "ack_timeout_ms"};
+    static const std::set<std::string> keys{"socket",         "min_cpus",       "max_cpus",
+                                            "on_daemon_down", "ack_timeout_ms", "prolog_lookup"};
     std::set<std::string> seen;
     for (const auto &arg : args) {
         size_t eq = arg.find('=');
@@ -73,7 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     "the vector and argv overloads disagree" + where);
     if (!config) {
         static const std::string accepted =
-            "; accepted: socket=/absolute/path min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N";
+            "; accepted: socket=/absolute/path min_cpus=N max_cpus=N on_daemon_down=run|fail ack_timeout_ms=N "
+            "prolog_lookup=yes|no";
         MALL_FUZZ_CHECK(error.rfind("mall plugstack.conf arguments: ", 0) == 0 && error.size() > accepted.size() &&
                             error.compare(error.size() - accepted.size(), accepted.size(), accepted) == 0,
                         "a refusal without the usual words: " + error);
