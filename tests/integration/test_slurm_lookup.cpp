@@ -259,19 +259,42 @@ private:
     bool bound_ = false;
 };
 
+// Registers `name` for `pid` as the Slurm plugin does and waits until it holds its cpus (so its
+// figures count a resize).
+void register_and_wait(const std::string &socket, const std::string &name, pid_t pid) {
+    std::string error;
+    auto client = CtlClient::connect(socket, &error);
+    ASSERT_TRUE(client.has_value()) << error;
+    nlohmann::json job{{"job", name}, {"uid", ::getuid()}, {"pids", {pid}}, {"min", 1}, {"max", 2}};
+    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
+    ASSERT_TRUE(registered.ok) << registered.error;
+    ASSERT_TRUE(wait_until([&] {
+        auto j = job_status(socket, name);
+        return j && !j->value("cpuset", "").empty() && j->value("state", "") == "settled";
+    }, 20s)) << status_json(socket).value_or(nlohmann::json()).dump();
+}
+
+// A spool folder of the test's own (mode as asked), removed with the object.
+struct TempSpool {
+    explicit TempSpool(mode_t mode) {
+        char tmpl[] = "/tmp/mall_test_spool_XXXXXX";
+        if (::mkdtemp(tmpl) != nullptr && ::chmod(tmpl, mode) == 0) dir = tmpl;
+    }
+    ~TempSpool() {
+        std::error_code ignored;
+        if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+    }
+    std::string dir;  // empty when it could not be made
+};
+
 // Issue 39: with the job's step in slurmd's spool, neither its registration nor any of the
 // reconciliations (every second here) asks slurmctld anything; once its step socket is gone and
 // Slurm says it ended, malld asks (once), releases it, and does not try to update a finished job's
 // AdminComment.
 TEST(SlurmSteadyState, AJobTheSpoolShowsCostsSlurmctldNothing) {
-    char tmpl[] = "/tmp/mall_test_spool_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string spool = tmpl;
-    ASSERT_EQ(::chmod(spool.c_str(), 0755), 0);
-    struct RemoveSpool {
-        std::string dir;
-        ~RemoveSpool() { std::error_code e; std::filesystem::remove_all(dir, e); }
-    } remove_spool{spool};
+    TempSpool folder(0755);
+    const std::string &spool = folder.dir;
+    ASSERT_FALSE(spool.empty());
     StepdSocket extern_step(spool + "/node1_7.4294967291");
     StepdSocket step(spool + "/node1_7.0");
     ASSERT_TRUE(extern_step.bound() && step.bound());
@@ -282,12 +305,7 @@ TEST(SlurmSteadyState, AJobTheSpoolShowsCostsSlurmctldNothing) {
                          SlurmdSpool(spool, "node1", ::getuid()));
     ASSERT_EQ(malld.start_error(), "");
     Child task({"/bin/sleep", "120"});
-    std::string error;
-    auto client = CtlClient::connect(malld.socket(), &error);
-    ASSERT_TRUE(client.has_value()) << error;
-    nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
-    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
-    ASSERT_TRUE(registered.ok) << registered.error;
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
     // Three reconciliation rounds with the job running here: no question to slurmctld.
     std::this_thread::sleep_for(3500ms);
     EXPECT_EQ(fake->queries.load(), 0) << "slurmctld was asked about a job slurmd's spool shows";
@@ -309,14 +327,9 @@ TEST(SlurmSteadyState, AJobTheSpoolShowsCostsSlurmctldNothing) {
 // Issue 39: a spool folder malld cannot trust (writable by others) is not read: malld says so and
 // asks slurmctld instead, as it did before (the job is still checked).
 TEST(SlurmSteadyState, AnUntrustedSpoolFallsBackToAskingSlurmctld) {
-    char tmpl[] = "/tmp/mall_test_spool_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string spool = tmpl;
-    ASSERT_EQ(::chmod(spool.c_str(), 0777), 0);
-    struct RemoveSpool {
-        std::string dir;
-        ~RemoveSpool() { std::error_code e; std::filesystem::remove_all(dir, e); }
-    } remove_spool{spool};
+    TempSpool folder(0777);
+    const std::string &spool = folder.dir;
+    ASSERT_FALSE(spool.empty());
     StepdSocket step(spool + "/node1_7.0");
     ASSERT_TRUE(step.bound());
     auto slurm = std::make_unique<FakeSlurm>(7, "0-1", SlurmNodeShape{1, 4, 1});
@@ -325,11 +338,7 @@ TEST(SlurmSteadyState, AnUntrustedSpoolFallsBackToAskingSlurmctld) {
                          SlurmdSpool(spool, "node1", ::getuid()));
     ASSERT_EQ(malld.start_error(), "");
     Child task({"/bin/sleep", "120"});
-    std::string error;
-    auto client = CtlClient::connect(malld.socket(), &error);
-    ASSERT_TRUE(client.has_value()) << error;
-    nlohmann::json job{{"job", "slurm-7"}, {"uid", ::getuid()}, {"pids", {task.pid()}}, {"min", 1}, {"max", 2}};
-    ASSERT_TRUE(client->request(proto::Type::Register, job, std::chrono::seconds(20)).ok);
+    register_and_wait(malld.socket(), "slurm-7", task.pid());
     EXPECT_TRUE(wait_until([&] { return fake->queries.load() >= 2; }, 20s)) << fake->queries.load();
     EXPECT_TRUE(job_status(malld.socket(), "slurm-7").has_value());  // Slurm runs it: kept
 }
@@ -344,21 +353,6 @@ std::vector<std::string> as_other_user(std::vector<std::string> argv) {
                                     "--regid=" + std::to_string(kOtherUid), "--clear-groups"};
     out.insert(out.end(), argv.begin(), argv.end());
     return out;
-}
-
-// Registers `name` for `pid` as the Slurm plugin does and waits until it holds its cpus (so its
-// figures count a resize).
-void register_and_wait(const std::string &socket, const std::string &name, pid_t pid) {
-    std::string error;
-    auto client = CtlClient::connect(socket, &error);
-    ASSERT_TRUE(client.has_value()) << error;
-    nlohmann::json job{{"job", name}, {"uid", ::getuid()}, {"pids", {pid}}, {"min", 1}, {"max", 2}};
-    CtlResult registered = client->request(proto::Type::Register, job, std::chrono::seconds(20));
-    ASSERT_TRUE(registered.ok) << registered.error;
-    ASSERT_TRUE(wait_until([&] {
-        auto j = job_status(socket, name);
-        return j && !j->value("cpuset", "").empty() && j->value("state", "") == "settled";
-    }, 20s)) << status_json(socket).value_or(nlohmann::json()).dump();
 }
 
 CtlResult record(const std::string &socket, const std::string &job) {

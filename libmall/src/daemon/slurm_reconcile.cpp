@@ -71,10 +71,7 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
     // Forget jobs no longer known (ended, released).
     for (auto it = not_seen_here_.begin(); it != not_seen_here_.end();)
         it = ids.count(it->first) != 0 ? std::next(it) : not_seen_here_.erase(it);
-    if (ids.empty()) {
-        not_seen_here_.clear();
-        return;
-    }
+    if (ids.empty()) return;
     if (auto ask = to_ask(ids, now); !ask.empty()) checker_.check(ask);
 }
 
