@@ -66,7 +66,7 @@ public:
     }
     // As slurmctld takes a while (annotate_delay: a slow slurmctld simulated, not a wait): the
     // Deregister's answer must wait for it. annotated_at is when the update ended.
-    Annotated annotate(uint32_t id, const std::string &figures) override {
+    Annotated annotate(uint32_t id, const std::string &figures, mall::CommentChain *) override {
         ++annotate_calls;
         std::this_thread::sleep_for(annotate_delay);
         std::lock_guard<std::mutex> lock(mu);

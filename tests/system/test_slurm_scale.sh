@@ -303,10 +303,10 @@ if [ $same = 1 ] && [[ " $rank0_steps" =~ :2\ .*:1 ]]; then
 else
   fail "(b) the MPI job's ranks changed differently: $(for (( r = 0; r < group; r++ )); do printf 'rank %s: %s; ' "$r" "$(steps_of "$r")"; done)"
 fi
-# Its 8 nodes' figures all reached its AdminComment at its end, none lost to another node's write
-# (each node merges its segment into the one field, in its turn, and reads it back).
+# Its 8 nodes' last figures (with ended_at) all reached its AdminComment at its end, none lost to
+# another node's write (the nodes merge their segments into the one field one after the other).
 comment=$(scontrol show job "${multi[0]}" -o 2>/dev/null | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
-segments=$(grep -o 'mall:node[0-9]*:lent_core_s=[0-9.]*,core_s=[0-9.]*,resizes=[0-9]*,ack_timeouts=[0-9]*,oversub_s=[0-9.]*' <<<"$comment" |
+segments=$(grep -o 'mall:node[0-9]*:lent_core_s=[0-9.]*,core_s=[0-9.]*,resizes=[0-9]*,ack_timeouts=[0-9]*,oversub_s=[0-9.]*,ended_at=[0-9.]*' <<<"$comment" |
            cut -d: -f2 | sort -u | paste -sd' ')
 if [ "$segments" = "$(for (( k = 1; k <= group; k++ )); do echo "node$k"; done | sort -u | paste -sd' ')" ] &&
    [[ $comment != *running_as_of* ]]; then

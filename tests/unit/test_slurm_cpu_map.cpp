@@ -47,7 +47,7 @@ std::string mapped(const Topology &topology, const std::string &cores, SlurmNode
 class NoQuery : public mall::SlurmQuery {
 public:
     mall::SlurmJobState query(uint32_t) override { return {}; }
-    Annotated annotate(uint32_t, const std::string &) override { return {"not asked", false}; }
+    Annotated annotate(uint32_t, const std::string &, mall::CommentChain *) override { return {"not asked", false}; }
 };
 
 mall::SlurmJobState running(uint32_t id, const std::string &cores, SlurmNodeShape slurm) {

@@ -7,9 +7,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -38,7 +43,7 @@ public:
         s.detail = id % 2 ? "RUNNING" : "COMPLETED";
         return s;
     }
-    Annotated annotate(uint32_t id, const std::string &figures) override {
+    Annotated annotate(uint32_t id, const std::string &figures, mall::CommentChain *) override {
         std::unique_lock<std::mutex> lock(mu);
         ++annotate_calls;
         released.wait(lock, [this] { return !held; });
@@ -292,7 +297,7 @@ TEST(SlurmAdminComment, ANodeWhoseSegmentWasOverwrittenTriesAgain) {
         field = "someone else";
         return true;
     };
-    EXPECT_EQ(mall::update_admin_comment(load, always_lost, "node1", "x=1", 3), mall::CommentUpdate::Lost);
+    EXPECT_EQ(mall::update_admin_comment(load, always_lost, "node1", "x=1", nullptr, 3), mall::CommentUpdate::Lost);
     EXPECT_EQ(tries, 3);
     auto refused = [](const std::string &) { return false; };
     EXPECT_EQ(mall::update_admin_comment(load, refused, "node1", "x=1"), mall::CommentUpdate::Failed);
@@ -343,13 +348,232 @@ TEST(SlurmChecker, ADelayedEndUpdateWaitsItsTurnWhileOtherWorkGoesOn) {
     EXPECT_EQ(fake->order, (std::vector<std::string>{"annotate 22 now", "query 5", "annotate 21 later"}));
 }
 
-// The turn: 25 ms a node, the whole job within 1.5 s (its task-exits wait 2 s for the updates).
-TEST(SlurmNodeTurn, SpreadsAJobsNodesWithinItsTaskExitWait) {
-    EXPECT_EQ(mall::SlurmReconciler::node_turn(1), 0ms);
-    EXPECT_EQ(mall::SlurmReconciler::node_turn(2), 25ms);
-    EXPECT_EQ(mall::SlurmReconciler::node_turn(64), 23ms);
-    EXPECT_EQ(mall::SlurmReconciler::node_turn(1000), 2ms);
+// The turn: 50 ms a node, the whole job within 1.5 s (its task-exits wait 2 s for the updates).
+TEST(SlurmAdminCommentTurn, SpreadsAJobsNodesWithinItsTaskExitWait) {
+    EXPECT_EQ(mall::admin_comment_turn(1), 0ms);
+    EXPECT_EQ(mall::admin_comment_turn(2), 50ms);
+    EXPECT_EQ(mall::admin_comment_turn(8), 50ms);
+    EXPECT_EQ(mall::admin_comment_turn(64), 23ms);
+    EXPECT_EQ(mall::admin_comment_turn(1000), 2ms);
     for (uint32_t nodes : {2u, 8u, 64u, 500u})
-        EXPECT_LE((nodes - 1) * mall::SlurmReconciler::node_turn(nodes), 1500ms) << nodes;
+        EXPECT_LE((nodes - 1) * mall::admin_comment_turn(nodes), 1500ms) << nodes;
     EXPECT_LT(1500ms, mall::kAnnotationWait);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 39: a multi-node job's nodes write its AdminComment in the order of its node list, each
+// after the ones before it, so no write undoes another and each node costs one read and one write.
+
+// One AdminComment field as slurmctld keeps it (the last write wins), with the job's node list,
+// counting reads and writes. Each node's load/store go through it.
+struct FakeField {
+    std::mutex mu;
+    std::string text = "set by the site";
+    std::vector<std::string> nodes;
+    int loads = 0, stores = 0;
+    std::chrono::milliseconds latency{0};  // each read or write takes this long (outside the lock)
+
+    std::function<bool(mall::LoadedComment *)> load() {
+        return [this](mall::LoadedComment *comment) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                ++loads;
+                comment->text = text;
+                comment->nodes = static_cast<uint32_t>(nodes.size());
+                comment->node_names = nodes;
+            }
+            std::this_thread::sleep_for(latency);
+            return true;
+        };
+    }
+    std::function<bool(const std::string &)> store() {
+        return [this](const std::string &comment) {
+            std::this_thread::sleep_for(latency);
+            std::lock_guard<std::mutex> lock(mu);
+            ++stores;
+            text = comment;
+            return true;
+        };
+    }
+    bool holds(const std::string &node, const std::string &figures) {
+        std::lock_guard<std::mutex> lock(mu);
+        return (";" + text + ";").find(";mall:" + node + ":" + figures + ";") != std::string::npos;
+    }
+};
+
+std::vector<std::string> node_names(int count) {
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) names.push_back("n" + std::to_string(i));
+    return names;
+}
+
+// The chain runs from the job's last node to its first (the batch host, whose job ends last).
+// Nodes that end in the list's order: each reads, finds nodes before it in the chain missing, and
+// waits without writing; the last node writes, then each in turn. No write undid another, and the
+// segments stand in the chain's order.
+TEST(SlurmAdminCommentChain, NodesWriteFromTheLastNodeToTheFirstWhateverOrderTheyEnd) {
+    FakeField field;
+    field.nodes = node_names(4);
+    std::vector<mall::CommentChain> chains(4);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), field.nodes[i], "x=" + std::to_string(i),
+                                             &chains[i]),
+                  mall::CommentUpdate::Wait)
+            << i;
+        EXPECT_GT(chains[i].retry_in.count(), 0);
+        EXPECT_EQ(chains[i].missing, static_cast<size_t>(3 - i));
+    }
+    EXPECT_EQ(field.stores, 0) << "a node wrote before the nodes ahead of it";
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n3", "x=3", &chains[3]),
+              mall::CommentUpdate::Kept);
+    for (int i = 2; i >= 0; --i)
+        EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), field.nodes[i], "x=" + std::to_string(i),
+                                             &chains[i]),
+                  mall::CommentUpdate::Kept)
+            << i;
+    EXPECT_EQ(field.text, "set by the site;mall:n3:x=3;mall:n2:x=2;mall:n1:x=1;mall:n0:x=0");
+    EXPECT_EQ(field.stores, 4) << "one write a node";
+    EXPECT_EQ(field.loads, 3 + 4) << "one read a node, and one more for each that read too early";
+}
+
+// In their turns (each after the one before it in the chain wrote), a 64-node job costs 2 RPCs
+// a node.
+TEST(SlurmAdminCommentChain, InTurnEachNodeReadsOnceAndWritesOnce) {
+    FakeField field;
+    field.nodes = node_names(64);
+    for (auto node = field.nodes.rbegin(); node != field.nodes.rend(); ++node) {
+        mall::CommentChain chain;
+        EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), *node, "x=1", &chain),
+                  mall::CommentUpdate::Kept)
+            << *node;
+    }
+    EXPECT_EQ(field.loads, 64);
+    EXPECT_EQ(field.stores, 64);
+    for (const auto &node : field.nodes) EXPECT_TRUE(field.holds(node, "x=1")) << node;
+}
+
+// A node before it in the chain never writes (no mall task there, or its malld is down): after
+// kChainStalledReads reads in a row showing no more of them, each pause twice the one before, a
+// node writes anyway and reads back (the old way); the nodes after it, seeing a node that wrote
+// out of turn, do the same at once.
+TEST(SlurmAdminCommentChain, ANodeThatNeverWritesHoldsUpTheOthersOnlyAFewReads) {
+    FakeField field;
+    field.nodes = node_names(3);  // n2, the chain's first, never writes
+    mall::CommentChain chain1, chain0;
+    int waits = 0;
+    std::chrono::milliseconds last_pause{0};
+    mall::CommentUpdate outcome;
+    while ((outcome = mall::update_admin_comment(field.load(), field.store(), "n1", "x=1", &chain1)) ==
+           mall::CommentUpdate::Wait) {
+        ASSERT_LT(++waits, 10);
+        EXPECT_GT(chain1.retry_in, last_pause) << "the pauses grow";
+        last_pause = chain1.retry_in;
+    }
+    EXPECT_EQ(outcome, mall::CommentUpdate::Kept);
+    EXPECT_EQ(waits, mall::kChainStalledReads) << "reads without progress before it went on";
+    EXPECT_EQ(field.stores, 1);
+    const int loads_before = field.loads;
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n0", "x=0", &chain0), mall::CommentUpdate::Kept);
+    EXPECT_EQ(field.loads - loads_before, 2) << "n0 saw n1 had written before n2: read, write, read back";
+    EXPECT_TRUE(field.holds("n1", "x=1"));
+    EXPECT_TRUE(field.holds("n0", "x=0"));
+    // A node that has waited past kChainWait goes on too, whatever its reads showed.
+    FakeField late;
+    late.nodes = node_names(2);
+    mall::CommentChain waited;
+    waited.missing = 1;
+    waited.give_up_at = std::chrono::steady_clock::now() - 1ms;
+    EXPECT_EQ(mall::update_admin_comment(late.load(), late.store(), "n0", "x=0", &waited), mall::CommentUpdate::Kept);
+    EXPECT_EQ(late.loads, 2);
+}
+
+// Running figures (mallctl record) and updates without a chain never wait: read, write, read back.
+TEST(SlurmAdminCommentChain, RunningFiguresAndUpdatesWithoutAChainNeverWait) {
+    FakeField field;
+    field.nodes = node_names(2);
+    mall::CommentChain chain;
+    const std::string running = "x=1" + std::string(mall::kRunningFiguresMark) + "1700000000";
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n0", running, &chain), mall::CommentUpdate::Kept);
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n0", "x=2"), mall::CommentUpdate::Kept);
+    EXPECT_EQ(field.loads, 4);
+    EXPECT_EQ(field.stores, 2);
+    // Running figures are not a node's last ones: n0's chain still waits for n1's.
+    EXPECT_FALSE(mall::holds_last_figures("mall:n1:" + running, "n1"));
+    EXPECT_TRUE(mall::holds_last_figures("a;mall:n0:x=1;b", "n0"));
+    EXPECT_FALSE(mall::holds_last_figures("mall:n00:x=1", "n0"));
+}
+
+// A job's steps end one after the other, each leaving its nodes' last figures (with ended_at):
+// a node waits for this step's segment of the node before it, not an earlier step's, so it never
+// writes over one that node is about to replace.
+TEST(SlurmAdminCommentChain, AnEarlierStepsSegmentIsNotThisRounds) {
+    const nlohmann::json end = {{"event", "end"}, {"lent_core_seconds", 1.0}, {"core_seconds", 2.0},
+                                {"resizes", 0}, {"ack_timeouts", 0}, {"oversubscribed_seconds", 0.0},
+                                {"time", 1000.25}, {"duration_seconds", 10.0}};
+    EXPECT_EQ(mall::admin_comment_figures(end),
+              "lent_core_s=1.0,core_s=2.0,resizes=0,ack_timeouts=0,oversub_s=0.0,ended_at=1000.250");
+    EXPECT_TRUE(mall::holds_last_figures("mall:n1:x=1,ended_at=1000.250", "n1", 1000.25));
+    EXPECT_FALSE(mall::holds_last_figures("mall:n1:x=1,ended_at=1000.250", "n1", 1000.3));
+    EXPECT_FALSE(mall::holds_last_figures("mall:n1:x=1", "n1", 1000.0)) << "no end time: not this round's";
+    EXPECT_TRUE(mall::holds_last_figures("mall:n1:x=1", "n1")) << "any round";
+
+    FakeField field;
+    field.nodes = node_names(2);
+    field.text = "mall:n1:x=1,ended_at=1000.000;mall:n0:x=0,ended_at=1000.010";  // step 1's
+    mall::CommentChain chain;
+    chain.part_began_at = 1001.0;  // n0's part of step 2
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n0", "x=2,ended_at=1005.000", &chain),
+              mall::CommentUpdate::Wait)
+        << "n1's segment is step 1's";
+    EXPECT_EQ(field.stores, 0);
+    mall::CommentChain chain1;
+    chain1.part_began_at = 1001.0;
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n1", "x=3,ended_at=1005.001", &chain1),
+              mall::CommentUpdate::Kept);
+    EXPECT_EQ(mall::update_admin_comment(field.load(), field.store(), "n0", "x=2,ended_at=1005.000", &chain),
+              mall::CommentUpdate::Kept);
+    EXPECT_EQ(field.text, "mall:n1:x=3,ended_at=1005.001;mall:n0:x=2,ended_at=1005.000");
+    EXPECT_EQ(field.loads, 3);
+    EXPECT_EQ(field.stores, 2);
+}
+
+// Through the checkers of 8 nodes at once, as malld runs them (each node's update in its turn on
+// its checker's thread, waits back in the queue): every node's figures are kept, each node wrote
+// once. The reads are printed, not asserted (a node whose thread ran late reads once more).
+class FieldQuery : public mall::SlurmQuery {
+public:
+    FieldQuery(FakeField &field, std::string node) : field_(field), node_(std::move(node)) {}
+    SlurmJobState query(uint32_t) override { return {}; }
+    Annotated annotate(uint32_t, const std::string &figures, mall::CommentChain *chain) override {
+        switch (mall::update_admin_comment(field_.load(), field_.store(), node_, figures, chain)) {
+            case mall::CommentUpdate::Kept: return {};
+            case mall::CommentUpdate::Wait: return {{}, false, chain->retry_in};
+            default: return {"not kept", false};
+        }
+    }
+
+private:
+    FakeField &field_;
+    std::string node_;
+};
+
+TEST(SlurmAdminCommentChain, EightNodesCheckersAtOnceKeepEveryNodesFigures) {
+    FakeField field;
+    field.nodes = node_names(8);
+    field.latency = 1ms;
+    std::vector<std::unique_ptr<mall::SlurmChecker>> checkers;
+    for (const auto &node : field.nodes)
+        checkers.push_back(std::make_unique<mall::SlurmChecker>(std::make_unique<FieldQuery>(field, node)));
+    // Queued in the list's order, each in its node's turn (the last node's first).
+    for (int i = 0; i < 8; ++i)
+        checkers[i]->annotate(9, "x=" + std::to_string(i), false, false, (7 - i) * mall::admin_comment_turn(8));
+    for (int i = 0; i < 8; ++i) {
+        const auto done = take_updates(*checkers[i], 1);
+        ASSERT_EQ(done.size(), 1u) << i;
+        EXPECT_EQ(done[0].error, "") << i;
+        EXPECT_FALSE(checkers[i]->annotating(9)) << i;
+    }
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(field.holds(field.nodes[i], "x=" + std::to_string(i))) << field.text;
+    EXPECT_EQ(field.stores, 8);
+    std::printf("8 nodes: %d reads, %d writes\n", field.loads, field.stores);
 }

@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "../common/quiet_thread.hpp"
@@ -88,29 +90,140 @@ std::string admin_comment_figures(const nlohmann::json &end_event) {
         return std::string(buffer);
     };
     auto count = [&](const char *field) { return std::to_string(end_event.value(field, uint64_t{0})); };
-    return "lent_core_s=" + real("lent_core_seconds") + ",core_s=" + real("core_seconds") +
-           ",resizes=" + count("resizes") + ",ack_timeouts=" + count("ack_timeouts") +
-           ",oversub_s=" + real("oversubscribed_seconds");
+    std::string figures = "lent_core_s=" + real("lent_core_seconds") + ",core_s=" + real("core_seconds") +
+                          ",resizes=" + count("resizes") + ",ack_timeouts=" + count("ack_timeouts") +
+                          ",oversub_s=" + real("oversubscribed_seconds");
+    if (const auto time = end_event.find("time"); time != end_event.end() && time->is_number()) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof buffer, "%.3f", time->get<double>());
+        figures += std::string(kEndedAtKey) + buffer;
+    }
+    return figures;
 }
+
+std::chrono::milliseconds admin_comment_turn(uint32_t nodes) {
+    // 50 ms a node: its read and write are 2 RPC round trips, and a job's nodes end some 10-30 ms
+    // apart (a node that reads before the nodes ahead of it wrote reads again). The whole job
+    // within 1.5 s: its nodes' task-exits wait for their updates (kAnnotationWait, 2 s).
+    if (nodes < 2) return std::chrono::milliseconds(0);
+    return std::chrono::milliseconds(std::clamp<uint32_t>(1500 / nodes, 2, 50));
+}
+
+namespace {
+
+// The nodes whose last figures `comment` holds, each with its ended_at (0 when it has none, as an
+// older malld's segments): one pass over the field, whatever the job's size.
+std::unordered_map<std::string, double> last_figures_by_node(const std::string &comment) {
+    std::unordered_map<std::string, double> nodes;
+    constexpr std::string_view kSegmentPrefix = "mall:";
+    size_t start = 0;
+    while (start <= comment.size()) {
+        size_t end = comment.find(';', start);
+        if (end == std::string::npos) end = comment.size();
+        const std::string_view segment(comment.data() + start, end - start);
+        start = end + 1;
+        if (segment.substr(0, kSegmentPrefix.size()) != kSegmentPrefix ||
+            segment.find(kRunningFiguresMark) != std::string_view::npos)
+            continue;
+        const size_t colon = segment.find(':', kSegmentPrefix.size());
+        if (colon == std::string_view::npos) continue;
+        double ended_at = 0;
+        if (const size_t at = segment.find(kEndedAtKey); at != std::string_view::npos) {
+            const std::string value(segment.substr(at + kEndedAtKey.size()));
+            char *parsed_to = nullptr;
+            ended_at = std::strtod(value.c_str(), &parsed_to);
+            if (parsed_to == value.c_str()) ended_at = 0;
+        }
+        nodes[std::string(segment.substr(kSegmentPrefix.size(), colon - kSegmentPrefix.size()))] = ended_at;
+    }
+    return nodes;
+}
+
+bool ended_since(const std::unordered_map<std::string, double> &last, const std::string &node, double since) {
+    const auto it = last.find(node);
+    return it != last.end() && (since <= 0 || (it->second > 0 && it->second >= since));
+}
+
+}  // namespace
+
+bool holds_last_figures(const std::string &comment, const std::string &node, double since) {
+    return ended_since(last_figures_by_node(comment), node, since);
+}
+
+namespace {
+
+// A multi-node job's ended node, in its chain (see update_admin_comment): Kept or Failed once it
+// wrote, Wait while the nodes after it in the list have not all written, nullopt when it should
+// go on with the read-back loop instead (given up, broken chain, or this node not in the list).
+std::optional<CommentUpdate> write_in_turn(const LoadedComment &comment, std::chrono::nanoseconds round_trip,
+                                           const std::function<bool(const std::string &)> &store,
+                                           const std::string &node, const std::string &figures,
+                                           CommentChain &chain) {
+    // The chain runs from the list's last node to its first: the first is the batch host, whose
+    // job ends last (its batch script outlives the steps on the other nodes).
+    const std::vector<std::string> order(comment.node_names.rbegin(), comment.node_names.rend());
+    const auto me = std::find(order.begin(), order.end(), node);
+    if (me == order.end()) return std::nullopt;
+    // In an unbroken chain the nodes that wrote come first in that order. One that wrote after a
+    // node missing before it (this one included) gave up waiting and goes on the read-back way,
+    // and may write again at any moment: so does this one.
+    const auto last = last_figures_by_node(comment.text);
+    size_t missing = 0;
+    bool broken = false;
+    for (auto it = order.begin(); it != order.end() && !broken; ++it) {
+        const bool wrote = it != me && ended_since(last, *it, chain.part_began_at);
+        if (wrote && (missing > 0 || it > me)) broken = true;
+        if (!wrote && it < me) ++missing;
+    }
+    if (broken) return std::nullopt;
+    if (missing == 0)
+        return store(merge_admin_comment(comment.text, node, figures)) ? CommentUpdate::Kept : CommentUpdate::Failed;
+    const auto now = std::chrono::steady_clock::now();
+    if (chain.missing == SIZE_MAX) chain.give_up_at = now + kChainWait;
+    chain.stalled_reads = missing < chain.missing ? 0 : chain.stalled_reads + 1;
+    chain.missing = missing;
+    if (chain.stalled_reads >= kChainStalledReads || now >= chain.give_up_at) return std::nullopt;
+    // Each missing node is due a turn after the next (admin_comment_turn), or, when slurmctld is
+    // slower, a read and a write after it: wait that long for them, twice as long after each read
+    // that showed none of them, at most 200 ms and never past the give-up time.
+    using std::chrono::milliseconds;
+    const auto per_node = std::max<std::chrono::nanoseconds>(
+        {2 * round_trip, admin_comment_turn(comment.nodes), milliseconds(5)});
+    const auto pause = std::min<std::chrono::nanoseconds>(
+        {per_node * static_cast<int64_t>(std::min<size_t>(missing, 40)) * (int64_t{1} << chain.stalled_reads),
+         milliseconds(200), chain.give_up_at - now});
+    chain.retry_in = std::max(milliseconds(1), std::chrono::ceil<milliseconds>(pause));
+    return CommentUpdate::Wait;
+}
+
+}  // namespace
 
 CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &load,
                                    const std::function<bool(const std::string &)> &store, const std::string &node,
-                                   const std::string &figures, int attempts) {
+                                   const std::string &figures, CommentChain *chain, int attempts) {
     const std::string segment = "mall:" + node + ":" + figures;
+    LoadedComment comment;
+    const auto asked = std::chrono::steady_clock::now();
+    if (!load(&comment)) return CommentUpdate::Failed;
+    const auto round_trip = std::chrono::steady_clock::now() - asked;
+    // A job on one node: no other node of it writes.
+    if (comment.nodes == 1)
+        return store(merge_admin_comment(comment.text, node, figures)) ? CommentUpdate::Kept : CommentUpdate::Failed;
+    if (chain != nullptr && figures.find(kRunningFiguresMark) == std::string::npos)
+        if (auto in_turn = write_in_turn(comment, round_trip, store, node, figures, *chain)) return *in_turn;
+
     std::minstd_rand jitter(static_cast<unsigned>(::getpid()) ^
                             static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
-    uint32_t nodes = 0;  // the job's node count, from the last read
     for (int attempt = 0; attempt < attempts; ++attempt) {
         // Another node wrote between our read and write: try again a little later, at a random
         // moment in a window that grows with the job's nodes (all of them may be retrying).
-        if (attempt > 0)
-            std::this_thread::sleep_for(
-                std::chrono::milliseconds(20 + jitter() % (100 + 10 * std::min<uint32_t>(nodes, 1000))));
-        LoadedComment comment;
-        if (!load(&comment)) return CommentUpdate::Failed;
-        nodes = comment.nodes;
+        if (attempt > 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(
+                20 + jitter() % (100 + 10 * std::min<uint32_t>(comment.nodes, 1000))));
+            if (!load(&comment)) return CommentUpdate::Failed;
+        }
         if (!store(merge_admin_comment(comment.text, node, figures))) return CommentUpdate::Failed;
-        if (comment.nodes == 1) return CommentUpdate::Kept;  // no other node of the job writes
+        if (comment.nodes == 1) return CommentUpdate::Kept;
         if (!load(&comment)) return CommentUpdate::Failed;
         // Kept when the field, read back, holds our segment whole (as a ';'-separated part).
         const std::string padded = ";" + comment.text + ";";
@@ -120,7 +233,7 @@ CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &l
 }
 
 uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool running, bool behind_in_flight,
-                                std::chrono::milliseconds delay) {
+                                std::chrono::milliseconds delay, double part_began_at) {
     uint64_t ticket = 0;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -134,7 +247,7 @@ uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool runni
                 }
             // In flight, or its end is being recorded (an explicit request waits only for the former).
             if (annotating_.count(job_id) != 0 && (!behind_in_flight || ending_.count(job_id) != 0)) return 0;
-            running_annotations_.push_back({job_id, std::move(figures), ticket});
+            running_annotations_.push_back({job_id, std::move(figures), ticket, {}, {}});
         } else {
             // A running update sent after this one would overwrite the job's last figures.
             for (auto it = running_annotations_.begin(); it != running_annotations_.end();) {
@@ -145,7 +258,9 @@ uint64_t SlurmChecker::annotate(uint32_t job_id, std::string figures, bool runni
                 annotating_.erase(annotating_.find(job_id));
                 it = running_annotations_.erase(it);
             }
-            annotations_.push_back({job_id, std::move(figures), ticket, std::chrono::steady_clock::now() + delay});
+            CommentChain chain;
+            chain.part_began_at = part_began_at;
+            annotations_.push_back({job_id, std::move(figures), ticket, std::chrono::steady_clock::now() + delay, chain});
             ending_.insert(job_id);
         }
         annotating_.insert(job_id);
@@ -228,22 +343,32 @@ void SlurmChecker::loop() {
                     next = std::move(running_annotations_.front());
                     running_annotations_.pop_front();
                 }
-                auto &[job_id, figures, ticket, not_before] = next;
-                (void)not_before;
                 lock.unlock();
                 SlurmAnnotation done;
-                done.job_id = job_id;
+                done.job_id = next.job_id;
                 done.running = !ended;
-                done.ticket = ticket;
+                done.ticket = next.ticket;
+                std::chrono::milliseconds retry_in{0};
                 try {
-                    const SlurmQuery::Annotated outcome = query_->annotate(job_id, figures);
+                    const SlurmQuery::Annotated outcome =
+                        query_->annotate(next.job_id, next.figures, ended ? &next.chain : nullptr);
                     done.error = outcome.error;
                     done.finished = outcome.finished;
+                    retry_in = outcome.error.empty() ? outcome.retry_in : std::chrono::milliseconds(0);
                 } catch (const std::exception &e) {
                     done.error = e.what();
                 }
-                done.figures = std::move(figures);
                 lock.lock();
+                // The nodes before this one in the job's list have not all written: back in the
+                // queue, still counted as annotating (its Deregister keeps waiting), other work
+                // going on meanwhile.
+                if (ended && retry_in.count() > 0) {
+                    next.not_before = std::chrono::steady_clock::now() + retry_in;
+                    annotations_.push_back(std::move(next));
+                    continue;
+                }
+                const uint32_t job_id = next.job_id;
+                done.figures = std::move(next.figures);
                 annotating_.erase(annotating_.find(job_id));
                 if (ended) ending_.erase(ending_.find(job_id));
                 annotated_.push_back(std::move(done));
@@ -293,6 +418,20 @@ const char *base_state_name(uint32_t state) {
         case JOB_OOM: return "OUT_OF_MEMORY";
         default: return "UNKNOWN";
     }
+}
+
+// A Slurm node list ("n[1-3],m7") as names in Slurm's order (the order of the job's node ids);
+// empty when libslurm cannot parse it.
+std::vector<std::string> expand_node_list(const char *list) {
+    std::vector<std::string> names;
+    auto hosts = slurm_hostlist_create(list);  // hostlist_t in 22.05, hostlist_t * in 24.11
+    if (hosts == nullptr) return names;
+    while (char *name = slurm_hostlist_shift(hosts)) {
+        names.emplace_back(name);
+        std::free(name);  // slurm_hostlist_shift's strings are malloc'd
+    }
+    slurm_hostlist_destroy(hosts);
+    return names;
 }
 
 // One job, with its resources, from this cluster's slurmctld: SHOW_LOCAL keeps slurm_load_job from
@@ -369,7 +508,7 @@ public:
     // may set it, users cannot change it (as they can Comment), and slurmdbd stores it with the
     // job (sacct -o AdminComment). slurmctld refuses updates once the job has finished, so malld
     // sends it as the job's last process ends (the Slurm plugin's task-exit waits for it).
-    Annotated annotate(uint32_t job_id, const std::string &figures) override {
+    Annotated annotate(uint32_t job_id, const std::string &figures, CommentChain *chain) override {
         auto failed = [](const char *what) {
             const int err = errno;
             Annotated out;
@@ -388,8 +527,10 @@ public:
             }
             *comment = LoadedComment{};
             if (info != nullptr && info->record_count > 0) {
-                if (info->job_array[0].admin_comment != nullptr) comment->text = info->job_array[0].admin_comment;
-                comment->nodes = info->job_array[0].num_nodes;
+                const slurm_job_info_t &job = info->job_array[0];
+                if (job.admin_comment != nullptr) comment->text = job.admin_comment;
+                comment->nodes = job.num_nodes;
+                if (comment->nodes > 1 && job.nodes != nullptr) comment->node_names = expand_node_list(job.nodes);
             }
             if (info != nullptr) slurm_free_job_info_msg(info);
             return true;
@@ -404,8 +545,10 @@ public:
             out = failed("cannot set its AdminComment: ");
             return false;
         };
-        switch (update_admin_comment(load, store, node_, figures)) {
+        CommentChain *const in_turn = chain;
+        switch (update_admin_comment(load, store, node_, figures, in_turn)) {
             case CommentUpdate::Kept: return {};
+            case CommentUpdate::Wait: return {{}, false, in_turn->retry_in};
             case CommentUpdate::Failed: return out;
             case CommentUpdate::Lost:
                 return {"other nodes kept replacing the AdminComment (each try read it, added this node's "

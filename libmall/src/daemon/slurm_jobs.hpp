@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -52,17 +54,23 @@ struct SlurmJobState {
     std::string detail;  // Slurm's state name or the error, for the log
 };
 
+struct CommentChain;  // below, with update_admin_comment
+
 class SlurmQuery {
 public:
     virtual ~SlurmQuery() = default;
     virtual SlurmJobState query(uint32_t job_id) = 0;  // may block (an RPC)
     // Records this node's figures for the job in Slurm (its AdminComment, see
-    // merge_admin_comment). May block (RPCs).
+    // update_admin_comment). May block (RPCs). `chain` (an ended job's last figures only, else
+    // null) keeps the update's place among the job's nodes between calls: when the nodes before
+    // this one have not written yet, the call returns with retry_in set, having written nothing,
+    // and the caller calls again with the same chain after that pause.
     struct Annotated {
         std::string error;      // empty on success, else the failure's words
         bool finished = false;  // refused because slurmctld had finished the job (e.g. scancel)
+        std::chrono::milliseconds retry_in{0};  // > 0: not written yet, call again after this
     };
-    virtual Annotated annotate(uint32_t job_id, const std::string &figures) = 0;
+    virtual Annotated annotate(uint32_t job_id, const std::string &figures, CommentChain *chain) = 0;
     // slurmd's spool folder as slurm.conf names it (SlurmdSpoolDir, %n and %h not expanded) and
     // SlurmdUser's uid, read from the configuration libslurm loaded (no RPC); empty when unknown.
     virtual std::string slurmd_spool_pattern() const { return {}; }
@@ -74,22 +82,59 @@ public:
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
 // separated by ';', an older segment of the same node is replaced, other text is kept as it was.
 std::string merge_admin_comment(const std::string &existing, const std::string &node, const std::string &figures);
-// Puts this node's segment into a job's AdminComment with `load` (read the field and the job's
-// node count) and `store` (write it) as slurmctld allows: read, merge, write. A job on one node has
-// no other writer from mall: that is all (2 RPCs). Nodes of a multi-node job update the field at
-// about the same moment and the last write wins, so there it reads back too, and when the segment
-// is not there, tries again after a short random pause, `attempts` times in all. Failed: load or
-// store said no (their own words say why).
-enum class CommentUpdate { Kept, Failed, Lost };
+// What marks a running job's figures so far (`mallctl record`, --slurm-comment-interval) in its
+// segment: "...,running_as_of=<epoch seconds>". A segment without it holds a node's last figures.
+inline constexpr std::string_view kRunningFiguresMark = ",running_as_of=";
+// How far apart the nodes of a job on `nodes` nodes send their last figures (0 on one node): the
+// node k places before the batch host in the chain waits k turns after the job's end there.
+std::chrono::milliseconds admin_comment_turn(uint32_t nodes);
+// What ends a node's last figures: "...,ended_at=<epoch seconds, to the ms>", when its part of the
+// job ended there (admin_comment_figures).
+inline constexpr std::string_view kEndedAtKey = ",ended_at=";
+// Whether `comment` holds `node`'s last figures (a segment "mall:<node>:..." without
+// kRunningFiguresMark), of a part that ended at or after `since` (epoch seconds; 0: any).
+bool holds_last_figures(const std::string &comment, const std::string &node, double since = 0);
+
+// Puts this node's segment into a job's AdminComment with `load` (read the field, the job's node
+// count and node list) and `store` (write it) as slurmctld allows: read, merge, write. slurmctld
+// keeps the last write, with no compare-and-swap and no append, so:
+// - A job on one node has no other writer from mall: read and write (2 RPCs).
+// - An ended multi-node job's nodes write one after the other, from the last node of the job's
+//   node list to the first (the batch host, whose job ends last), when `chain` is given and the
+//   figures are its last (no kRunningFiguresMark): a node writes when its read shows the last
+//   figures of every node before it in that order and of none after it. Then no write can undo
+//   another: the one node allowed to write a given text is the first one missing from it. Read
+//   and write, 2 RPCs a node; a node that reads too early gets Wait (chain->retry_in set, nothing
+//   written) and one more read per wait. A node waits at most kChainWait, and at most
+//   kChainStalledReads reads in a row without any node before it showing up (one that runs no
+//   mall task, or whose malld is down), then goes on as below.
+// - Otherwise (no chain, running figures, node list unknown, the chain given up or broken by a
+//   node after it), it reads back after writing and, when its segment is not there, tries again
+//   after a short random pause, `attempts` times in all (3 RPCs a try).
+// Failed: load or store said no (their own words say why). Lost: other writers kept undoing it.
+enum class CommentUpdate { Kept, Failed, Lost, Wait };
 struct LoadedComment {
     std::string text;
-    uint32_t nodes = 0;  // the job's node count (0: unknown, treated as several)
+    uint32_t nodes = 0;                   // the job's node count (0: unknown, treated as several)
+    std::vector<std::string> node_names;  // the job's nodes in Slurm's order; empty: unknown
 };
+struct CommentChain {
+    // When this node's part of the job began (epoch seconds): another node's segment that ended
+    // before it is of an earlier step (a job's steps end one after the other), not of this round.
+    double part_began_at = 0;
+    std::chrono::steady_clock::time_point give_up_at{};  // set by the first read
+    size_t missing = SIZE_MAX;           // nodes before this one missing at the last read
+    int stalled_reads = 0;               // reads in a row that showed no more of them
+    std::chrono::milliseconds retry_in{0};  // set with Wait: read again after this
+};
+inline constexpr std::chrono::milliseconds kChainWait{500};
+inline constexpr int kChainStalledReads = 3;
 CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &load,
                                    const std::function<bool(const std::string &)> &store, const std::string &node,
-                                   const std::string &figures, int attempts = 5);
+                                   const std::string &figures, CommentChain *chain = nullptr, int attempts = 5);
 // The figures malld records for an ended job, from its "end" event:
-// "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=0,oversub_s=0.0".
+// "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=0,oversub_s=0.0,ended_at=1795903689.631"
+// (ended_at: the event's time, when it has one; a running job's figures have none).
 std::string admin_comment_figures(const nlohmann::json &end_event);
 
 // One AdminComment update's outcome (error empty on success).
@@ -127,8 +172,10 @@ public:
     // update whose figures replaced a queued one's takes the newer ticket); 0 when dropped.
     // `delay` (an ended job's update only): sent no sooner than that from now, other work going
     // on meanwhile (the nodes of a multi-node job take turns; see SlurmReconciler::record_end).
+    // `part_began_at` (an ended job's update only): when the job's part that ended on this node
+    // began, epoch seconds (CommentChain).
     uint64_t annotate(uint32_t job_id, std::string figures, bool running = false, bool behind_in_flight = false,
-                      std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+                      std::chrono::milliseconds delay = std::chrono::milliseconds(0), double part_began_at = 0);
     // Whether the update of the job's end is queued or in flight (running updates do not count:
     // nothing waits for them).
     bool annotating(uint32_t job_id) const;
@@ -154,6 +201,7 @@ private:
         std::string figures;
         uint64_t ticket = 0;
         std::chrono::steady_clock::time_point not_before{};  // ended jobs' updates only
+        CommentChain chain;                                  // ended jobs' updates only
     };
     std::deque<QueuedAnnotation> annotations_;          // ended jobs
     std::deque<QueuedAnnotation> running_annotations_;  // running jobs

@@ -86,10 +86,15 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     }
     std::chrono::milliseconds turn{0};
     if (auto slot = node_index_.find(*id); slot != node_index_.end()) {
-        turn = slot->second.first * node_turn(slot->second.second);
+        // The chain runs from the job's last node to its first (update_admin_comment).
+        const auto [index, nodes] = slot->second;
+        turn = (nodes - 1 - index) * admin_comment_turn(nodes);
         node_index_.erase(slot);
     }
-    checker_.annotate(*id, admin_comment_figures(end_event), false, false, turn);
+    // When this node's part began: other nodes' segments that ended before it are an earlier
+    // step's (update_admin_comment waits for this step's).
+    const double part_began_at = end_event.value("time", 0.0) - end_event.value("duration_seconds", 0.0);
+    checker_.annotate(*id, admin_comment_figures(end_event), false, false, turn, part_began_at);
 }
 
 void SlurmReconciler::remember_node_index(uint32_t job_id, uint32_t index, uint32_t nodes) {
@@ -99,20 +104,13 @@ void SlurmReconciler::remember_node_index(uint32_t job_id, uint32_t index, uint3
     node_index_[job_id] = {index, nodes};
 }
 
-std::chrono::milliseconds SlurmReconciler::node_turn(uint32_t nodes) {
-    // 25 ms a node (a read-merge-write-read is ~3 RPC round trips), the whole job within 1.5 s:
-    // its nodes' task-exits wait for their updates (kAnnotationWait, 2 s).
-    if (nodes < 2) return std::chrono::milliseconds(0);
-    return std::chrono::milliseconds(std::clamp<uint32_t>(1500 / nodes, 2, 25));
-}
-
 namespace {
 
 // A running job's figures so far, marked with the wall-clock second they were taken.
 std::string running_figures(const NodeManager &manager, const Job &job, TimePoint now) {
     const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
         std::chrono::system_clock::now().time_since_epoch());
-    return admin_comment_figures(manager.accounting(job, now).to_json()) + ",running_as_of=" +
+    return admin_comment_figures(manager.accounting(job, now).to_json()) + std::string(kRunningFiguresMark) +
            std::to_string(wall_now.count());
 }
 

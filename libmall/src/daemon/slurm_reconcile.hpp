@@ -56,10 +56,10 @@ public:
     std::vector<SlurmJobState> take_results() { return checker_.take_results(); }
     // Where this node stands in a multi-node Slurm job (the plugin's S_JOB_NODEID of
     // S_JOB_NNODES at registration): at the job's end the nodes take turns, node i sending its
-    // update i * node_turn(nodes) after its end, so that their read-merge-writes of the one
-    // AdminComment field seldom overlap (an overlap costs a retry, 3 more RPCs).
+    // update (nodes - 1 - i) * admin_comment_turn(nodes) after its end, so that each node's read
+    // comes after the writes of the nodes before it in the chain (update_admin_comment: from the
+    // job's last node to its first; a node that reads too early reads again, one more RPC).
     void remember_node_index(uint32_t job_id, uint32_t index, uint32_t nodes);
-    static std::chrono::milliseconds node_turn(uint32_t nodes);
     // A job ended (its "end" event): a Slurm job's figures go to its AdminComment (in its node's
     // turn, see remember_node_index).
     void record_end(const nlohmann::json &end_event);
