@@ -18,6 +18,7 @@ window_s=60
 life_s=5
 samples=10
 trainer=idle
+span_trainer=client
 # The RPC types malld (--slurm) and the plugin send to slurmctld (libslurm's slurm_load_job, which
 # also loads the federation unless given SHOW_LOCAL, slurm_update_job, slurm_load_node_single,
 # slurm_load_node).
@@ -28,7 +29,7 @@ usage() {
 $prog — what mall's malld and plugin cost slurmctld, measured with slurmctld's own counters
 
 Usage: launch_scripts/$prog --nodes N --jobs-per-node J [--window-s S] [--life-s L]
-                             [--samples R] [--trainer idle|sgd]
+                             [--samples R] [--trainer idle|sgd] [--span-trainer client|mpi]
        launch_scripts/$prog -h|--help
 
 Brings up a private Slurm cluster of N nodes (launch_scripts/local-cluster.sh up --nodes N:
@@ -42,7 +43,8 @@ with its own slurmd and its own malld --slurm, the mall SPANK plugin loaded), th
      --malleable=1:2 -c1 --wrap 'srun mall_test_client --duration-s L'), waits until every one
      ended, every malld lists no job, and then one more reconciliation period (11 s), reads sdiag;
   2b. a multi-node job's life: the same with one job over all N nodes (sbatch -N N
-     --ntasks-per-node=1 --malleable=1:2 -c1), whose N mallds write the one AdminComment at its end;
+     --ntasks-per-node=1 --malleable=1:2 -c1, running --span-trainer), whose N mallds write the one
+     AdminComment at its end;
   3. steady state: J jobs per node (sbatch -w nodeK --malleable=1:2 -c1 --wrap 'srun TRAINER'),
      waits until every one runs and is attached (mallctl status --json on each node's socket),
      sdiag --reset, waits S seconds without any Slurm client call, reads sdiag, checks that all
@@ -78,8 +80,9 @@ The figures:
                             the submitting host's cpus, never in srun inside a job: each node
                             checks its own cpus).
   ctld_rpcs_per_node_of_multinode_job  RPCs of the same types in phase 2b, divided by N: what a
-                            multi-node job costs per node it spans (its nodes read back the field
-                            after writing it, so that none loses another's figures).
+                            multi-node job costs per node it spans (its nodes write the field one
+                            after the other; a node that reads before the one ahead of it wrote
+                            reads again, so the figure grows with how far apart the tasks end).
   start_delay_ms            median over R of (sbatch called -> the plain job's first command ran,
                             same clock) with the plugin, minus the same median without the plugin:
                             what the plugin adds to a plain job's start on a node with no malleable
@@ -103,6 +106,12 @@ Options:
                             second, its threads sleep. N*J computing trainers on a small machine
                             would starve slurmctld and skew its figures;
                        sgd  mall_train_sgd with enough steps to outlast the window (as the demos).
+  --span-trainer T   what phase 2b's N-node job runs under srun:
+                       client (default) mall_test_client --duration-s L on each node: independent
+                            tasks, each ending L s after its own start (on a small machine the N
+                            starts, hence the ends, spread over up to a second);
+                       mpi  srun --mpi=pmix mall_train_mpi --max-seconds L: one rank per node,
+                            stopping at the same step, as a data-parallel training job ends.
 
 Needs root (the cluster's daemons, munged, malld's cgroups), jq, and a build with malld, mallctl,
 mall_test_client, mall_train_sgd and the plugin. Takes 1 min 45 s for N=8, J=2 and the defaults on
@@ -129,6 +138,8 @@ while [ $# -gt 0 ]; do
     --samples=*) samples=${1#*=} ;;
     --trainer) trainer=${2:?"$prog: $1 needs a value"}; shift ;;
     --trainer=*) trainer=${1#*=} ;;
+    --span-trainer) span_trainer=${2:?"$prog: $1 needs a value"}; shift ;;
+    --span-trainer=*) span_trainer=${1#*=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -144,10 +155,13 @@ cpus=$(nproc --all)
 [[ $life_s =~ ^[1-9][0-9]*$ ]] || bad "--life-s must be a positive number of seconds, not '$life_s'"
 [[ $samples =~ ^[1-9][0-9]*$ ]] || bad "--samples must be a positive integer, not '$samples'"
 case $trainer in idle|sgd) ;; *) bad "--trainer must be idle or sgd, not '$trainer'" ;; esac
+case $span_trainer in client|mpi) ;; *) bad "--span-trainer must be client or mpi, not '$span_trainer'" ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "$prog: needs root (it starts Slurm's daemons, munged and malld); run it as root" >&2; exit 1; }
 command -v jq >/dev/null || { echo "$prog: jq is not installed: run launch_scripts/install-deps.sh" >&2; exit 1; }
-for f in bin/malld bin/mallctl bin/mall_test_client bin/mall_train_sgd lib/mall_spank.so; do
-  [ -e "$build/$f" ] || { echo "$prog: $build/$f is missing: build it (ninja -C $build malld mallctl mall_test_client mall_train_sgd mall_spank)" >&2; exit 1; }
+needed='bin/malld bin/mallctl bin/mall_test_client bin/mall_train_sgd lib/mall_spank.so'
+[ "$span_trainer" = mpi ] && needed+=' bin/mall_train_mpi'
+for f in $needed; do
+  [ -e "$build/$f" ] || { echo "$prog: $build/$f is missing: build it (ninja -C $build malld mallctl mall_test_client mall_train_sgd mall_spank mall_train_mpi)" >&2; exit 1; }
 done
 
 say() { printf '==> %s\n' "$*"; }
@@ -275,12 +289,20 @@ note "phase 2 took $(( ($(ms_now) - t2) / 1000 )) s"
 
 # ---- 2b. one short malleable job over every node: a multi-node job's life, per node -------------
 t2b=$(ms_now)
-say "2b. a multi-node job's life: one malleable job of $life_s s on all $nodes nodes (one task per node)"
+say "2b. a multi-node job's life: one malleable job of $life_s s on all $nodes nodes (one $span_trainer task per node)"
 sdiag_ --reset >/dev/null
+if [ "$span_trainer" = mpi ]; then
+  # PMIX_MCA_gds=hash: PMIx's shared-memory store (ds21) crashes now and then at this scale.
+  span_run="PMIX_MCA_gds=hash srun --mpi=pmix $bin/mall_train_mpi --max-seconds $life_s --steps 100000000 --print-every 0"
+else
+  span_run="srun $bin/mall_test_client --step-us 100000 --duration-s $life_s"
+fi
 sbatch --parsable -J bench-span -N "$nodes" --ntasks-per-node=1 --malleable=1:2 -c1 -o "$tmp/span.out" \
-  --wrap "srun $bin/mall_test_client --step-us 100000 --duration-s $life_s; touch $tmp/span.done" >/dev/null ||
+  --wrap "$span_run; echo \$? >$tmp/span.rc; touch $tmp/span.done" >/dev/null ||
   die "sbatch of the $nodes-node job failed"
 wait_until $(( life_s + 60 + nodes )) "the $nodes-node job to end" test -e "$tmp/span.done"
+[ "$(cat "$tmp/span.rc")" = 0 ] ||
+  die "the $nodes-node job's srun exited $(cat "$tmp/span.rc"); its output: $(tail -n 5 "$tmp/span.out" | tr '\n' ' ')"
 wait_until 60 "every malld to drop the $nodes-node job" all_mallds_empty
 sleep 11
 sdiag_ >"$tmp/sdiag.span"
