@@ -18,7 +18,9 @@
 #  (3) malld@node1 killed (SIGKILL) mid-job: the job runs on (node1's task keeps its cores, a new step
 #      on node1 runs non-malleable with the plugin's warning), node2 is unaffected; `up --nodes 2`
 #      restarts only malld@node1, which re-adopts the job (and can resize it again);
-#  (4) scancel (and a completed job) leaves no registration, reservation or cgroup on any node.
+#  (4) scancel (and a completed job) leaves no registration, reservation or cgroup on any node;
+#  (5) a job of two steps over both nodes: node2 (no batch script) holds it twice, and its
+#      AdminComment segment adds both parts up (their sum in node2's history), with ended_at.
 # Label `system`.
 # Usage: test_slurm_nodes.sh BUILD_DIR SOURCE_DIR   (ctest passes both; needs root, Slurm, Open MPI,
 # jq, unshare/nsenter/ip). Prints one PASS/FAIL line per check; exits non-zero when any check fails,
@@ -443,6 +445,33 @@ if [ -n "$jm" ]; then
     pass "(4) after MPI job $jm: both mallds list no job and reserve nothing, no cgroup below ${MALL_CLUSTER_CGROUP}_node1/_node2"
   else
     fail "(4) after MPI job $jm: node1 $(nstatus node1 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node1 | tr '\n' ' ')'; node2 $(nstatus node2 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node2 | tr '\n' ' ')'"
+  fi
+fi
+
+# ---- 5. two steps over both nodes: each node's AdminComment segment covers the whole job ------------
+# node2 runs no batch script: malld holds the job there only while a step runs, so the job ends there
+# twice. Its segment must add both parts up (malld's history has one record per part), and both
+# nodes' segments carry their ended_at (issue 39).
+j5=$(submit steps -N 2 --ntasks-per-node=1 --malleable=1:2 -c 1 \
+       --wrap "srun $client --step-us 10000 --duration-s 2 && srun $client --step-us 10000 --duration-s 2") ||
+  { fail "(5) sbatch refused the 2-step job: $(cat "$work/steps.sbatch.err")"; j5=''; }
+if [ -n "$j5" ]; then
+  if wait_for 90 job_final "$j5" && [ "$(job_state "$j5")" = COMPLETED ]; then
+    comment=$(scontrol show job "$j5" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
+    # The history file as the host sees it (node2's malld names its path inside node2's namespace).
+    parts=$("$mallctl" history --file "$MALL_CLUSTER_DIR/nodes/node2/malld/malld.history.jsonl" --job "slurm-$j5" --json 2>&1)
+    history_core=$(jq '[.[].core_seconds] | add // 0' <<<"$parts" 2>/dev/null)
+    history_parts=$(jq 'length' <<<"$parts" 2>/dev/null)
+    segment_core=$(sed -n 's/.*mall:node2:lent_core_s=[0-9.]*,core_s=\([0-9.]*\),.*/\1/p' <<<"$comment")
+    if [ "$history_parts" = 2 ] && [ -n "$segment_core" ] &&
+       awk -v s="$segment_core" -v h="$history_core" 'BEGIN { exit !(h > 0 && s - h < 0.15 && h - s < 0.15) }' &&
+       [[ $comment =~ mall:node1:[^\;]*,ended_at=[0-9.]+ ]] && [[ $comment =~ mall:node2:[^\;]*,ended_at=[0-9.]+ ]]; then
+      pass "(5) 2-step job $j5: node2's segment has core_s=$segment_core, the sum of its $history_parts parts in node2's history ($history_core): $comment"
+    else
+      fail "(5) 2-step job $j5: node2's history has '$history_parts' parts, core-s $history_core; AdminComment '$comment'"
+    fi
+  else
+    fail "(5) 2-step job $j5 did not complete ($(job_state "$j5"))"; dump_job steps "$j5"
   fi
 fi
 

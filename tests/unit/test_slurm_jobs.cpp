@@ -577,3 +577,32 @@ TEST(SlurmAdminCommentChain, EightNodesCheckersAtOnceKeepEveryNodesFigures) {
     EXPECT_EQ(field.stores, 8);
     std::printf("8 nodes: %d reads, %d writes\n", field.loads, field.stores);
 }
+
+// A job's parts on a node (each of its steps, on a node without its batch script) add up: each
+// part's update carries the job's figures on this node so far, so the AdminComment segment covers
+// the whole job, not only its last step; another job's parts stay apart.
+TEST(SlurmReconciler, AJobsPartsOnANodeAddUpInItsAdminComment) {
+    auto query = std::make_unique<FakeQuery>();
+    FakeQuery *fake = query.get();
+    mall::SlurmReconciler reconciler(std::move(query), 10s);
+    auto end = [](const char *job, double lent, double core, int resizes, double time) {
+        return nlohmann::json{{"event", "end"}, {"job", job}, {"lent_core_seconds", lent}, {"core_seconds", core},
+                              {"resizes", resizes}, {"ack_timeouts", 0}, {"oversubscribed_seconds", 0.0},
+                              {"time", time}, {"duration_seconds", 5.0}};
+    };
+    reconciler.record_end(end("slurm-40", 1.0, 10.0, 1, 1000.0));
+    reconciler.record_end(end("slurm-41", 0.5, 3.0, 0, 1001.0));
+    reconciler.record_end(end("slurm-40", 2.0, 20.0, 2, 1010.0));
+    std::vector<mall::SlurmAnnotation> done;
+    for (int i = 0; i < 100 && done.size() < 3; ++i) {
+        if (!readable(reconciler.fd(), 100ms)) continue;
+        for (auto &a : reconciler.take_annotations()) done.push_back(a);
+    }
+    ASSERT_EQ(done.size(), 3u);
+    std::lock_guard<std::mutex> lock(fake->mu);
+    EXPECT_EQ(fake->annotated,
+              (std::vector<std::string>{
+                  "40 lent_core_s=1.0,core_s=10.0,resizes=1,ack_timeouts=0,oversub_s=0.0,ended_at=1000.000",
+                  "41 lent_core_s=0.5,core_s=3.0,resizes=0,ack_timeouts=0,oversub_s=0.0,ended_at=1001.000",
+                  "40 lent_core_s=3.0,core_s=30.0,resizes=3,ack_timeouts=0,oversub_s=0.0,ended_at=1010.000"}));
+}

@@ -75,9 +75,41 @@ void SlurmReconciler::check_all(const NodeManager &manager, TimePoint now) {
     if (auto ask = to_ask(ids, now); !ask.empty()) checker_.check(ask);
 }
 
+namespace {
+
+// The figures AdminComment carries (admin_comment_figures), as the end event and the accounting
+// name them: summed over a job's parts.
+constexpr const char *kSummedSeconds[] = {"lent_core_seconds", "core_seconds", "oversubscribed_seconds"};
+constexpr const char *kSummedCounts[] = {"resizes", "ack_timeouts"};
+
+}  // namespace
+
+nlohmann::json SlurmReconciler::with_earlier_parts(uint32_t job_id, const nlohmann::json &figures) const {
+    const auto earlier = earlier_parts_.find(job_id);
+    if (earlier == earlier_parts_.end()) return figures;
+    nlohmann::json sum = figures;
+    for (const char *field : kSummedSeconds)
+        sum[field] = figures.value(field, 0.0) + earlier->second.totals.value(field, 0.0);
+    for (const char *field : kSummedCounts)
+        sum[field] = figures.value(field, uint64_t{0}) + earlier->second.totals.value(field, uint64_t{0});
+    return sum;
+}
+
 void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     auto id = slurm_job_id_of(end_event.value("job", std::string()));
     if (!id) return;
+    // This part's figures join the job's earlier parts here, before anything else: a later part's
+    // update carries them whatever becomes of this one's.
+    const nlohmann::json figures = with_earlier_parts(*id, end_event);
+    EarlierParts &parts = earlier_parts_[*id];
+    for (const char *field : kSummedSeconds) parts.totals[field] = figures.value(field, 0.0);
+    for (const char *field : kSummedCounts) parts.totals[field] = figures.value(field, uint64_t{0});
+    parts.last_end = Clock::now();
+    if (earlier_parts_.size() > kEarlierPartsKept) {
+        earlier_parts_.erase(std::min_element(earlier_parts_.begin(), earlier_parts_.end(), [](const auto &a, const auto &b) {
+            return a.second.last_end < b.second.last_end;
+        }));
+    }
     // Slurm had ended it (malld learnt so from slurmctld): an update would only be refused.
     if (ended_by_slurm_.erase(*id) != 0) {
         log_info(slurm_job_name(*id) + " had ended in Slurm before malld heard of its end: its figures are in "
@@ -94,7 +126,7 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     // When this node's part began: other nodes' segments that ended before it are an earlier
     // step's (update_admin_comment waits for this step's).
     const double part_began_at = end_event.value("time", 0.0) - end_event.value("duration_seconds", 0.0);
-    checker_.annotate(*id, admin_comment_figures(end_event), false, false, turn, part_began_at);
+    checker_.annotate(*id, admin_comment_figures(figures), false, false, turn, part_began_at);
 }
 
 void SlurmReconciler::remember_node_index(uint32_t job_id, uint32_t index, uint32_t nodes) {
@@ -106,12 +138,12 @@ void SlurmReconciler::remember_node_index(uint32_t job_id, uint32_t index, uint3
 
 namespace {
 
-// A running job's figures so far, marked with the wall-clock second they were taken.
-std::string running_figures(const NodeManager &manager, const Job &job, TimePoint now) {
+// A running job's figures so far (`so_far`: its parts here, this one included), marked with the
+// wall-clock second they were taken.
+std::string running_figures(const nlohmann::json &so_far) {
     const auto wall_now = std::chrono::duration_cast<std::chrono::seconds>(
         std::chrono::system_clock::now().time_since_epoch());
-    return admin_comment_figures(manager.accounting(job, now).to_json()) + std::string(kRunningFiguresMark) +
-           std::to_string(wall_now.count());
+    return admin_comment_figures(so_far) + std::string(kRunningFiguresMark) + std::to_string(wall_now.count());
 }
 
 }  // namespace
@@ -122,12 +154,13 @@ void SlurmReconciler::record_running(const NodeManager &manager, TimePoint now) 
     for (const auto &[name, job] : manager.jobs()) {
         auto id = slurm_job_id_of(name);
         if (!id) continue;
-        checker_.annotate(*id, running_figures(manager, job, now), true);
+        checker_.annotate(*id, running_figures(with_earlier_parts(*id, manager.accounting(job, now).to_json())), true);
     }
 }
 
 uint64_t SlurmReconciler::record_now(const NodeManager &manager, const Job &job, uint32_t job_id, TimePoint now) {
-    return checker_.annotate(job_id, running_figures(manager, job, now), true, /*behind_in_flight=*/true);
+    return checker_.annotate(job_id, running_figures(with_earlier_parts(job_id, manager.accounting(job, now).to_json())),
+                             true, /*behind_in_flight=*/true);
 }
 
 std::vector<SlurmAnnotation> SlurmReconciler::take_annotations() {

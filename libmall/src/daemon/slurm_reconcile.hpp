@@ -12,7 +12,8 @@
 // spool every job is asked about every interval (the old cost; a warning says how to fix it).
 // Slurm names cores in its own numbering: cpus_on_node() is where they become Linux cpus.
 // A Slurm job's figures go to its AdminComment when it ends (not when Slurm had already ended it:
-// slurmctld refuses updates to a finished job) and, only if `comment_interval` is set, every
+// slurmctld refuses updates to a finished job), summed over the job's parts on this node (each of
+// its steps, on a node without its batch script), and, only if `comment_interval` is set, every
 // interval while it runs, as they are so far (marked running_as_of=<epoch seconds>), and when an
 // admin asks (record_now).
 #pragma once
@@ -61,7 +62,7 @@ public:
     // job's last node to its first; a node that reads too early reads again, one more RPC).
     void remember_node_index(uint32_t job_id, uint32_t index, uint32_t nodes);
     // A job ended (its "end" event): a Slurm job's figures go to its AdminComment (in its node's
-    // turn, see remember_node_index).
+    // turn, see remember_node_index), added to those of its parts that ended here before.
     void record_end(const nlohmann::json &end_event);
     // When a round is due: every Slurm job's figures so far go to its AdminComment (see
     // SlurmChecker::annotate); the next round is due `comment_interval` on. nullopt: no rounds.
@@ -104,6 +105,15 @@ private:
     std::map<uint32_t, NotSeenHere> not_seen_here_;
     std::set<uint32_t> ended_by_slurm_;  // released because Slurm had ended them: no AdminComment
     std::map<uint32_t, std::pair<uint32_t, uint32_t>> node_index_;  // job -> (index, nodes)
+    // The figures of a job's parts that ended on this node, summed (a node without the job's batch
+    // script holds it only while a step runs there): each part's update carries the job's figures
+    // on this node so far, not only its own. At most kEarlierPartsKept jobs, the oldest forgotten.
+    struct EarlierParts {
+        nlohmann::json totals;
+        TimePoint last_end{};
+    };
+    std::map<uint32_t, EarlierParts> earlier_parts_;
+    nlohmann::json with_earlier_parts(uint32_t job_id, const nlohmann::json &figures) const;
     std::chrono::seconds interval_;
     std::chrono::seconds comment_interval_;
     TimePoint next_check_{};
@@ -111,6 +121,9 @@ private:
     std::string disagreement_logged_;  // the last disagreement warned about
     FailureLog annotation_failures_;
 };
+
+// How many Slurm jobs' earlier parts on this node malld keeps summed (a few hundred bytes each).
+inline constexpr size_t kEarlierPartsKept = 4096;
 
 // The most nodes a Slurm job's node-index hint may name (Register's slurm_nodes).
 inline constexpr uint32_t kMaxSlurmNodes = 1000000;
