@@ -23,6 +23,7 @@ target_sources(mall_daemon PRIVATE
   src/daemon/kernel_effects.cpp
   src/daemon/access.cpp
   src/daemon/handlers.cpp
+  src/daemon/handlers_reservations.cpp
   src/daemon/status_view.cpp
   src/daemon/slurm_jobs.cpp
   src/daemon/slurm_reconcile.cpp
