@@ -2,7 +2,8 @@
 # private_cluster.sh — sourced by the system tests: sets up a private cluster's environment (own
 # folder, cgroup parent and free port pair, so a test runs beside a developer's cluster without
 # touching it; one node, or `up --nodes N`), the helpers that check what the cluster leaves behind,
-# and the helpers the tests share (jobs, thread masks).
+# and the helpers the tests share (jobs, thread masks, and each node's malld of a multi-node
+# cluster: node_*).
 # Usage: systest_begin DEFAULT_TIMEOUT_S "$@" first (watchdog, arguments, root check, PASS/FAIL),
 # then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
 # The caller owns the cleanup trap and calls local-cluster.sh up/down. A script that also runs in the
@@ -229,3 +230,30 @@ never_share() { # never_share PIDS_A PIDS_B N: N samples; fails at the first one
   done
   echo "$n samples: first job's threads allow {${ca%,}}, second job's {${cb%,}}"
 }
+
+# ---- a multi-node cluster (`up --nodes N`): each node's malld, by node name (node1, node2, ...) ----
+node_sock() { echo "$MALL_CLUSTER_DIR/nodes/$1/malld.sock"; }
+node_ctl() { local n=$1; shift; timeout 10 "$mallctl" --socket "$(node_sock "$n")" "$@"; }
+node_status() { node_ctl "$1" status --json 2>/dev/null; }
+node_job_field() { # node_job_field NODE JOB FIELD: a field of JOB in NODE's malld ("" when not listed)
+  node_status "$1" | jq -r --arg j "$2" --arg f "$3" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null
+}
+node_job_pids() { node_status "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
+node_reserved_for() { node_status "$1" | jq -r --arg j "$2" '.reserved[$j] // ""' 2>/dev/null; }
+node_job_settled_on() { # node_job_settled_on NODE JOB CPUS: published and enforced on exactly CPUS, nothing pending
+  [ "$(node_status "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"')" = "$3 $3 settled" ]
+}
+node_job_cgroups() { # node_job_cgroups NODE: folders below NODE's malld cgroup parent, in every hierarchy
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [ -d "$h${MALL_CLUSTER_CGROUP}_$1" ] && find "$h${MALL_CLUSTER_CGROUP}_$1" -mindepth 1 -type d
+  done 2>/dev/null
+}
+argv0_is() { [ "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1)" = "$2" ]; }
+node_task_pid() { # node_task_pid NODE JOB PROGRAM: the pid among JOB's pids at NODE's malld that runs PROGRAM
+  local p
+  for p in $(node_job_pids "$1" "$2"); do argv0_is "$p" "$3" && { echo "$p"; return 0; }; done
+  return 1
+}
+other_cpu() { case $1 in 0) echo 1 ;; 1) echo 0 ;; *) echo '?' ;; esac; }   # of a 2-cpu node
+pid_of() { cat "$MALL_CLUSTER_DIR/run/$1.pid" 2>/dev/null; }   # a daemon local-cluster.sh started

@@ -58,48 +58,20 @@ trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT
 trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 
-# ---- helpers (NODE is node1 or node2) -------------------------------------------------------------
-sock() { echo "$MALL_CLUSTER_DIR/nodes/$1/malld.sock"; }
-nctl() { local n=$1; shift; timeout 10 "$mallctl" --socket "$(sock "$n")" "$@"; }
-nstatus() { nctl "$1" status --json 2>/dev/null; }
-job_field() { # job_field NODE JOB FIELD: a field of JOB in NODE's malld ("" when not listed)
-  nstatus "$1" | jq -r --arg j "$2" --arg f "$3" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null
-}
-job_pids() { nstatus "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
-job_listed() { [ -n "$(job_field "$1" "$2" job)" ]; }
-reserved_for() { nstatus "$1" | jq -r --arg j "$2" '.reserved[$j] // ""' 2>/dev/null; }
-free_of() { nstatus "$1" | jq -r '.free' 2>/dev/null; }
-job_settled_on() { # job_settled_on NODE JOB CPUS: published and enforced on exactly CPUS, nothing pending
-  [ "$(nstatus "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"')" = "$3 $3 settled" ]
-}
-both_settled_on() { job_settled_on node1 "$1" "$2" && job_settled_on node2 "$1" "$2"; }
-job_view() { nstatus "$1" | jq -c --arg j "$2" '.jobs[] | select(.job == $j) | {cpus, cpuset, state, generation, usage_cap, attached, pids}' 2>/dev/null; }
-node_empty() { [ "$(nstatus "$1" | jq -c '[.jobs, .reserved]')" = '[[],{}]' ]; }
-job_cgroups() { # job_cgroups NODE: folders below NODE's malld cgroup parent, in every hierarchy
-  local h
-  for h in /sys/fs/cgroup/*/; do
-    [ -d "$h${MALL_CLUSTER_CGROUP}_$1" ] && find "$h${MALL_CLUSTER_CGROUP}_$1" -mindepth 1 -type d
-  done 2>/dev/null
-}
-nothing_on() { node_empty "$1" && [ -z "$(job_cgroups "$1")" ]; }
-argv0_is() { [ "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1)" = "$2" ]; }
+# ---- helpers (NODE is node1 or node2; the per-node ones are private_cluster.sh's node_*) ----------
+job_listed() { [ -n "$(node_job_field "$1" "$2" job)" ]; }
+free_of() { node_status "$1" | jq -r '.free' 2>/dev/null; }
+both_settled_on() { node_job_settled_on node1 "$1" "$2" && node_job_settled_on node2 "$1" "$2"; }
+job_view() { node_status "$1" | jq -c --arg j "$2" '.jobs[] | select(.job == $j) | {cpus, cpuset, state, generation, usage_cap, attached, pids}' 2>/dev/null; }
+node_empty() { [ "$(node_status "$1" | jq -c '[.jobs, .reserved]')" = '[[],{}]' ]; }
+nothing_on() { node_empty "$1" && [ -z "$(node_job_cgroups "$1")" ]; }
 env_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n "s/^$2=//p"; }
-task_pid() { # task_pid NODE JOB PROGRAM: the pid among JOB's pids at NODE's malld that runs PROGRAM
-  local p
-  for p in $(job_pids "$1" "$2"); do argv0_is "$p" "$3" && { echo "$p"; return 0; }; done
-  return 1
-}
-other_cpu() { case $1 in 0) echo 1 ;; 1) echo 0 ;; *) echo '?' ;; esac; }
-events_of() { jq -c "select($1)" "$work/watch2.jsonl" 2>/dev/null; }   # node2's malld events
-has_event() { [ -n "$(events_of "$1")" ]; }
-first_event_time() { events_of "$1" | head -n1 | jq -r '.time'; }
-earlier() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
-pid_of() { cat "$MALL_CLUSTER_DIR/run/$1.pid" 2>/dev/null; }
+events_of() { jq -c "select($1)" "$work/watch2.jsonl" 2>/dev/null; }   # node2's malld events (has_event, first_event_time)
 dump_job() { # dump_job NAME ID
   note "--- job $2 ($1): state $(job_state "$2"); output:"; sed 's/^/        /' "$work/$1.out" 2>/dev/null | tail -n 15
   local n
   for n in node1 node2; do
-    note "--- $n malld: $(nstatus "$n" | jq -c '{free, reserved, jobs: [.jobs[] | {job, cpus, cpuset, state, usage_cap, attached, pids}]}' 2>/dev/null)"
+    note "--- $n malld: $(node_status "$n" | jq -c '{free, reserved, jobs: [.jobs[] | {job, cpus, cpuset, state, usage_cap, attached, pids}]}' 2>/dev/null)"
   done
 }
 extra_pids=''   # task pids of the run, checked by cluster_down_and_nothing_left
@@ -114,7 +86,7 @@ eval "$("$cluster" env)"
 subnet=${MALL_CLUSTER_SUBNET:-10.215.0}
 nodes_seen=$(sinfo -h -N -o '%N:%t:%c' 2>/dev/null | sort -u | tr '\n' ' ')
 hosts_seen="$("$cluster" exec node1 -- hostname 2>&1) $("$cluster" exec node2 -- hostname 2>&1)"
-pools="$(nstatus node1 | jq -r .pool 2>/dev/null) $(nstatus node2 | jq -r .pool 2>/dev/null)"
+pools="$(node_status node1 | jq -r .pool 2>/dev/null) $(node_status node2 | jq -r .pool 2>/dev/null)"
 if [ "${MALL_CLUSTER_NODES:-}" = 'node1 node2' ] && [ "$nodes_seen" = 'node1:idle:2 node2:idle:2 ' ] &&
    [ "$hosts_seen" = 'node1 node2' ] && [ "$pools" = '0-1 0-1' ]; then
   pass "local-cluster.sh up --nodes 2: sinfo '${nodes_seen% }', host names '$hosts_seen', each malld's pool 0-1, cgroup parents ${MALL_CLUSTER_CGROUP}_node1/_node2"
@@ -125,9 +97,9 @@ else
 fi
 
 # node2's malld events for the whole run (that malld is never restarted); synced by a `policy` event.
-"$mallctl" --socket "$(sock node2)" watch --json --timeout-s "$timeout_s" >"$work/watch2.jsonl" 2>"$work/watch2.err" &
+"$mallctl" --socket "$(node_sock node2)" watch --json --timeout-s "$timeout_s" >"$work/watch2.jsonl" 2>"$work/watch2.err" &
 watch_pid=$!
-watch_ready() { nctl node2 policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
+watch_ready() { node_ctl node2 policy equal >/dev/null 2>&1; has_event '.event == "policy"'; }
 if ! wait_for 10 watch_ready; then
   fail "mallctl watch at node2's malld recorded no event within 10s ($(cat "$work/watch2.err"))"; exit 1
 fi
@@ -147,10 +119,10 @@ fi
 # malld lists a task's pid from its registration (SPANK's task_init, before slurmstepd execs the
 # task), so the job can settle while that pid still runs slurmstepd: wait for both execs (under load
 # the test once read node1's pid too early and found no task).
-tasks_running() { pid1=$(task_pid node1 "$job1" "$client") && pid2=$(task_pid node2 "$job1" "$client"); }
+tasks_running() { pid1=$(node_task_pid node1 "$job1" "$client") && pid2=$(node_task_pid node2 "$job1" "$client"); }
 wait_for 30 tasks_running || true
 extra_pids+=" $pid1 $pid2"
-own1=$(reserved_for node1 "$job1"); own2=$(reserved_for node2 "$job1"); other2=$(other_cpu "$own2")
+own1=$(node_reserved_for node1 "$job1"); own2=$(node_reserved_for node2 "$job1"); other2=$(other_cpu "$own2")
 if [ -n "$pid1" ] && [ -n "$pid2" ] && [ "$(env_of "$pid1" SLURMD_NODENAME)" = node1 ] &&
    [ "$(env_of "$pid2" SLURMD_NODENAME)" = node2 ] && [[ $own1 =~ ^[01]$ ]] && [[ $own2 =~ ^[01]$ ]]; then
   pass "(1) one task per node: pid $pid1 on node1 (Slurm's core $own1), pid $pid2 on node2 (Slurm's core $own2)"
@@ -179,14 +151,14 @@ fi
 
 # A plain job on node2 only: node2's task shrinks to its own core before the plain task starts;
 # node1's task stays on 0-1, untouched (same generation).
-gen1=$(job_field node1 "$job1" generation)
+gen1=$(node_job_field node1 "$job1" generation)
 threads1=$(threads_lists "$pid1")
 mark=$(date +%s.%N)
 j2=$(submit plain -w node2 -c 1 \
        --wrap "date +%s.%N; grep Cpus_allowed_list /proc/self/status; hostname; exec $client --socket $work/nobody.sock --threads 2 --duration-s 300") ||
   { fail "(1) sbatch refused the plain job: $(cat "$work/plain.sbatch.err")"; exit 1; }
 if wait_for $wait_default_s bash -c "grep -Eq '^[0-9]+\.[0-9]+$' '$work/plain.out' && grep -q '^open' '$work/plain.out'" &&
-   wait_for 10 job_settled_on node2 "$job1" "$own2"; then
+   wait_for 10 node_job_settled_on node2 "$job1" "$own2"; then
   j2_start=$(grep -m1 -E '^[0-9]+\.[0-9]+$' "$work/plain.out")
   j2_list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$work/plain.out" | head -n1)
   j2_host=$(sed -n 3p "$work/plain.out")
@@ -215,8 +187,8 @@ if [ -n "$plain_pid" ] && wait_for 10 all_threads_on "$plain_pid" 3 "$other2" &&
 else
   fail "(1) node2: the tasks share a core or one is missing (plain pid '$plain_pid'): ${seen:-$(threads_lists "$pid2") / $(threads_lists "${plain_pid:-0}")}"
 fi
-if job_settled_on node1 "$job1" 0-1 && [ "$(job_field node1 "$job1" generation)" = "$gen1" ] &&
-   [ "$(threads_lists "$pid1")" = "$threads1" ] && [ -z "$(reserved_for node1 "slurm-$j2")" ]; then
+if node_job_settled_on node1 "$job1" 0-1 && [ "$(node_job_field node1 "$job1" generation)" = "$gen1" ] &&
+   [ "$(threads_lists "$pid1")" = "$threads1" ] && [ -z "$(node_reserved_for node1 "slurm-$j2")" ]; then
   pass "(1) node1's task is untouched: still 0-1 at generation $gen1, threads as before ($threads1)"
 else
   fail "(1) node1's task changed: $(job_view node1 "$job1") (generation before: $gen1), threads $(threads_lists "$pid1") (before: $threads1)"
@@ -224,8 +196,8 @@ fi
 
 # The plain job ends: node2's task grows back.
 [ -n "$plain_pid" ] && kill -TERM "$plain_pid"   # mall_test_client exits 0: the job completes
-if wait_for $wait_default_s job_final "$j2" && wait_for $wait_default_s job_settled_on node2 "$job1" 0-1 &&
-   wait_for 10 all_threads_on "$pid2" 3 0-1 && [ -z "$(reserved_for node2 "slurm-$j2")" ]; then
+if wait_for $wait_default_s job_final "$j2" && wait_for $wait_default_s node_job_settled_on node2 "$job1" 0-1 &&
+   wait_for 10 all_threads_on "$pid2" 3 0-1 && [ -z "$(node_reserved_for node2 "slurm-$j2")" ]; then
   pass "(1) plain job $j2 ended ($(job_state "$j2")); node2's task grew back to 0-1 ($(threads_lists "$pid2"))"
 else
   fail "(1) after plain job $j2 ended ($(job_state "$j2")), node2's task did not grow back"; dump_job nodes "$j1"
@@ -234,16 +206,16 @@ fi
 # ---- 3. malld@node1 killed mid-job: the job runs on; up --nodes 2 restarts it and it re-adopts -----
 declare -A pids_before
 for d in slurmctld slurmd@node1 slurmd@node2 malld@node2; do pids_before[$d]=$(pid_of "$d"); done
-gen2=$(job_field node2 "$job1" generation)
+gen2=$(node_job_field node2 "$job1" generation)
 threads1=$(threads_lists "$pid1")
-steps2=$(job_field node2 "$job1" steps)
+steps2=$(node_job_field node2 "$job1" steps)
 malld1=$(pid_of malld@node1)
 if [ -n "$malld1" ] && live "$malld1" && kill -KILL "$malld1" && wait_for 10 bash -c "! [ -d /proc/$malld1 ] || grep -q '^State:.*Z' /proc/$malld1/status"; then
   note "malld@node1 (pid $malld1) killed with SIGKILL"
-  steps_grow() { [ "$(job_field node2 "$job1" steps)" -gt "${steps2:-0}" ] 2>/dev/null; }
-  if job_running "$j1" && live "$pid1" && [ "$(threads_lists "$pid1")" = "$threads1" ] && ! nstatus node1 >/dev/null &&
-     wait_for 10 steps_grow && job_settled_on node2 "$job1" 0-1 && [ "$(job_field node2 "$job1" generation)" = "$gen2" ] &&
-     [ "$(job_field node2 "$job1" attached)" = 1 ] && all_threads_on "$pid2" 3 0-1; then
+  steps_grow() { [ "$(node_job_field node2 "$job1" steps)" -gt "${steps2:-0}" ] 2>/dev/null; }
+  if job_running "$j1" && live "$pid1" && [ "$(threads_lists "$pid1")" = "$threads1" ] && ! node_status node1 >/dev/null &&
+     wait_for 10 steps_grow && node_job_settled_on node2 "$job1" 0-1 && [ "$(node_job_field node2 "$job1" generation)" = "$gen2" ] &&
+     [ "$(node_job_field node2 "$job1" attached)" = 1 ] && all_threads_on "$pid2" 3 0-1; then
     pass "(3) without malld@node1 job $j1 runs on: node1's task keeps its cpus ($(threads_lists "$pid1")); node2's malld still lists it settled, attached, stepping: $(job_view node2 "$job1")"
   else
     fail "(3) after malld@node1 was killed: job $j1 $(job_state "$j1"), node1 task $(threads_lists "$pid1"), node2 $(job_view node2 "$job1") (generation before $gen2, steps before $steps2)"
@@ -278,7 +250,7 @@ if [ -n "$malld1" ] && live "$malld1" && kill -KILL "$malld1" && wait_for 10 bas
   else
     fail "(3) the restart: malld@node1 '$malld1' -> '$malld1_new', others unchanged: $unchanged; up said: $(tr '\n' '|' <"$work/up2.log")"
   fi
-  readopted() { job_settled_on node1 "$job1" 0-1 && job_pids node1 "$job1" | grep -qx "$pid1" && [ "$(job_field node1 "$job1" attached)" = 1 ] &&
+  readopted() { node_job_settled_on node1 "$job1" 0-1 && node_job_pids node1 "$job1" | grep -qx "$pid1" && [ "$(node_job_field node1 "$job1" attached)" = 1 ] &&
                 grep -Eq '^ *0: mall: reconnected to malld: malleable again' "$work/nodes.out"; }
   if wait_for $wait_default_s readopted && grep -q "re-adopted job $job1 " "$MALL_CLUSTER_DIR/nodes/node1/log/malld.log" &&
      [ "$(threads_lists "$pid1")" = "$threads1" ]; then
@@ -289,9 +261,9 @@ if [ -n "$malld1" ] && live "$malld1" && kill -KILL "$malld1" && wait_for 10 bas
   # Re-adopted means malleable again: an admin shrinks node1's task and hands it back to the policy.
   changes_of_task0() { grep -cE "^ *0: change .* cpus=$1$" "$work/nodes.out"; }
   back_before=$(changes_of_task0 0-1)
-  if nctl node1 set "$job1" --cpus "$own1" >"$work/set.out" 2>&1 && wait_for $wait_default_s job_settled_on node1 "$job1" "$own1" &&
+  if node_ctl node1 set "$job1" --cpus "$own1" >"$work/set.out" 2>&1 && wait_for $wait_default_s node_job_settled_on node1 "$job1" "$own1" &&
      wait_for 10 all_threads_on "$pid1" 3 "$own1" && wait_for 10 grep -Eq "^ *0: change .* cpus=$own1$" "$work/nodes.out" &&
-     nctl node1 set "$job1" --cpus auto >>"$work/set.out" 2>&1 && wait_for $wait_default_s job_settled_on node1 "$job1" 0-1 &&
+     node_ctl node1 set "$job1" --cpus auto >>"$work/set.out" 2>&1 && wait_for $wait_default_s node_job_settled_on node1 "$job1" 0-1 &&
      wait_for 10 all_threads_on "$pid1" 3 0-1 && wait_for 10 bash -c "[ \$(grep -cE '^ *0: change .* cpus=0-1$' '$work/nodes.out') -gt $back_before ]"; then
     pass "(3) the re-adopted job follows malld@node1 again: set --cpus $own1, then auto, applied by node1's task ($(grep -E '^ *0: change' "$work/nodes.out" | tail -n2 | tr '\n' '|'))"
   else
@@ -306,7 +278,7 @@ scancel "$j1"
 if wait_for $wait_default_s job_final "$j1" && wait_for $wait_default_s nothing_on node1 && wait_for $wait_default_s nothing_on node2; then
   pass "(4) scancel $j1 ($(job_state "$j1")): both mallds list no job and reserve nothing, no cgroup below ${MALL_CLUSTER_CGROUP}_node1/_node2"
 else
-  fail "(4) after scancel $j1 ($(job_state "$j1")): node1 $(nstatus node1 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node1 | tr '\n' ' ')'; node2 $(nstatus node2 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node2 | tr '\n' ' ')'"
+  fail "(4) after scancel $j1 ($(job_state "$j1")): node1 $(node_status node1 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(node_job_cgroups node1 | tr '\n' ' ')'; node2 $(node_status node2 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(node_job_cgroups node2 | tr '\n' ' ')'"
 fi
 
 # ---- 2. MPI over both nodes, balanced mode ----------------------------------------------------------
@@ -345,31 +317,31 @@ jm=$(submit mpi -N 2 --ntasks-per-node=1 --malleable=1:2 --chdir="$work/mpi-core
   { fail "(2) sbatch refused the MPI job: $(cat "$work/mpi.sbatch.err")"; jm=''; }
 if [ -n "$jm" ]; then
   jobm=slurm-$jm
-  attached_both() { [ "$(job_field node1 "$jobm" attached)" = 1 ] && [ "$(job_field node2 "$jobm" attached)" = 1 ] && both_settled_on "$jobm" 0-1; }
+  attached_both() { [ "$(node_job_field node1 "$jobm" attached)" = 1 ] && [ "$(node_job_field node2 "$jobm" attached)" = 1 ] && both_settled_on "$jobm" 0-1; }
   if wait_for 90 attached_both && wait_for 30 ranks_at 2; then
-    rpid1=$(task_pid node1 "$jobm" "$trainer"); rpid2=$(task_pid node2 "$jobm" "$trainer")
+    rpid1=$(node_task_pid node1 "$jobm" "$trainer"); rpid2=$(node_task_pid node2 "$jobm" "$trainer")
     extra_pids+=" $rpid1 $rpid2"
     r1=$(env_of "${rpid1:-0}" SLURM_PROCID); r2=$(env_of "${rpid2:-0}" SLURM_PROCID)
     pass "(2) job $jm: rank $r1 on node1 (pid $rpid1), rank $r2 on node2 (pid $rpid2), both attached and on 0-1, 2 threads: '$(last_change 0)' / '$(last_change 1)'"
-    m_own1=$(reserved_for node1 "$jobm")
+    m_own1=$(node_reserved_for node1 "$jobm")
     # An admin shrinks node1's rank to its Slurm core: node2's rank caps itself to 1 cpu and its malld
     # lists the other cpu as free.
-    nctl node1 set "$jobm" --cpus "$m_own1" >"$work/mset.out" 2>&1 || fail "(2) mallctl set $jobm --cpus $m_own1 at node1: $(cat "$work/mset.out")"
-    capped() { job_settled_on node2 "$jobm" "$(job_field node2 "$jobm" cpus)" && [ "$(job_field node2 "$jobm" usage_cap)" = 1 ] &&
-               [ "$(job_field node2 "$jobm" ncpus)" = 1 ]; }
-    if wait_for 60 ranks_at 1 && wait_for $wait_default_s job_settled_on node1 "$jobm" "$m_own1" && wait_for $wait_default_s capped; then
-      kept2=$(job_field node2 "$jobm" cpus); lent2=$(other_cpu "$kept2")
+    node_ctl node1 set "$jobm" --cpus "$m_own1" >"$work/mset.out" 2>&1 || fail "(2) mallctl set $jobm --cpus $m_own1 at node1: $(cat "$work/mset.out")"
+    capped() { node_job_settled_on node2 "$jobm" "$(node_job_field node2 "$jobm" cpus)" && [ "$(node_job_field node2 "$jobm" usage_cap)" = 1 ] &&
+               [ "$(node_job_field node2 "$jobm" ncpus)" = 1 ]; }
+    if wait_for 60 ranks_at 1 && wait_for $wait_default_s node_job_settled_on node1 "$jobm" "$m_own1" && wait_for $wait_default_s capped; then
+      kept2=$(node_job_field node2 "$jobm" cpus); lent2=$(other_cpu "$kept2")
       if [ "$(free_of node2)" = "$lent2" ] && wait_for 10 all_threads_on "$rpid2" 1 "$kept2"; then
         pass "(2) node1's rank shrunk to cpu $m_own1: node2's rank capped itself ($(job_view node2 "$jobm")), node2's malld lists cpu $lent2 as free; '$(last_change "$r2")'"
       else
         fail "(2) node2 after the shrink: free '$(free_of node2)' (want $lent2), rank threads $(threads_lists "$rpid2")"
       fi
       # node2's malld lends the free cpu: a borrower (mallrun at node2's malld) gets it.
-      "$mallrun" --socket "$(sock node2)" --malleable=1:2 --job "borrower$$" -- \
+      "$mallrun" --socket "$(node_sock node2)" --malleable=1:2 --job "borrower$$" -- \
         "$client" --threads 2 --step-us 2000 --duration-s 120 >"$work/borrower.out" 2>&1 &
       borrower_pid=$!
-      if wait_for $wait_default_s job_settled_on node2 "borrower$$" "$lent2" && [ "$(job_field node2 "$jobm" cpus)" = "$kept2" ]; then
-        borrower_running() { bpid=$(task_pid node2 "borrower$$" "$client"); }   # mallrun registers, then execs
+      if wait_for $wait_default_s node_job_settled_on node2 "borrower$$" "$lent2" && [ "$(node_job_field node2 "$jobm" cpus)" = "$kept2" ]; then
+        borrower_running() { bpid=$(node_task_pid node2 "borrower$$" "$client"); }   # mallrun registers, then execs
         wait_for 30 borrower_running || true; extra_pids+=" $bpid"
         if [ -n "$bpid" ] && wait_for 10 all_threads_on "$bpid" 3 "$lent2"; then
           pass "(2) node2's malld lent the freed cpu $lent2 to a borrower ($(job_view node2 "borrower$$")); the rank kept $kept2"
@@ -377,16 +349,16 @@ if [ -n "$jm" ]; then
           fail "(2) the borrower's threads: $(threads_lists "${bpid:-0}")"
         fi
       else
-        fail "(2) the borrower did not get cpu $lent2 at node2: $(nstatus node2 | jq -c '[.jobs[] | {job, cpus, state}]')"
+        fail "(2) the borrower did not get cpu $lent2 at node2: $(node_status node2 | jq -c '[.jobs[] | {job, cpus, state}]')"
       fi
       kill -TERM "$borrower_pid" 2>/dev/null; wait "$borrower_pid" 2>/dev/null; borrower_pid=''
-      if ! wait_for $wait_default_s bash -c "! '$mallctl' --socket '$(sock node2)' status --json | jq -e '.jobs[] | select(.job == \"borrower$$\")' >/dev/null"; then
+      if ! wait_for $wait_default_s bash -c "! '$mallctl' --socket '$(node_sock node2)' status --json | jq -e '.jobs[] | select(.job == \"borrower$$\")' >/dev/null"; then
         fail "(2) the borrower is still listed at node2 after it ended"
       fi
       # node1's rank grows back: node2's rank lifts its cap and grows back too.
-      nctl node1 set "$jobm" --cpus auto >>"$work/mset.out" 2>&1 || fail "(2) mallctl set $jobm --cpus auto at node1: $(cat "$work/mset.out")"
-      uncapped() { job_settled_on node2 "$jobm" 0-1 && [[ $(job_field node2 "$jobm" usage_cap) =~ ^[02]$ ]] && [ -z "$(free_of node2)" ]; }
-      if wait_for 60 ranks_at 2 && wait_for $wait_default_s job_settled_on node1 "$jobm" 0-1 && wait_for $wait_default_s uncapped &&
+      node_ctl node1 set "$jobm" --cpus auto >>"$work/mset.out" 2>&1 || fail "(2) mallctl set $jobm --cpus auto at node1: $(cat "$work/mset.out")"
+      uncapped() { node_job_settled_on node2 "$jobm" 0-1 && [[ $(node_job_field node2 "$jobm" usage_cap) =~ ^[02]$ ]] && [ -z "$(free_of node2)" ]; }
+      if wait_for 60 ranks_at 2 && wait_for $wait_default_s node_job_settled_on node1 "$jobm" 0-1 && wait_for $wait_default_s uncapped &&
          wait_for 10 all_threads_on "$rpid2" 1 0-1 && wait_for 10 all_threads_on "$rpid1" 1 0-1; then
         pass "(2) node1's rank grew back to 0-1, and node2's with it: $(job_view node2 "$jobm"); '$(last_change "$r1")' / '$(last_change "$r2")'"
       else
@@ -402,7 +374,7 @@ if [ -n "$jm" ]; then
   # On demand (issue 39): an admin's `mallctl record` on both nodes puts each node's figures so far
   # in the running job's AdminComment (marked running_as_of), answered once slurmctld took them.
   figures='lent_core_s=[0-9.]+,core_s=[0-9.]+,resizes=[0-9]+,ack_timeouts=[0-9]+,oversub_s=[0-9.]+'
-  if nctl node1 record "$jobm" >"$work/record1.out" 2>&1 && nctl node2 record "$jobm" >"$work/record2.out" 2>&1; then
+  if node_ctl node1 record "$jobm" >"$work/record1.out" 2>&1 && node_ctl node2 record "$jobm" >"$work/record2.out" 2>&1; then
     comment=$(scontrol show job "$jm" -o | grep -o 'AdminComment=[^ ]*' | sed 's/^AdminComment=//')
     if [[ $comment =~ mall:node1:$figures,running_as_of=[0-9]+ ]] && [[ $comment =~ mall:node2:$figures,running_as_of=[0-9]+ ]]; then
       pass "(2) mallctl record on both nodes: the running job's AdminComment has each node's figures so far: $comment"
@@ -444,7 +416,7 @@ if [ -n "$jm" ]; then
   if wait_for $wait_default_s nothing_on node1 && wait_for $wait_default_s nothing_on node2; then
     pass "(4) after MPI job $jm: both mallds list no job and reserve nothing, no cgroup below ${MALL_CLUSTER_CGROUP}_node1/_node2"
   else
-    fail "(4) after MPI job $jm: node1 $(nstatus node1 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node1 | tr '\n' ' ')'; node2 $(nstatus node2 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(job_cgroups node2 | tr '\n' ' ')'"
+    fail "(4) after MPI job $jm: node1 $(node_status node1 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(node_job_cgroups node1 | tr '\n' ' ')'; node2 $(node_status node2 | jq -c '{reserved, jobs: [.jobs[].job]}') cgroups '$(node_job_cgroups node2 | tr '\n' ' ')'"
   fi
 fi
 

@@ -70,35 +70,21 @@ trap 'echo "FAIL: interrupted"; exit 1' INT
 trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 
 # ---- helpers (K is a node number) -----------------------------------------------------------------
-sock() { echo "$MALL_CLUSTER_DIR/nodes/node$1/malld.sock"; }
-nctl() { local k=$1; shift; timeout 10 "$mallctl" --socket "$(sock "$k")" "$@"; }
-nstatus() { nctl "$1" status --json 2>/dev/null; }
-job_field() { nstatus "$1" | jq -r --arg j "$2" --arg f "$3" '.jobs[] | select(.job == $j) | .[$f] | tostring' 2>/dev/null; }
-job_pids() { nstatus "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | .pids[]' 2>/dev/null; }
-reserved_for() { nstatus "$1" | jq -r --arg j "$2" '.reserved[$j] // ""' 2>/dev/null; }
-job_settled_on() { # job_settled_on K JOB CPUS: published and enforced on exactly CPUS, nothing pending
-  [ "$(nstatus "$1" | jq -r --arg j "$2" '.jobs[] | select(.job == $j) | "\(.cpus) \(.cpuset) \(.state)"')" = "$3 $3 settled" ]
-}
+# Node K (a number) through private_cluster.sh's per-node helpers (which take its name, nodeK).
+sock() { node_sock "node$1"; }
+nctl() { local k=$1; shift; node_ctl "node$k" "$@"; }
+nstatus() { node_status "node$1"; }
+job_field() { node_job_field "node$1" "$2" "$3"; }
+reserved_for() { node_reserved_for "node$1" "$2"; }
+job_settled_on() { node_job_settled_on "node$1" "$2" "$3"; }   # job_settled_on K JOB CPUS
 # node_view K: what node K's malld says, one line: each job (sorted) as job:cpus:cpuset:state:attached,
 # then each reservation as job=cpus
 node_view() {
   nstatus "$1" | jq -r '([.jobs[] | "\(.job):\(.cpus):\(.cpuset):\(.state):\(.attached)"] | sort | join(" ")) + " | " +
                         (.reserved | to_entries | map("\(.key)=\(.value)") | sort | join(" "))' 2>/dev/null
 }
-job_cgroups() { # job_cgroups K: folders below node K's malld cgroup parent, in every hierarchy
-  local h
-  for h in /sys/fs/cgroup/*/; do
-    [ -d "$h${MALL_CLUSTER_CGROUP}_node$1" ] && find "$h${MALL_CLUSTER_CGROUP}_node$1" -mindepth 1 -type d
-  done 2>/dev/null
-}
-argv0_is() { [ "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1)" = "$2" ]; }
-task_pid() { # task_pid K JOB PROGRAM: the pid among JOB's pids at node K's malld that runs PROGRAM
-  local p
-  for p in $(job_pids "$1" "$2"); do argv0_is "$p" "$3" && { echo "$p"; return 0; }; done
-  return 1
-}
-other_cpu() { case $1 in 0) echo 1 ;; 1) echo 0 ;; *) echo '?' ;; esac; }
-pid_of() { cat "$MALL_CLUSTER_DIR/run/$1.pid" 2>/dev/null; }
+job_cgroups() { node_job_cgroups "node$1"; }
+task_pid() { node_task_pid "node$1" "$2" "$3"; }   # task_pid K JOB PROGRAM
 group_of() { echo $(( ($1 - 1) / group )); }   # node K's multi-node job: multi[group_of K]
 program_of_group() { if [ "$1" -eq 0 ]; then echo "$trainer"; else echo "$client"; fi; }
 min_threads_of() { if [ "$1" = "$trainer" ]; then echo 1; else echo 3; fi; }   # client: main + 2 workers
