@@ -539,7 +539,8 @@ TEST(SlurmAdminCommentChain, AnEarlierStepsSegmentIsNotThisRounds) {
 
 // Through the checkers of 8 nodes at once, as malld runs them (each node's update in its turn on
 // its checker's thread, waits back in the queue): every node's figures are kept, each node wrote
-// once. The reads are printed, not asserted (a node whose thread ran late reads once more).
+// once (unless the machine held a thread back for long). The reads are printed, not asserted (a
+// node whose thread ran late reads once more).
 class FieldQuery : public mall::SlurmQuery {
 public:
     FieldQuery(FakeField &field, std::string node) : field_(field), node_(std::move(node)) {}
@@ -574,7 +575,10 @@ TEST(SlurmAdminCommentChain, EightNodesCheckersAtOnceKeepEveryNodesFigures) {
         EXPECT_FALSE(checkers[i]->annotating(9)) << i;
     }
     for (int i = 0; i < 8; ++i) EXPECT_TRUE(field.holds(field.nodes[i], "x=" + std::to_string(i))) << field.text;
-    EXPECT_EQ(field.stores, 8);
+    // One write a node; a node whose thread the machine held back past a node after it's give-up
+    // (0.35 s and more without progress) makes that node go on the read-back way, a write or two more.
+    EXPECT_GE(field.stores, 8);
+    EXPECT_LE(field.stores, 12);
     std::printf("8 nodes: %d reads, %d writes\n", field.loads, field.stores);
 }
 
