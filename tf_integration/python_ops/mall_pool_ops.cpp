@@ -16,11 +16,8 @@
 // configured, since the runner does not tell it; a census corrects it downwards). Call it eagerly
 // from Python, between steps (mall.tensorflow does): from inside a tf.function it would run on an
 // inter-op worker and wait on itself. Everything parked is released at process exit.
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -55,10 +52,19 @@ REGISTER_OP("MallPoolThreads")
     })
     .Doc(R"doc(
 Parks or releases workers of TensorFlow's own intra-op and inter-op pools (mall: park, don't replace).
-intra: running intra-op workers wanted (0: unchanged).
-inter: running inter-op workers wanted (0: unchanged).
-inter_pool_size: the inter-op pool's size as configured (read at the first call).
-counts: [intra running, intra size, inter running, inter size].
+
+On a change it also sets TensorFlow's per-thread max parallelism (SetPerThreadMaxParallelism: the
+pieces Shard() and the Eigen device cut a kernel into) to the running intra-op count, on the calling
+thread and every running worker of both pools. The op has no attrs.
+
+intra: running intra-op workers wanted, clamped to 1..the pool's size (0: unchanged).
+inter: running inter-op workers wanted, clamped to 1..the pool's size (0: unchanged).
+inter_pool_size: the inter-op pool's size as configured, read once: at the first call where it is above 0.
+counts: [intra running, intra size, inter running, inter size] (inter: 0, 0 without an inter-op pool).
+intra_workers: the Linux thread ids of the intra-op pool's workers.
+intra_parked: the Linux thread ids of the intra-op workers parked now.
+inter_workers: the Linux thread ids of the inter-op pool's workers (empty without one).
+inter_parked: the Linux thread ids of the inter-op workers parked now (empty without one).
 )doc");
 
 // The process's parkings (TensorFlow's pools are process-wide and never destroyed): leaked, so
@@ -75,7 +81,9 @@ struct Pools {
   }
 };
 
-// TensorFlow's split follows the running intra-op count, on each thread that may run a kernel.
+// Sets TensorFlow's per-thread max parallelism (tensorflow::SetPerThreadMaxParallelism, which
+// Shard() and the Eigen device a kernel gets read to decide how many pieces to cut it into) to
+// `parallelism` on every running worker of `pool`: each thread that may run a kernel.
 void split_by(mall::tf::PoolParking* pool, int parallelism) {
   if (pool == nullptr) return;
   pool->run_on_each_running_worker([parallelism] { tensorflow::SetPerThreadMaxParallelism(parallelism); });

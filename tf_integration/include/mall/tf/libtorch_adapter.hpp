@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // libtorch adapter: makes libtorch's intra-op parallelism follow mall's allocation. Each allocation
-// mall_step() applies calls at::set_num_threads(its thread count: mall_alloc_threads()), pins the stepping thread's OpenMP pool to
-// the allocation's cpus (libtorch's OpenMP builds run intra-op work there), then checks with
+// mall_step() applies calls at::set_num_threads(its thread count: mall_alloc_threads(), the cpu
+// count unless an admin set fewer threads), pins the stepping thread's OpenMP pool to the
+// allocation's cpus (libtorch's OpenMP builds run intra-op work there), then checks with
 // at::get_num_threads() that libtorch took the count, before mall_step() acks. A mismatch is
 // reported (result + one stderr line), never fatal. Header-only; includes only ATen/Parallel.h.
 #pragma once
@@ -32,7 +33,7 @@ namespace mall::tf {
 // read it on that thread.
 struct LibtorchResizeResult {
   uint64_t generation = 0;   // allocation applied; 0 before the first one
-  int requested = 0;         // the allocation's cpu count
+  int requested = 0;         // the allocation's thread count: mall_alloc_threads()
   int torch_threads = 0;     // at::get_num_threads() afterwards
   int omp_threads = 0;       // omp_get_max_threads() afterwards (OpenMP builds; else 0)
   bool matched = false;      // libtorch (and OpenMP) report exactly `requested` threads
@@ -113,7 +114,8 @@ inline void apply_allocation_to_libtorch_callback(const mall_alloc_t* alloc, voi
 }
 
 // Makes every mall_step() on m that brings a new allocation set libtorch's intra-op thread count
-// to the allocation's cpu count and pin its OpenMP threads to the allocation, before the ack.
+// to the allocation's thread count (mall_alloc_threads()) and pin its OpenMP threads to the
+// allocation, before the ack.
 // Call mall_step() on the thread that runs the model (libtorch's intra-op regions are opened by
 // the thread that calls the operator), between operators. Do not attach the OpenMP adapter as
 // well: this one already drives OpenMP.

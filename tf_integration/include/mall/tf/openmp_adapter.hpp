@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // OpenMP adapter: makes the OpenMP runtime of the training thread follow mall's allocation. Each
 // allocation mall_step() applies sets the stepping thread's OpenMP thread count to the allocation's
-// cpu count and pins that thread and every worker of its OpenMP thread pool to the allocation's
-// cpus, before mall_step() acks. Header-only, needs -fopenmp (CMake target mall::tf_openmp); adds
-// nothing to a mall_step() that finds no change.
+// thread count (mall_alloc_threads(): its cpu count unless an admin set fewer threads) and pins
+// that thread and every worker of its OpenMP thread pool to the allocation's cpus, before
+// mall_step() acks. Header-only, needs -fopenmp (CMake target mall::tf_openmp); adds nothing to a
+// mall_step() that finds no change.
 #pragma once
 
 // Checked before any include, so a build without OpenMP gets this one clear line first.
@@ -32,7 +33,7 @@ namespace mall::tf {
 // stepping thread; read it on that thread (e.g. after mall_step() returned MALL_SUCCESS).
 struct OpenMPResizeResult {
   uint64_t generation = 0;      // allocation applied; 0 before the first one
-  int requested = 0;            // the allocation's cpu count
+  int requested = 0;            // the allocation's thread count: mall_alloc_threads()
   int max_threads = 0;          // omp_get_max_threads() afterwards: the size of the next team
   int pinned = 0;               // OpenMP threads (the stepping thread included) now on the allocation
   int pin_failures = 0;         // threads whose sched_setaffinity failed
@@ -175,8 +176,9 @@ inline void warn_if_openmp_binds(std::FILE* warnings) {
 }
 
 // Makes every mall_step() on m that brings a new allocation set the stepping thread's OpenMP
-// thread count to the allocation's cpu count and pin its OpenMP threads to the allocation, before
-// the ack. Call mall_step() on the thread that opens the parallel regions, outside any region.
+// thread count to the allocation's thread count (mall_alloc_threads()) and pin its OpenMP threads
+// to the allocation, before the ack. Call mall_step() on the thread that opens the parallel
+// regions, outside any region.
 // *out (may be null) receives the attachment, whose `last` tells what the latest change did; m owns
 // it and mall_close(m) frees it.
 // Returns MALL_SUCCESS, MALL_ERR_INVAL (null handle), MALL_ERR_NOMEM or MALL_ERR_FULL (16
