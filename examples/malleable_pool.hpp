@@ -3,9 +3,8 @@
 // cross a step boundary. attach_if_launched(): when the process was launched under malld
 // (MALL_JOB_ID or MALL_SOCKET set) or opted in to control by signal (MALL_SIGNAL_CONTROL), open
 // libmall, attach the parking of Eigen's own pool (workers parked or released and pinned inside
-// mall_step() before the ack) and
-// pin the main thread; returns the handle, or nullptr after ONE warning naming the program and the
-// thread count it keeps (never exits). With signal control and no malld the handle is kept: it
+// mall_step() before the ack) and pin the main thread; returns the handle, or nullptr after ONE
+// warning naming the program and the thread count it keeps (never exits). With signal control and no malld the handle is kept: it
 // takes `mallctl signal` requests (and attaches if malld comes). Neither: nullptr, silently.
 // StepBoundary: mall_step() at each step, counting and logging changes.
 #pragma once
@@ -59,12 +58,13 @@ inline mall_t *attach_if_launched(const char *program, mall::tf::PoolParking &po
     return m;
 }
 
-// Calls mall_step() (nothing when m is nullptr: a plain run). When it brought an allocation, the glue
-// has already parked or released workers and re-pinned the pool; a change after the first allocation counts as a
-// resize, and with `log` a line "resize step <n> gen <g> threads <a> -> <b> cpus <list>" is printed,
-// then "parked step <n> tids <t1,t2,...|->" (the Linux thread ids of the workers parked now).
-// The pool changes size only inside mall_step() (the glue), so the size before a change is the one
-// read after the previous change: the no-change path is mall_step()'s one load and nothing else.
+// Calls mall_step() (nothing when m is nullptr: a plain run). When it brought an allocation, the
+// glue has already parked or released workers and re-pinned the pool; a change after the first
+// allocation counts as a resize, and with `log` a line "resize step <n> gen <g> threads <a> -> <b>
+// cpus <list>" is printed, then "parked step <n> tids <t1,t2,...|->" (the Linux thread ids of the
+// workers parked now). The pool changes size only inside mall_step() (the glue), so the size before
+// a change is the one read after the previous change: the no-change path is mall_step()'s two
+// atomic loads and nothing else.
 class StepBoundary {
 public:
     // pool may be null only with m null (a fixed pool that never follows malld).

@@ -12,7 +12,8 @@
 // and any sequence of resizes. With the defaults the held-out accuracy is >= 0.90 (the noise caps
 // it at ~0.95). The blocks run on Eigen's own ThreadPool of --max-threads workers; under malld
 // (mallrun, or MALL_SOCKET set) a mall::tf::PoolParking parks or releases its workers to follow
-// the allocation (and pins them, inside mall_step(), before the ack); it reports rows as progress. Otherwise it runs on --threads threads.
+// the allocation (and pins them, inside mall_step(), before the ack); it reports rows as progress.
+// Otherwise it runs on --threads threads.
 #include <sched.h>
 
 #include <algorithm>
@@ -175,17 +176,16 @@ int main(int argc, char **argv) {
             "\n"
             "Its blocks run on Eigen's own ThreadPool. Under mallrun (MALL_JOB_ID or MALL_SOCKET set) the\n"
             "pool follows the allocation: mall_step() parks or releases workers and re-pins them before\n"
-            "the ack, and\n"
-            "each step reports its rows as progress. Otherwise, or when malld does not answer (one\n"
-            "warning), it runs on --threads threads. The same seed gives the same weights (checksum) for\n"
-            "any thread count. The dataset takes rows x features x 4 bytes of memory (default 1 GiB).\n"
+            "the ack, and each step reports its rows as progress. Otherwise, or when malld does not\n"
+            "answer (one warning), it runs on --threads threads. The same seed gives the same weights\n"
+            "(checksum) for any thread count. The dataset takes rows x features x 4 bytes of memory\n"
+            "(default 1 GiB).\n"
             "\n");
         std::printf("%s", [&] { std::ostringstream s; s << opts; return s.str(); }().c_str());
         std::printf(
             "\nOutput: every K steps \"step <n> loss <x> threads <t> cpus <list>\"; with --log-changes\n"
             "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\" then \"parked step <n> tids <list|->\"\n"
-            "(the workers parked now); at the end\n"
-            "\"final loss <x> test_accuracy <a> checksum <hex>\" and\n"
+            "(the workers parked now); at the end \"final loss <x> test_accuracy <a> checksum <hex>\" and\n"
             "\"done steps <n> seconds <s> rows_per_s <r> resizes <k>\".\n"
             "\nExit status: 0 trained, 1 out of memory, 2 bad arguments.\n"
             "\nExample:\n  mallrun --malleable=1:2 -- mall_train_linear --steps 200 --log-changes\n");
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
 
     for (int step = 1; step <= steps; ++step) {
         // The step boundary: a changed allocation resized and re-pinned the pool when this returns
-        // MALL_SUCCESS; otherwise it cost one load.
+        // MALL_SUCCESS; otherwise it cost two atomic loads.
         boundary.cross(step);
         if (cursor + batch > train_rows) cursor = 0;
         const bool want_loss = step == steps || (!quiet && print_every > 0 && (step % print_every == 0 || step == 1));

@@ -4,8 +4,9 @@
  * A training process opens a handle once, then calls mall_step() at every training-step boundary.
  * When the node manager (malld) has published a new CPU allocation for the process's job,
  * mall_step() runs the registered resize callbacks, re-pins the registered threads and acknowledges
- * the new generation; otherwise it costs one atomic load. The library never terminates its host
- * process, and its waits are bounded: without a daemon, every call behaves as "nothing changes".
+ * the new generation; otherwise it costs two atomic loads (the generation on the shared page and
+ * the one the handle last saw) and a compare. The library never terminates its host process, and
+ * its waits are bounded: without a daemon, every call behaves as "nothing changes".
  *
  * Time. mall_open() is the only call that waits for the node manager: at most
  * $MALL_ATTACH_TIMEOUT_MS milliseconds (default 2000, 0 to 60000; 0 = do not wait, attach in the
@@ -199,8 +200,8 @@ typedef struct mall_open_options {
 #define MALL_OPEN_OPTIONS_INIT { sizeof(mall_open_options_t), 0, 0u, 0, 0 }
 MALL_EXPORT int mall_open_ex(const mall_open_options_t *options, mall_t **out, mall_error_t *err);
 
-/* The step-boundary handshake. When nothing changed: one atomic load, no system call, no lock,
- * no allocation. When a new generation was published: runs the resize callbacks, re-pins the
+/* The step-boundary handshake. When nothing changed: two atomic loads (the shared page's
+ * generation, the handle's last seen one) and a compare; no system call, no lock, no allocation. When a new generation was published: runs the resize callbacks, re-pins the
  * registered threads, acknowledges the generation to the node manager.
  * Returns MALL_NOUPDT (nothing changed, also for a detached handle), MALL_SUCCESS (a new
  * allocation was applied), MALL_ERR_INVAL (NULL handle). */
