@@ -3,14 +3,17 @@
 
 A training loop opens a Client once and calls client.step() at every step boundary; step() returns
 True when malld's new CPU allocation was applied (resize callbacks ran before the ack), False when
-nothing changed, which costs one ctypes call into mall_step() (one atomic load in C).
+nothing changed, which costs one ctypes call into mall_step() (two atomic loads in C).
 With required=False a missing malld (or libmall) gives one warning on stderr and a client that
 never changes, so training runs non-malleable; the C library keeps trying to attach in the
 background and changes apply from then on.
 
 libmall.so is looked for in: $MALL_LIBRARY; the library folder of the install this package came
 with; ctypes.util.find_library("mall"); <checkout>/build/lib for a source checkout.
-The PyTorch helper is mall.torch.Malleable (imports torch only when used).
+The framework helpers, each importing its framework only when it is imported: mall.torch.Malleable
+(PyTorch's thread count), mall.tensorflow (TensorFlow's own pools parked through the op library
+libmall_tf_ops.so; mall.tensorflow.Malleable for custom loops) and mall.keras.Malleable (a
+model.fit callback over mall.tensorflow).
 
 A Client belongs to the process that opened it: in a forked child (DataLoader workers,
 multiprocessing) it never changes, and closing it there (or the child's exit) leaves the parent's

@@ -12,8 +12,8 @@ which malld's throughput policy (`malld --policy throughput`, `mallctl policy th
 measures at each core count the job runs on, to give cores where they add speed; `mallctl status
 --json` shows the job's work_units. report_progress=False leaves that to the program. client=None
 opens a mall.Client the usual way ($MALL_SOCKET, $MALL_JOB_ID, as mallrun and the Slurm plugin set
-them) with required=False: without malld it prints one warning and training runs on, unchanged. Keras and TensorFlow are imported only when
-this module is.
+them) with required=False: without malld it prints one warning and training runs on, unchanged.
+Keras and TensorFlow are imported only when this module is.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ __all__ = ["Malleable"]
 
 class Malleable(keras.callbacks.Callback):
     """Follows the allocation at every batch end of fit(). `changes` counts the allocations
-    applied, `threads` is the running intra-op count after the last one."""
+    applied; `threads` (an int property: mall.tensorflow.Malleable's attribute of that name) is the
+    running intra-op count after the last one."""
 
     def __init__(self, client: Client | None = None, *, report_progress: bool = True):
         super().__init__()
-        self._own_client = client is None
         self.client = client if client is not None else Client(required=False)
         self._malleable = mall_tensorflow.Malleable(self.client)
         self._report_progress = report_progress
@@ -45,10 +45,10 @@ class Malleable(keras.callbacks.Callback):
     def step(self) -> int | None:
         """What each batch end does; call it between fits too (e.g. while waiting), where nothing
         else would apply a change. Returns the new running count when the allocation changed."""
-        threads = self._malleable.step()
-        if threads is not None:
+        running = self._malleable.step()
+        if running is not None:
             self.changes += 1
-        return threads
+        return running
 
     def on_train_batch_end(self, batch, logs=None):
         if self._report_progress:

@@ -22,6 +22,11 @@ pools. TensorFlow is imported only by these functions (importing mall alone neve
 Call them from Python, between steps, not from inside a tf.function. Everything parked is released
 at process exit.
 
+Three public names say "threads": threads() is a function that asks the op library for both pools
+now; Threads is the class of what it (and set_threads()) returns, a snapshot of both pools;
+Malleable.threads is an int attribute, the running intra-op count after the last change, kept
+without calling the op. size_pools(threads) takes a count.
+
 tf.data runs a pipeline's functions (map, filter, interleave's) on a private pool of its own per
 iterator, sized to the cpus at the iterator's birth, which mall cannot park: on_pools(dataset) moves
 them onto the inter-op pool, so that they follow the allocation too.
@@ -50,8 +55,9 @@ _ops = None
 
 @dataclass(frozen=True)
 class Threads:
-    """TensorFlow's pools as mall sees them: running workers and pool sizes, and the Linux thread
-    ids of each pool's workers and of those parked now (for checks in /proc)."""
+    """TensorFlow's pools as mall sees them, as threads() and set_threads() return them: running
+    workers and pool sizes, and the Linux thread ids of each pool's workers and of those parked now
+    (for checks in /proc)."""
 
     intra: int
     intra_size: int
@@ -214,7 +220,8 @@ def pools_spin() -> bool:
 
 
 def threads() -> Threads:
-    """TensorFlow's pools now (running and total workers of each, their thread ids)."""
+    """TensorFlow's pools now, as a Threads (running and total workers of each, their thread ids);
+    one call into the op library."""
     return _call(0, 0)
 
 
@@ -254,12 +261,13 @@ def on_pools(dataset):
 
 class Malleable(AllocationFollower):
     """Follows `client`'s allocation with TensorFlow's own pools (and every thread's affinity when
-    `repin` is True). `threads` is the running intra-op count after the last change, `allocation`
-    the last applied Allocation (None before the first). step() returns the new running count when
-    the allocation changed, None when it did not."""
+    `repin` is True). `threads` (an int attribute, not the module's threads() function) is the
+    running intra-op count after the last change, `allocation` the last applied Allocation (None
+    before the first). step() returns the new running count when the allocation changed, None when
+    it did not."""
 
     def __init__(self, client: Client, *, repin: bool = True):
-        super().__init__(client, threads().intra, repin=repin)
+        super().__init__(client, threads().intra, repin=repin)  # the function: the pools at start
 
     def _apply(self, allocation: Allocation) -> int:
         # After the pinning (a shrinking job leaves the cpus it loses), park or release.
