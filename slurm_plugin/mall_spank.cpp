@@ -5,7 +5,7 @@
 // away (unless the admin chose on_daemon_down=fail, and then only the task), never drains a node,
 // never lets an exception out.
 // This file holds the symbols Slurm's loader looks up and the SPANK entry points, which only say
-// what happens when; the rooms doing it are listed in spank_plugin.hpp (option, cores on this node,
+// what happens when; the files doing it are listed in spank_plugin.hpp (option, cores on this node,
 // malld requests, step hold, plugin setup).
 //
 // What Slurm 22.05 lets a SPANK plugin do, and how the plugin copes (checked on this machine kind):

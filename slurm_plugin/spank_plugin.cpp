@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // spank_plugin.cpp — the process's plugin setup: Slurm's release compared with ours and the
-// plugstack.conf arguments read, each once per process, and the log helpers every room uses.
+// plugstack.conf arguments read, each once per process, and the log helpers every file uses.
 // Contract: a wrong release or bad arguments are said once (slurm_error: logs and the user's
 // stderr) and turn the plugin off in this process; jobs keep running (the plugin is `optional`).
 #include <cstdarg>
@@ -13,7 +13,7 @@
 namespace mall::spank {
 namespace {
 
-// The plugin's setup in this process (see spank_plugin.hpp for the other rooms' state).
+// The plugin's setup in this process (see spank_plugin.hpp for the other files' state).
 struct PluginSetup {
     bool configured = false;       // plugstack arguments looked at (once per process)
     bool enabled = false;          // plugstack arguments parsed fine

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// spank_plugin.hpp — what the rooms of the SPANK plugin mall_spank.so share; internal, never
-// installed. One section per room: the process's plugin setup (spank_plugin.cpp), the --malleable
+// spank_plugin.hpp — what the files of the SPANK plugin mall_spank.so share; internal, never
+// installed. One section per file: the process's plugin setup (spank_plugin.cpp), the --malleable
 // option (spank_option.cpp), Slurm's cores on this node (spank_cores.cpp), the requests to malld
 // (spank_malld.cpp) and the step hold (spank_step_hold.cpp); mall_spank.cpp holds the SPANK entry
 // points and calls these. Contract for every function here: it never fails a job because malld is
 // away, never drains a node; exceptions may leave it, and the entry points catch them all.
 //
 // Global state, all per process (each Slurm process — sbatch, srun, slurmstepd, the prolog — loads
-// its own copy of the plugin), and kept in the room that owns it:
-// - spank_plugin.cpp: the plugstack arguments and the release check (read by every room: config());
+// its own copy of the plugin), and kept in the file that owns it:
+// - spank_plugin.cpp: the plugstack arguments and the release check (read by every file: config());
 // - spank_option.cpp: whether and how --malleable was given;
 // - spank_malld.cpp: whether this process already sent the job's Reclaim, and whether malld ran
 //   out of time here (later callbacks then get a short budget);

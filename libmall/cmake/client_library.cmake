@@ -25,7 +25,7 @@ set_target_properties(mall_wire PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILI
 
 # The public library: only the mall_* C functions are exported.
 add_library(mall SHARED)
-include(${mall_libmall_dir}/src/client/sources.cmake)  # the client's rooms (src/client/)
+include(${mall_libmall_dir}/src/client/sources.cmake)  # the client's files (src/client/)
 target_include_directories(mall PUBLIC
   $<BUILD_INTERFACE:${mall_libmall_dir}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// handle.hpp — struct mall_handle (the mall_t of mall.h) and what every room of the client shares:
+// handle.hpp — struct mall_handle (the mall_t of mall.h) and what every file of the client shares:
 // its limits and timings, and the few helpers the mall_step() fast path inlines.
 // Contract: mall_step() reads only `page` and `seen_generation` when nothing changed; `page` points
 // at a readable mapping (a private zero page until the first attach) at one fixed address for the

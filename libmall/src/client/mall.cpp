@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mall.cpp — the C API of libmall (mall/mall.h), the training-process side of mall: each extern "C"
-// function checks its arguments and hands the work to a room of src/client/: handle.hpp (the handle
+// function checks its arguments and hands the work to a file of src/client/: handle.hpp (the handle
 // they share), open_config (options and environment), lifecycle (create, destroy), attach (the
 // connection and the page), monitor (the background thread), notify (mall_fd, notification signal),
 // change (mall_step's change path), control_by_signal, process_effects (callbacks, affinity).

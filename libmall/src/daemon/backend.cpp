@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // backend.cpp — the names of backends and cgroup modes, and make_backend: which backend malld runs,
-// from what the host has (backend_probe.cpp). The backends themselves live in their own rooms:
+// from what the host has (backend_probe.cpp). The backends themselves live in their own files:
 // backend_cgroup.{hpp,cpp} (the common cgroup layer) with backend_cgroup_v1.cpp and
 // backend_cgroup_v2.cpp (the kernel interfaces), backend_in_place.cpp, backend_own_folder.cpp,
-// backend_slice_mode.cpp, cgroup_membership.cpp, and affinity_backend.cpp (no cgroups).
+// backend_slice_mode.cpp, systemd_slice.{hpp,cpp}, cgroup_tree.{hpp,cpp},
+// cgroup_membership.cpp, and affinity_backend.{hpp,cpp} (no cgroups).
 #include "backend.hpp"
 
 #include "affinity_backend.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// cgroup_tree.hpp — reading a cgroup hierarchy as a tree of folders, for every room of the cgroup
+// cgroup_tree.hpp — reading a cgroup hierarchy as a tree of folders, for every file of the cgroup
 // backends: which folders lie below one, which processes live in them, whether one path is below
 // another, and the small word tests on mount options and controller lists. Contract: readers never
 // throw and never write; a folder or file that is gone reads as empty.

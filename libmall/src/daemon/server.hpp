@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// server.hpp — malld's event loop, which wires the daemon's rooms together: one epoll loop over
+// server.hpp — malld's event loop, which wires the daemon's parts together: one epoll loop over
 // the listening socket, the client connections (connections.hpp), a signalfd, a pidfd per
 // registered process (pid_watch.hpp) and the Slurm checker's eventfd (slurm_reconcile.hpp).
 // Packets go to access.cpp (decode, authorize, dispatch to handlers.cpp); the core's decisions are

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallrun_child.hpp — how mallrun runs a program and reads its end: exec in a forked child (127
 // with words on stderr when it cannot run), wait through EINTR, and the shell's exit code of a
-// wait status (128+signal for a killed one). Header-only; used by the run path and by the
-// container room's bounded `ENGINE info`.
+// wait status (128+signal for a killed one). Header-only; used by the run path (mallrun.cpp) and
+// by mallrun_container.cpp's bounded `ENGINE info`.
 #pragma once
 
 #include <sys/types.h>
