@@ -3,6 +3,12 @@
 # from the seed before anything runs (arrivals, kills, admin commands, malld restarts) and the
 # Driver that carries it out and checks each job's result. Contract: every process it starts
 # carries MALL_SOAK_RUN=<workdir> and is ended by the Driver or by soak.py's sweep.
+# Why one file of ~600 lines: it is the soak's one acting part, and its pieces share one state. A
+# Job is drawn by the plan, launched (with the guess room_for made then and malld's epoch), given
+# its fate and judged on the same record, and what judge() excuses (a refusal, a lost registration)
+# depends on the restarts and reclaims run_phase and admin() carried out meanwhile; split, each
+# piece would reach back into the Driver. What only reads stays apart: soak_system.py (the machine,
+# malld's status) and soak_sampler.py (the sampler thread).
 import collections
 import json
 import os
