@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallctl.cpp — the administrator's command line for malld: the global options, the command
-// table, the help texts' layout, usage errors and dispatch. The commands live in their own rooms:
+// table (each command's name, help and handler, in one row), the help texts' layout, usage errors
+// and dispatch. The commands live in their own rooms:
 // status and watch (tools/mallctl_status.cpp); set, policy, reclaim, release and record
 // (tools/mallctl_steer.cpp); metrics and history (tools/mallctl_reports.cpp); top
 // (tools/mallctl_top.cpp); and signal (tools/mallctl_signal.cpp), which talks to a process, not
-// to malld. Each exports its help; each validates every argument locally before sending anything.
+// to malld. Each exports its help and its handler (CommandHandler, mallctl_session.hpp: one
+// signature for all); each validates every argument locally before sending anything.
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <cctype>
-#include <chrono>
-#include <functional>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,29 +33,31 @@ namespace {
 using namespace mall::tools;
 
 // ---------------------------------------------------------------------------------------------
-// The commands and their help. Each room exports a synopsis, a summary and the details.
+// The commands: each room exports a synopsis, a summary, the details and the handler.
 
 struct Command {
     const char *name;
     const char *synopsis;  // after "mallctl [--socket PATH] "
     const char *summary;   // one line for the command list
     std::string details;   // the body of `mallctl help NAME`
+    CommandHandler run;    // runs `mallctl NAME ARGS...`
 };
 
-// Built on first use (in main), after every room's help texts are initialised.
+// Built on first use (in main), after every room's help texts are initialised. The order is the
+// command list's in `mallctl --help` and in the error messages.
 const std::vector<Command> &commands() {
     static const std::vector<Command> table = {
-        {"status", kStatusSynopsis, kStatusSummary, kStatusDetails},
-        {"set", kSetSynopsis, kSetSummary, kSetDetails},
-        {"policy", kPolicySynopsis, kPolicySummary, kPolicyDetails},
-        {"reclaim", kReclaimSynopsis, kReclaimSummary, kReclaimDetails},
-        {"release", kReleaseSynopsis, kReleaseSummary, kReleaseDetails},
-        {"record", kRecordSynopsis, kRecordSummary, kRecordDetails},
-        {"watch", kWatchSynopsis, kWatchSummary, kWatchDetails},
-        {"metrics", kMetricsSynopsis, kMetricsSummary, kMetricsDetails},
-        {"history", kHistorySynopsis, kHistorySummary, kHistoryDetails},
-        {"top", kTopSynopsis, kTopSummary, kTopDetails},
-        {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails},
+        {"status", kStatusSynopsis, kStatusSummary, kStatusDetails, cmd_status},
+        {"set", kSetSynopsis, kSetSummary, kSetDetails, cmd_set},
+        {"policy", kPolicySynopsis, kPolicySummary, kPolicyDetails, cmd_policy},
+        {"reclaim", kReclaimSynopsis, kReclaimSummary, kReclaimDetails, cmd_reclaim},
+        {"release", kReleaseSynopsis, kReleaseSummary, kReleaseDetails, cmd_release},
+        {"record", kRecordSynopsis, kRecordSummary, kRecordDetails, cmd_record},
+        {"watch", kWatchSynopsis, kWatchSummary, kWatchDetails, cmd_watch},
+        {"metrics", kMetricsSynopsis, kMetricsSummary, kMetricsDetails, cmd_metrics},
+        {"history", kHistorySynopsis, kHistorySummary, kHistoryDetails, cmd_history},
+        {"top", kTopSynopsis, kTopSummary, kTopDetails, cmd_top},
+        {"signal", kSignalSynopsis, kSignalSummary, kSignalDetails, cmd_signal},
     };
     return table;
 }
@@ -147,39 +148,6 @@ int usage_error(const std::string &command, const std::string &what) {
     return kExitUsage;
 }
 
-// A command's usage_error: its words, its synopsis, where to read more. Returns 2.
-UsageError usage_error_for(const char *command) {
-    return [command](const std::string &what) { return usage_error(command, what); };
-}
-
-using Handler = std::function<int(const Globals &, const std::vector<std::string> &)>;
-
-const std::map<std::string, Handler> &handlers() {
-    static const std::map<std::string, Handler> table = {
-        {"status", [](const Globals &g, const std::vector<std::string> &a) { return cmd_status(g, a, usage_error_for("status")); }},
-        {"set", [](const Globals &g, const std::vector<std::string> &a) { return cmd_set(g, a, usage_error_for("set")); }},
-        {"policy", [](const Globals &g, const std::vector<std::string> &a) { return cmd_policy(g, a, usage_error_for("policy")); }},
-        {"reclaim", [](const Globals &g, const std::vector<std::string> &a) { return cmd_reclaim(g, a, usage_error_for("reclaim")); }},
-        {"release", [](const Globals &g, const std::vector<std::string> &a) { return cmd_release(g, a, usage_error_for("release")); }},
-        {"record", [](const Globals &g, const std::vector<std::string> &a) { return cmd_record(g, a, usage_error_for("record")); }},
-        {"watch", [](const Globals &g, const std::vector<std::string> &a) { return cmd_watch(g, a, usage_error_for("watch")); }},
-        {"metrics", [](const Globals &g, const std::vector<std::string> &a) {
-             return cmd_metrics(a, status_fetcher(g), usage_error_for("metrics"));
-         }},
-        {"history", [](const Globals &g, const std::vector<std::string> &a) {
-             return cmd_history(a, status_fetcher(g), usage_error_for("history"));
-         }},
-        {"top", [](const Globals &g, const std::vector<std::string> &a) {
-             // A stuck malld holds top's keys (q, Ctrl-C) only as long as one request may wait.
-             return cmd_top(a, status_fetcher(g, std::chrono::seconds(2)), usage_error_for("top"));
-         }},
-        {"signal", [](const Globals &, const std::vector<std::string> &a) {
-             return cmd_signal(a, usage_error_for("signal"));
-         }},
-    };
-    return table;
-}
-
 int run(int argc, char **argv) {
     // Step 1: the global options and the command name; the rest is left for the command.
     po::options_description global;
@@ -234,8 +202,7 @@ int run(int argc, char **argv) {
         return kExitOk;
     }
     const Command *c = find_command(command);
-    auto handler = handlers().find(command);
-    if (!c || handler == handlers().end()) {
+    if (!c) {
         if (!command.empty() && command[0] == '-')
             return usage_error("", "unknown option '" + command + "'");
         return usage_error("", "unknown command '" + command + "'; the commands are " + command_names(", "));
@@ -252,7 +219,7 @@ int run(int argc, char **argv) {
                                std::string("--socket needs a path, e.g. --socket ") + mall::kDefaultSocketPath);
     }
     try {
-        return handler->second(g, rest);
+        return c->run(g, rest, [c](const std::string &what) { return usage_error(c->name, what); });
     } catch (const po::error &e) {  // a command's own options, read by parse_command()
         return usage_error(command, e.what());
     }

@@ -142,10 +142,10 @@ void print_table(const std::vector<std::vector<std::string>> &rows, std::ostream
 
 }  // namespace
 
-int cmd_metrics(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error) {
+int cmd_metrics(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error) {
     if (!args.empty()) return usage_error("metrics takes no arguments (got '" + args.front() + "')");
     int rc = kExitOk;
-    auto status = fetch_status(&rc);
+    auto status = status_fetcher(g)(&rc);
     if (!status) return rc;
     try {
         std::cout << render_prometheus(*status);
@@ -156,7 +156,7 @@ int cmd_metrics(const std::vector<std::string> &args, const StatusFetcher &fetch
     return kExitOk;
 }
 
-int cmd_history(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error) {
+int cmd_history(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error) {
     po::options_description options;
     options.add_options()("since", po::value<std::string>(), "")("job", po::value<std::string>(), "")(
         "json", po::bool_switch(), "")("file", po::value<std::string>(), "");
@@ -178,7 +178,7 @@ int cmd_history(const std::vector<std::string> &args, const StatusFetcher &fetch
         if (path.empty()) return usage_error("--file needs a path");
     } else {
         int rc = kExitOk;
-        auto status = fetch_status(&rc);
+        auto status = status_fetcher(g)(&rc);
         if (!status) {
             std::cerr << "  (to read a history file without malld: mallctl history --file PATH)\n";
             return rc;

@@ -5,12 +5,10 @@
 // Exit codes are mallctl's: 0 ok, 1 the file cannot be read, 2 usage, 3 malld unreachable.
 #pragma once
 
-#include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "tools/mallctl_session.hpp"  // Globals, UsageError
 
 namespace mall::tools {
 
@@ -21,12 +19,9 @@ extern const char *const kHistorySynopsis;
 extern const char *const kHistorySummary;
 extern const char *const kHistoryDetails;
 
-// How a command gets malld's status: the status object, or none after printing why, with
-// *exit_code set (3 when malld cannot be reached).
-using StatusFetcher = std::function<std::optional<nlohmann::json>(int *exit_code)>;
-using UsageError = std::function<int(const std::string &)>;
-
-int cmd_metrics(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error);
-int cmd_history(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error);
+// Run the command on its arguments (after its name), asking malld at g.socket for its status;
+// usage_error prints the words, the synopsis and where to read more, and returns 2.
+int cmd_metrics(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error);
+int cmd_history(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error);
 
 }  // namespace mall::tools

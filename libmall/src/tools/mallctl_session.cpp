@@ -52,9 +52,9 @@ std::optional<json> Session::request(mall::proto::Type type, const json &body, i
 }
 
 po::variables_map parse_command(const std::vector<std::string> &args, const po::options_description &options,
-                                const po::positional_options_description &positional) {
+                                const po::positional_options_description &positional, int style) {
     po::variables_map vm;
-    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    po::store(po::command_line_parser(args).options(options).positional(positional).style(style).run(), vm);
     po::notify(vm);
     return vm;
 }

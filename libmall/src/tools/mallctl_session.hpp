@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// mallctl_session.hpp — what mallctl's commands share to talk to malld: the global options, one
-// connection (Session) that prints where it looked and how to fix it when malld cannot be reached
-// or refuses, the status fetcher, the per-command option parsing, and two JSON field helpers.
+// mallctl_session.hpp — what mallctl's commands share: the global options, the one signature of
+// every command (CommandHandler), one connection to malld (Session) that prints where it looked
+// and how to fix it when malld cannot be reached or refuses, the status fetcher, the per-command
+// option parsing, and two JSON field helpers.
 // Contract: every failure is printed on stderr with mallctl's words; the exit code to use comes
 // back to the caller (mallctl's: 1 malld refused, 3 malld unreachable).
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +18,6 @@
 
 #include "common/ctl_client.hpp"
 #include "common/protocol.hpp"
-#include "tools/mallctl_reports.hpp"  // StatusFetcher, UsageError
 
 namespace mall::tools {
 
@@ -24,6 +25,17 @@ namespace mall::tools {
 struct Globals {
     std::string socket;  // --socket; empty: $MALL_SOCKET, else the default (resolve_socket_path)
 };
+
+// Prints a command's usage error (its words, its synopsis, where to read more) and returns 2.
+using UsageError = std::function<int(const std::string &)>;
+
+// Every command: the global options, its arguments (after its name), its usage error; returns
+// mallctl's exit code. mallctl.cpp's command table holds one per command.
+using CommandHandler = int (*)(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error);
+
+// How a command gets malld's status: the status object, or none after printing why, with
+// *exit_code set (3 when malld cannot be reached).
+using StatusFetcher = std::function<std::optional<nlohmann::json>(int *exit_code)>;
 
 // One connection to malld for one command.
 class Session {
@@ -48,11 +60,13 @@ private:
     std::optional<mall::CtlClient> client_;
 };
 
-// Parses a command's own arguments; throws boost::program_options::error on bad ones, which
-// mallctl's dispatch (mallctl.cpp) turns into the command's usage error.
+// Parses a command's own arguments in the given command_line_style; throws
+// boost::program_options::error on bad ones, which mallctl's dispatch (mallctl.cpp) turns into the
+// command's usage error (unless the command catches it to say it in its own words).
 boost::program_options::variables_map parse_command(
     const std::vector<std::string> &args, const boost::program_options::options_description &options,
-    const boost::program_options::positional_options_description &positional);
+    const boost::program_options::positional_options_description &positional,
+    int style = boost::program_options::command_line_style::default_style);
 
 // malld's status object (for status, and the reporting commands of tools/mallctl_reports.cpp).
 // `timeout` bounds the request (a live view asks again soon, so it waits less than a script).

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallctl_signal.cpp — `mallctl signal PID --threads N|auto --cpus a-b` (see mallctl_signal.hpp).
-// Steps: check the arguments and encode the request (common/signal_control.hpp); hold the target
-// by a pidfd so that a recycled pid is never signalled; read /proc/PID/status and the target's
-// "mall-signal" record (found under /proc/PID/fd) and refuse, with words, a process that does not
-// catch the advertised signal or whose record says the request cannot apply; queue the signal
-// with its value (pidfd_send_signal, else sigqueue); then poll the record until the target
-// decided the request, exited or the timeout passed.
+// Steps: read the options (parse_command; errors in signal's own words), check the arguments and
+// encode the request (common/signal_control.hpp); hold the target by a pidfd so that a recycled
+// pid is never signalled; read /proc/PID/status and the target's "mall-signal" record (found
+// under /proc/PID/fd) and refuse, with words, a process that does not catch the advertised signal
+// or whose record says the request cannot apply; queue the signal with its value
+// (pidfd_send_signal, else sigqueue); then poll the record until the target decided the request,
+// exited or the timeout passed.
 #include "tools/mallctl_signal.hpp"
 
 #include <dirent.h>
@@ -25,6 +26,9 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <boost/program_options.hpp>
 
 #include "common/cpuset.hpp"
 #include "common/signal_control.hpp"
@@ -85,10 +89,45 @@ const char *const kSignalDetails =
 
 namespace {
 
+namespace po = boost::program_options;
 namespace sc = mall::signal_control;
 using Clock = std::chrono::steady_clock;
 
 constexpr long kMaxPid = 4194304;  // PID_MAX_LIMIT on 64-bit Linux
+
+// signal's options, read by parse_command as leniently as mallctl always read them: long options
+// only, spelled out (no abbreviations), each taking the next token as its value whatever it
+// looks like (`--threads -1` is refused for its value, not taken for an option), given twice the
+// last one counting. Every other token is positional, "-x" and "-1" too, and judged in
+// cmd_signal: a negative number is a PID (refused, it would name a process group), any other
+// token starting with '-' an unknown option. kPidKey is a name no command line can spell (a long
+// option's name ends at its '='), so `--PID 1` stays an unknown option.
+constexpr const char *kPidKey = "PID=";
+
+po::variables_map read_options(const std::vector<std::string> &args) {
+    po::options_description options;
+    options.add_options()("threads", po::value<std::vector<std::string>>(), "")(
+        "cpus", po::value<std::vector<std::string>>(), "")("timeout-ms", po::value<std::vector<std::string>>(), "")(
+        "no-wait", po::value<std::vector<std::string>>()->zero_tokens(), "")(
+        kPidKey, po::value<std::vector<std::string>>(), "");
+    po::positional_options_description positional;
+    positional.add(kPidKey, -1);
+    namespace style = po::command_line_style;
+    return parse_command(args, options, positional,
+                         style::allow_long | style::long_allow_adjacent | style::long_allow_next);
+}
+
+// Each value an option was given, in order (none when absent).
+std::vector<std::string> values_of(const po::variables_map &vm, const char *key) {
+    return vm.count(key) ? vm[key].as<std::vector<std::string>>() : std::vector<std::string>{};
+}
+
+// The value an option was given last, or nullopt.
+std::optional<std::string> last_value_of(const po::variables_map &vm, const char *key) {
+    const auto values = values_of(vm, key);
+    if (values.empty()) return std::nullopt;
+    return values.back();
+}
 
 // A whole number in [min, max], or nullopt.
 std::optional<long> parse_number(const std::string &text, long min, long max) {
@@ -236,42 +275,37 @@ int send_queued(int pidfd, long pid, int sig, uint32_t value) {
 
 }  // namespace
 
-int cmd_signal(const std::vector<std::string> &args, const std::function<int(const std::string &)> &usage_error) {
-    std::optional<std::string> pid_text, threads_text, cpus_text;
+int cmd_signal(const Globals & /*g: signal talks to the process, not to malld*/, const std::vector<std::string> &args,
+               const UsageError &usage_error) {
+    po::variables_map vm;
+    try {
+        vm = read_options(args);
+    } catch (const po::unknown_option &e) {  // named as written, "=value" included
+        return usage_error("unknown option '" + e.get_option_name() + "'");
+    } catch (const po::invalid_command_line_syntax &e) {
+        if (e.kind() == po::invalid_command_line_syntax::missing_parameter)
+            return usage_error(e.get_option_name() + " needs a value");
+        if (e.kind() != po::invalid_command_line_syntax::extra_parameter) throw;  // the dispatch's words
+        // `--no-wait=1`: an option unknown as written. Without its name, the error names the token.
+        po::invalid_command_line_syntax as_written = e;
+        as_written.set_option_name("");
+        return usage_error("unknown option '" + as_written.get_option_name() + "'");
+    }
     long timeout_ms = 5000;
-    bool wait = true;
-    for (size_t i = 0; i < args.size(); ++i) {
-        std::string arg = args[i], value;
-        const bool takes_value = arg.rfind("--threads", 0) == 0 || arg.rfind("--cpus", 0) == 0 ||
-                                 arg.rfind("--timeout-ms", 0) == 0;
-        if (takes_value) {
-            const auto eq = arg.find('=');
-            if (eq != std::string::npos) {
-                value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-            } else if (i + 1 < args.size()) {
-                value = args[++i];
-            } else {
-                return usage_error(arg + " needs a value");
-            }
-        }
-        if (arg == "--threads") {
-            threads_text = value;
-        } else if (arg == "--cpus") {
-            cpus_text = value;
-        } else if (arg == "--timeout-ms") {
-            auto t = parse_number(value, 1, 600000);
-            if (!t) return usage_error("--timeout-ms takes a whole number of milliseconds from 1 to 600000, not '" + value + "'");
-            timeout_ms = *t;
-        } else if (arg == "--no-wait") {
-            wait = false;
-        } else if (!arg.empty() && arg[0] == '-' && !parse_number(arg, -kMaxPid, 0)) {
+    for (const std::string &value : values_of(vm, "timeout-ms")) {
+        auto t = parse_number(value, 1, 600000);
+        if (!t) return usage_error("--timeout-ms takes a whole number of milliseconds from 1 to 600000, not '" + value + "'");
+        timeout_ms = *t;
+    }
+    const bool wait = !vm.count("no-wait");
+    const std::optional<std::string> threads_text = last_value_of(vm, "threads");
+    const std::optional<std::string> cpus_text = last_value_of(vm, "cpus");
+    std::optional<std::string> pid_text;
+    for (const std::string &arg : values_of(vm, kPidKey)) {
+        if (!arg.empty() && arg[0] == '-' && !parse_number(arg, -kMaxPid, 0))
             return usage_error("unknown option '" + arg + "'");
-        } else if (pid_text) {
-            return usage_error("one PID only (got '" + *pid_text + "' and '" + arg + "')");
-        } else {
-            pid_text = arg;
-        }
+        if (pid_text) return usage_error("one PID only (got '" + *pid_text + "' and '" + arg + "')");
+        pid_text = arg;
     }
     if (!pid_text) return usage_error("name the process: mallctl signal PID --threads N");
     const auto pid = parse_number(*pid_text, 1, kMaxPid);

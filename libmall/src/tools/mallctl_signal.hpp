@@ -7,9 +7,10 @@
 // 1 refused, 2 usage, 3 the process is gone or did not confirm in time).
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
+
+#include "tools/mallctl_session.hpp"  // Globals, UsageError
 
 namespace mall::tools {
 
@@ -19,7 +20,7 @@ extern const char *const kSignalSummary;
 extern const char *const kSignalDetails;
 
 // Runs the command on its arguments (after "signal"); usage_error prints the words and the
-// synopsis and returns 2.
-int cmd_signal(const std::vector<std::string> &args, const std::function<int(const std::string &)> &usage_error);
+// synopsis and returns 2. The global options do not apply: it talks to the process, not malld.
+int cmd_signal(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error);
 
 }  // namespace mall::tools

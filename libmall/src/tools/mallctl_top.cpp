@@ -449,9 +449,11 @@ int run_plain(const TopOptions &options, long frames, const StatusFetcher &fetch
 
 }  // namespace
 
-int cmd_top(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error) {
+int cmd_top(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error) {
     TopOptions options;
     if (auto why = parse_options(args, &options)) return usage_error(*why);
+    // A stuck malld holds top's keys (q, Ctrl-C) only as long as one request may wait.
+    const StatusFetcher fetch_status = status_fetcher(g, std::chrono::seconds(2));
     if (options.batch > 0) return run_plain(options, options.batch, fetch_status);
     if (options.once || !::isatty(STDOUT_FILENO)) return run_plain(options, 1, fetch_status);
     return run_live(options, fetch_status);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/mallctl_reports.hpp"  // StatusFetcher, UsageError
+#include "tools/mallctl_session.hpp"  // Globals, UsageError
 
 namespace mall::tools {
 
@@ -19,8 +19,10 @@ extern const char *const kTopSynopsis;
 extern const char *const kTopSummary;
 extern const char *const kTopDetails;
 
-// Runs the command on its arguments (after "top"). fetch_status is called once per refresh;
-// what it prints on stderr when malld cannot be reached is shown in the live view's header.
-int cmd_top(const std::vector<std::string> &args, const StatusFetcher &fetch_status, const UsageError &usage_error);
+// Runs the command on its arguments (after "top"), asking malld at g.socket for its status once
+// per refresh (each request waits at most 2 s); what the fetch prints on stderr when malld cannot
+// be reached is shown in the live view's header. usage_error prints the words, the synopsis and
+// where to read more, and returns 2.
+int cmd_top(const Globals &g, const std::vector<std::string> &args, const UsageError &usage_error);
 
 }  // namespace mall::tools
