@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // mallctl.cpp — the administrator's command line for malld: the global options, the command
 // table (each command's name, help and handler, in one row), the help texts' layout, usage errors
-// and dispatch. The commands live in their own rooms:
+// and dispatch. The commands live in their own files:
 // status and watch (tools/mallctl_status.cpp); set, policy, reclaim, release and record
 // (tools/mallctl_steer.cpp); metrics and history (tools/mallctl_reports.cpp); top
 // (tools/mallctl_top.cpp); and signal (tools/mallctl_signal.cpp), which talks to a process, not
@@ -33,7 +33,7 @@ namespace {
 using namespace mall::tools;
 
 // ---------------------------------------------------------------------------------------------
-// The commands: each room exports a synopsis, a summary, the details and the handler.
+// The commands: each file exports a synopsis, a summary, the details and the handler.
 
 struct Command {
     const char *name;
@@ -43,7 +43,7 @@ struct Command {
     CommandHandler run;    // runs `mallctl NAME ARGS...`
 };
 
-// Built on first use (in main), after every room's help texts are initialised. The order is the
+// Built on first use (in main), after every file's help texts are initialised. The order is the
 // command list's in `mallctl --help` and in the error messages.
 const std::vector<Command> &commands() {
     static const std::vector<Command> table = {

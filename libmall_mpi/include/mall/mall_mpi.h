@@ -2,10 +2,10 @@
 /* mall_mpi.h — libmall_mpi, the collective step boundary of a multi-rank (MPI) malleable job.
  *
  * Every rank of a communicator calls mall_mpi_step() at the same step boundary. It runs the rank's
- * own mall_step() (one load when nothing changed) and one MPI_Allreduce of five ints, so every rank
- * learns whether any rank's allocation changed, and every rank applies the job-wide thread count
- * at that same step: the resize callbacks run on all ranks in the same mall_mpi_step() call, and
- * all ranks get the same return code. In balanced mode (the default) every rank runs the thread
+ * own mall_step() (two atomic loads when nothing changed) and one MPI_Allreduce of five ints, so
+ * every rank learns whether any rank's allocation changed, and every rank applies the job-wide
+ * thread count at that same step: the resize callbacks run on all ranks in the same
+ * mall_mpi_step() call, and all ranks get the same return code. In balanced mode (the default) every rank runs the thread
  * count the most constrained rank can run, and tells its node's malld (mall_set_usage()) how many
  * of its cpus it really uses, so that node lends the surplus to other jobs; when the constrained
  * rank grows back the others lift their caps and get their cpus back at a later step.
