@@ -55,7 +55,9 @@ TEST(Issue37RegisterCgroupNamespace, PidWhoseCgroupLiesOutsideMalldsCgroupNamesp
                                      "echo $$ > '" + folder + "/cgroup.procs' && exec " + kUnshare +
                                          " --cgroup \"$0\" \"$@\""};
     for (const std::string &arg : malld.argv()) command.push_back(arg);
-    Child server(command, ChildOptions{.capture_stderr = true});
+    ChildOptions capture;
+    capture.capture_stderr = true;
+    Child server(command, capture);
     ASSERT_TRUE(server.started());
     const bool up = wait_until([&] { return status_json(malld.socket()).has_value() || server.exited(); }, 10s);
     ASSERT_TRUE(up && !server.exited()) << "malld in a cgroup namespace did not start:\n"
