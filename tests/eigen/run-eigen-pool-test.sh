@@ -42,7 +42,8 @@ fi
 
 binary=$work/eigen_thread_pool_parked
 sources=("$repo/tests/eigen/eigen_thread_pool_parked.cpp" "$repo/tests/eigen/once/main.h"
-         "$repo/tf_integration/include/mall/tf/pool_parking.hpp")
+         "$repo/tf_integration/include/mall/tf/pool_parking.hpp"
+         "$repo/tf_integration/include/mall/tf/detail/pool_parking_detail.hpp")
 stale=0
 [ -x "$binary" ] || stale=1
 for f in "${sources[@]}"; do [ "$f" -nt "$binary" ] && stale=1; done
