@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
 
     for (int step = 1; step <= steps; ++step) {
         // The step boundary: when malld changed the allocation, the glue has resized and re-pinned
-        // the pool when this returns MALL_SUCCESS; otherwise it cost one load.
+        // the pool when this returns MALL_SUCCESS; otherwise it cost two atomic loads.
         boundary.cross(step);
         // Like DirectSession at each Run: the device takes the running worker count.
         const Eigen::ThreadPoolDevice device(&pool, running_threads());

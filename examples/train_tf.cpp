@@ -411,8 +411,9 @@ int main(int argc, char **argv) {
     std::vector<tensorflow::Tensor> out;
     const auto started = std::chrono::steady_clock::now();
     for (int step = 1; step <= o.steps; ++step) {
-        // The step boundary: one load when nothing changed; a new allocation parks or releases and
-        // re-pins both pools' workers here, before the ack, and the Run below runs on the rest.
+        // The step boundary: two atomic loads when nothing changed; a new allocation parks or
+        // releases and re-pins both pools' workers here, before the ack, and the Run below runs on
+        // the rest.
         if (m != nullptr && mall_step(m) == MALL_SUCCESS) {
             mall_alloc_t allocation{};
             if (mall_get_allocation(m, &allocation) != MALL_SUCCESS) {

@@ -40,7 +40,7 @@
 //   mall_error_t err;
 //   if (mall_open(nullptr, &m, &err) == MALL_SUCCESS) parking->attach(m);
 //   for (int step = 0; step < steps; ++step) {
-//     if (m) mall_step(m);  // one load when nothing changed; parks/releases workers when it did
+//     if (m) mall_step(m);  // two atomic loads when nothing changed; parks/releases workers when it did
 //     TF_CHECK_OK(session->Run(feeds, {"loss"}, {"train_op"}, &outputs));
 //   }
 //   mall_close(m);
