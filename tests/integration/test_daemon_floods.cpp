@@ -259,7 +259,11 @@ private:
 // In a UserProcess: passes malld a socket lingering (60 s) with unsent data, whose last close,
 // malld's, hangs until `trap` is reset; returns once malld answered (it took the descriptor).
 // Our own copy is closed on a side thread: when malld's closer got to the socket first, that close
-// is the last one and lingers here instead (the process's exit ends it), so we try again.
+// is the last one and lingers here instead (the process's exit ends it), so we try again. Ours
+// returns at once otherwise, but the side thread may start late (a loaded machine, ThreadSanitizer
+// in a forked child): it gets 20 s, well inside the 60 s a lingering close takes. Retrying early
+// was wrong: malld takes no descriptor from a user whose close it still holds, so the next try got
+// no answer (CI's TSan pass: "could not stick the closer: 20").
 bool stick_the_closer(const std::string &socket, const LingerTrap &trap) {
     for (int attempt = 0; attempt < 5; ++attempt) {
         UniqueFd connection(unix_connect(socket));
@@ -275,7 +279,7 @@ bool stick_the_closer(const std::string &socket, const LingerTrap &trap) {
         if (!sent || wait_readable(connection.get(), 10s) != 1 ||
             recv_packet(connection.get(), &reply, proto::kMaxPacket, nullptr, false) <= 0)
             return false;
-        for (int i = 0; i < 200 && !ours_closed->load(); ++i) std::this_thread::sleep_for(10ms);
+        for (int i = 0; i < 2000 && !ours_closed->load(); ++i) std::this_thread::sleep_for(10ms);
         if (ours_closed->load()) return true;  // malld holds the last reference: its close hangs
     }
     return false;
