@@ -223,7 +223,6 @@ CommentUpdate update_admin_comment(const std::function<bool(LoadedComment *)> &l
             if (!load(&comment)) return CommentUpdate::Failed;
         }
         if (!store(merge_admin_comment(comment.text, node, figures))) return CommentUpdate::Failed;
-        if (comment.nodes == 1) return CommentUpdate::Kept;
         if (!load(&comment)) return CommentUpdate::Failed;
         // Kept when the field, read back, holds our segment whole (as a ';'-separated part).
         const std::string padded = ";" + comment.text + ";";
