@@ -43,6 +43,7 @@
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
 #include "tools/mall_oci_hook_container.hpp"
+#include "tools/tool_cli.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -464,8 +465,8 @@ int run(int argc, char **argv) {
     opts.add_options()("socket", po::value<std::string>(), "")("timeout", po::value<int>(), "")(
         "log", po::value<std::string>(), "")("job-prefix", po::value<std::string>(), "")(
         "max-weight", po::value<std::string>(), "")("max-cores", po::value<std::string>(), "")(
-        "help,h", po::bool_switch(), "")("version", po::bool_switch(), "")(
         "stage", po::value<std::vector<std::string>>(), "");
+    mall::tools::add_help_and_version(opts);
     po::positional_options_description positional;
     positional.add("stage", -1);
     po::variables_map vm;
@@ -475,15 +476,7 @@ int run(int argc, char **argv) {
     } catch (const po::error &e) {
         return usage_error(e.what());
     }
-    if (vm["help"].as<bool>()) {
-        print_help();
-        return kExitOk;
-    }
-    if (vm["version"].as<bool>()) {
-        std::cout << "mall-oci-hook (mall) " << MALL_API_VERSION_MAJOR << "." << MALL_API_VERSION_MINOR << "."
-                  << MALL_API_VERSION_PATCH << "\n";
-        return kExitOk;
-    }
+    if (auto answered = mall::tools::answer_help_or_version(vm, "mall-oci-hook", print_help)) return *answered;
     const std::vector<std::string> stages =
         vm.count("stage") ? vm["stage"].as<std::vector<std::string>>() : std::vector<std::string>{};
     if (stages.size() != 1 || (stages[0] != "createRuntime" && stages[0] != "poststop"))

@@ -10,7 +10,6 @@
 // Exit codes: 0 ok, 1 malld refused (its words on stderr), 2 usage error, 3 malld unreachable.
 #include <cctype>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "tools/mallctl_status.hpp"
 #include "tools/mallctl_steer.hpp"
 #include "tools/mallctl_top.hpp"
+#include "tools/tool_cli.hpp"
 
 namespace po = boost::program_options;
 
@@ -75,13 +75,6 @@ const Command *find_command(const std::string &name) {
     for (const auto &c : commands())
         if (name == c.name) return &c;
     return nullptr;
-}
-
-std::string version_text() {
-    std::ostringstream out;
-    out << "mallctl (mall) " << MALL_API_VERSION_MAJOR << "." << MALL_API_VERSION_MINOR << "."
-        << MALL_API_VERSION_PATCH;
-    return out.str();
 }
 
 void print_main_help(std::ostream &out) {
@@ -151,9 +144,9 @@ int usage_error(const std::string &command, const std::string &what) {
 int run(int argc, char **argv) {
     // Step 1: the global options and the command name; the rest is left for the command.
     po::options_description global;
-    global.add_options()("socket", po::value<std::string>(), "")("help,h", po::bool_switch(), "")(
-        "version", po::bool_switch(), "")("command", po::value<std::string>(), "")(
+    global.add_options()("socket", po::value<std::string>(), "")("command", po::value<std::string>(), "")(
         "args", po::value<std::vector<std::string>>(), "");
+    mall::tools::add_help_and_version(global);
     po::positional_options_description pos;
     pos.add("command", 1).add("args", -1);
 
@@ -176,9 +169,10 @@ int run(int argc, char **argv) {
         return usage_error("", e.what());
     }
 
-    const bool help = vm["help"].as<bool>();
-    if (vm["version"].as<bool>()) {
-        std::cout << version_text() << "\n";
+    // --version wins over --help here: the help depends on the command named.
+    const bool help = mall::tools::wants_help(vm);
+    if (mall::tools::wants_version(vm)) {
+        std::cout << mall::tools::version_line("mallctl") << "\n";
         return kExitOk;
     }
     if (!vm.count("command")) {

@@ -17,6 +17,7 @@
 #include "common/rules.hpp"
 #include "mall/mall.h"
 #include "tools/exit_codes.hpp"
+#include "tools/tool_cli.hpp"
 
 namespace po = boost::program_options;
 
@@ -217,8 +218,8 @@ std::optional<int> parse_command_line(int argc, char **argv, Options *options) {
         "job", po::value<std::string>(), "")("weight", po::value<double>(), "")(
         "cgroup", po::value<std::string>(), "")(
         "container", po::value<std::string>()->implicit_value(""), "")(
-        "require", po::bool_switch(), "")("verbose,v", po::bool_switch(), "")(
-        "help,h", po::bool_switch(), "")("version", po::bool_switch(), "");
+        "require", po::bool_switch(), "")("verbose,v", po::bool_switch(), "");
+    mall::tools::add_help_and_version(opts);
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(own).options(opts).run(), vm);
@@ -226,15 +227,7 @@ std::optional<int> parse_command_line(int argc, char **argv, Options *options) {
     } catch (const po::error &e) {
         return usage_error(e.what());
     }
-    if (vm["help"].as<bool>()) {
-        print_help();
-        return kExitOk;
-    }
-    if (vm["version"].as<bool>()) {
-        std::cout << "mallrun (mall) " << MALL_API_VERSION_MAJOR << "." << MALL_API_VERSION_MINOR
-                  << "." << MALL_API_VERSION_PATCH << "\n";
-        return kExitOk;
-    }
+    if (auto answered = mall::tools::answer_help_or_version(vm, "mallrun", print_help)) return answered;
     if (!split_ok) return usage_error(split_error);
     if (!vm.count("malleable"))
         return usage_error("--malleable=MIN[:MAX] is required (e.g. --malleable=1:4)");
