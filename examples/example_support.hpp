@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// example_support.hpp — what the example trainers (and the adapter test probes) share: a seeded
-// generator that gives the same numbers with every standard library, Linux cpu-list text of a
-// cpu set, the count of cpus this process may use, and the FNV-1a checksum the trainers print.
-// Header-only.
+// example_support.hpp — what the example trainers (and the adapter test probes) share: whether
+// the process was launched under malld, a seeded generator that gives the same numbers with every
+// standard library, Linux cpu-list text of a cpu set, the count of cpus this process may use, and
+// the FNV-1a checksum the trainers print. Header-only.
 #pragma once
 
 #include <sched.h>
@@ -17,6 +17,12 @@
 #include <vector>
 
 namespace mall::examples {
+
+// Launched under malld: by a launcher (mallrun, the Slurm plugin: MALL_JOB_ID) or pointed at a
+// malld that allows self-registration (MALL_SOCKET). Only then does an example open libmall.
+inline bool launched_under_malld() {
+    return std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr;
+}
 
 // splitmix64: std:: distributions differ between standard libraries, this does not.
 class Rng {

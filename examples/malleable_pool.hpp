@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // malleable_pool.hpp — how the Eigen-pool examples (train_digits, train_linear) join malld and
 // cross a step boundary. attach_if_launched(): when the process was launched under malld
-// (MALL_JOB_ID or MALL_SOCKET set) or opted in to control by signal (MALL_SIGNAL_CONTROL), open
+// (launched_under_malld(), example_support.hpp) or opted in to control by signal (MALL_SIGNAL_CONTROL), open
 // libmall, attach the parking of Eigen's own pool (workers parked or released and pinned inside
 // mall_step() before the ack) and pin the main thread; returns the handle, or nullptr after ONE
 // warning naming the program and the thread count it keeps (never exits). With signal control and no malld the handle is kept: it
@@ -21,11 +21,9 @@
 #include "mall/tf/mall_pool_glue.hpp"
 #include "mall/tf/pool_parking.hpp"
 
-namespace mall::examples {
+#include "example_support.hpp"
 
-inline bool launched_under_malld() {
-    return std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr;
-}
+namespace mall::examples {
 
 inline bool signal_control_requested() {
     const char *value = std::getenv("MALL_SIGNAL_CONTROL");

@@ -26,7 +26,6 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +38,7 @@
 #include "mall/tf/pool_parking.hpp"
 
 #include "digits_data.hpp"
+#include "digits_mlp.hpp"
 #include "example_options.hpp"
 #include "example_support.hpp"
 #include "malleable_pool.hpp"
@@ -112,29 +112,12 @@ void forward(const Eigen::ThreadPoolDevice &device, const Model &m, Pass &p) {
     p.logits.device(device) = p.a1.contract(m.w2, kMatMul) + m.b2.reshape(class_shape).broadcast(repeat);
 }
 
-// Softmax cross-entropy of the logits (small: rows x 10, on the calling thread). Fills dlogits
-// with d(mean loss)/d(logits) when asked; returns the mean loss and counts correct predictions.
-double softmax_loss(Pass &p, const Dataset &data, const int *indices, bool want_gradient, int *correct) {
+// The mean loss of the pass; fills dlogits with d(mean loss)/d(logits).
+double mean_softmax_loss(Pass &p, const Dataset &data, const int *indices, int *correct) {
     const int rows = static_cast<int>(p.logits.dimension(0));
-    double loss = 0;
-    *correct = 0;
-    for (int r = 0; r < rows; ++r) {
-        const int label = data.labels[indices[r]];
-        float top = p.logits(r, 0);
-        int best = 0;
-        for (int c = 1; c < kClasses; ++c)
-            if (p.logits(r, c) > top) top = p.logits(r, c), best = c;
-        double sum = 0;
-        for (int c = 0; c < kClasses; ++c) sum += std::exp(static_cast<double>(p.logits(r, c) - top));
-        loss += std::log(sum) - (p.logits(r, label) - top);
-        *correct += best == label;
-        if (want_gradient)
-            for (int c = 0; c < kClasses; ++c) {
-                const double prob = std::exp(static_cast<double>(p.logits(r, c) - top)) / sum;
-                p.dlogits(r, c) = static_cast<float>((prob - (c == label)) / rows);
-            }
-    }
-    return loss / rows;
+    return softmax_loss(p.logits, data, indices, correct,
+                        [&](int r, int c, double d) { p.dlogits(r, c) = static_cast<float>(d / rows); }) /
+           rows;
 }
 
 void backward_and_update(const Eigen::ThreadPoolDevice &device, Model &m, Pass &p, float lr, float momentum) {
@@ -162,7 +145,7 @@ double accuracy(const Eigen::ThreadPoolDevice &device, const Model &m, const Dat
     load_rows(data, indices.data(), static_cast<int>(indices.size()), p.x);
     forward(device, m, p);
     int correct = 0;
-    (void)softmax_loss(p, data, indices.data(), false, &correct);
+    (void)softmax_loss(p.logits, data, indices.data(), &correct, NoGradient{});
     return static_cast<double>(correct) / static_cast<double>(indices.size());
 }
 
@@ -210,7 +193,7 @@ int main(int argc, char **argv) {
             "Otherwise, or when malld does not answer (one warning), it runs on --threads threads.\n"
             "With the defaults the held-out accuracy reaches >= 0.95.\n"
             "\n");
-        std::printf("%s", [&] { std::ostringstream s; s << opts; return s.str(); }().c_str());
+        std::printf("%s", mall::examples::options_text(opts).c_str());
         std::printf(
             "\nOutput: every K steps \"step <n> loss <x> threads <t> cpus <list>\"; with --log-changes\n"
             "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\" then \"parked step <n> tids <list|->\"\n"
@@ -223,9 +206,8 @@ int main(int argc, char **argv) {
     }
     const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (!vm.count("max-threads")) max_threads = online;
-    if (steps < 1 || batch < 1 || hidden < 1 || hidden > 4096 || print_every < 0 || !(lr > 0) ||
-        (vm.count("threads") && (fixed_threads < 1 || fixed_threads > 1024)) || max_threads < 1 ||
-        max_threads > 1024 || (pool_kind != "parked" && pool_kind != "eigen")) {
+    if (!common_mlp_options_valid(steps, hidden, print_every, lr, vm.count("threads") > 0, fixed_threads) ||
+        batch < 1 || max_threads < 1 || max_threads > 1024 || (pool_kind != "parked" && pool_kind != "eigen")) {
         std::fprintf(stderr,
                      "mall_train_digits: need --steps >= 1, --batch >= 1, 1 <= --hidden <= 4096, --print-every >= 0,\n"
                      "--lr > 0, 1 <= --threads, --max-threads <= 1024, --pool parked|eigen\n");
@@ -300,7 +282,7 @@ int main(int argc, char **argv) {
         load_rows(data, batch_indices.data(), batch, pass.x);
         forward(device, model, pass);
         int correct = 0;
-        loss = softmax_loss(pass, data, batch_indices.data(), true, &correct);
+        loss = mean_softmax_loss(pass, data, batch_indices.data(), &correct);
         if (first_loss < 0) first_loss = loss;
         backward_and_update(device, model, pass, static_cast<float>(lr), static_cast<float>(momentum));
         if (m != nullptr) (void)mall_report_progress(m, static_cast<uint64_t>(batch));

@@ -25,7 +25,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,7 +180,7 @@ int main(int argc, char **argv) {
             "(checksum) for any thread count. The dataset takes rows x features x 4 bytes of memory\n"
             "(default 1 GiB).\n"
             "\n");
-        std::printf("%s", [&] { std::ostringstream s; s << opts; return s.str(); }().c_str());
+        std::printf("%s", mall::examples::options_text(opts).c_str());
         std::printf(
             "\nOutput: every K steps \"step <n> loss <x> threads <t> cpus <list>\"; with --log-changes\n"
             "\"resize step <n> gen <g> threads <a> -> <b> cpus <list>\" then \"parked step <n> tids <list|->\"\n"

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +39,7 @@
 #include "mall/tf/pool_parking.hpp"
 
 #include "digits_data.hpp"
+#include "digits_mlp.hpp"
 #include "example_options.hpp"
 #include "example_support.hpp"
 
@@ -114,26 +114,11 @@ void forward(const Eigen::ThreadPoolDevice &d, Net &n, Pass &p) {
     p.logits.device(d) = p.a1.contract(n.w2(), kMatMul) + n.b2().reshape(cls).broadcast(rep);
 }
 
-// Softmax cross-entropy: returns the summed loss of the rows and counts correct predictions;
-// dlogits = d(mean loss over the global batch)/d(logits) when scale = 1 / global batch.
-double softmax_loss(Pass &p, const Dataset &data, const int *idx, float scale, int *correct) {
-    const int rows = static_cast<int>(p.logits.dimension(0));
-    double loss = 0;
-    *correct = 0;
-    for (int r = 0; r < rows; ++r) {
-        const int label = data.labels[idx[r]];
-        float top = p.logits(r, 0);
-        int best = 0;
-        for (int c = 1; c < kClasses; ++c)
-            if (p.logits(r, c) > top) top = p.logits(r, c), best = c;
-        double sum = 0;
-        for (int c = 0; c < kClasses; ++c) sum += std::exp(static_cast<double>(p.logits(r, c) - top));
-        loss += std::log(sum) - (p.logits(r, label) - top);
-        *correct += best == label;
-        for (int c = 0; c < kClasses; ++c)
-            p.dlogits(r, c) = static_cast<float>((std::exp(static_cast<double>(p.logits(r, c) - top)) / sum - (c == label)) * scale);
-    }
-    return loss;
+// The summed loss of this rank's rows; dlogits = d(mean loss over the global batch)/d(logits) with
+// scale = 1 / global batch.
+double batch_softmax_loss(Pass &p, const Dataset &data, const int *idx, float scale, int *correct) {
+    return softmax_loss(p.logits, data, idx, correct,
+                        [&](int r, int c, double d) { p.dlogits(r, c) = static_cast<float>(d * scale); });
 }
 
 void backward(const Eigen::ThreadPoolDevice &d, Net &n, Pass &p) {
@@ -231,8 +216,6 @@ int main(int argc, char **argv) {
     }
     if (vm.count("help")) {
         if (rank == 0) {
-            std::ostringstream text;
-            text << opts;
             std::printf(
                 "mall_train_mpi - data-parallel MLP training over MPI that follows mall's allocations\n\n"
                 "Usage: mpirun --bind-to none -np N mall_train_mpi [options]\n"
@@ -246,13 +229,13 @@ int main(int argc, char **argv) {
                 "with --bench-collectives N, rank 0 also prints \"bench ranks R mall_mpi_step_us X\n"
                 "allreduce_us Y ratio Z floats F\" (slowest rank's means).\n"
                 "Exit status: 0 trained, 1 the data could not be read, 2 bad arguments.\n",
-                text.str().c_str());
+                options_text(opts).c_str());
         }
         MPI_Finalize();
         return 0;
     }
-    if (steps < 1 || batch < size || hidden < 1 || hidden > 4096 || print_every < 0 || !(lr > 0) ||
-        (vm.count("threads") && (threads < 1 || threads > 1024)) || bench < 0 || !(max_seconds >= 0)) {
+    if (!common_mlp_options_valid(steps, hidden, print_every, lr, vm.count("threads") > 0, threads) ||
+        batch < size || bench < 0 || !(max_seconds >= 0)) {
         if (rank == 0)
             std::fprintf(stderr, "mall_train_mpi: need --steps >= 1, --batch >= ranks, 1 <= --hidden <= 4096, "
                                  "--print-every >= 0, --lr > 0, 1 <= --threads <= 1024, --bench-collectives >= 0, --max-seconds >= 0\n");
@@ -275,7 +258,7 @@ int main(int argc, char **argv) {
 
     // mall: this rank's handle (when launched under malld), then the collective step over all ranks.
     mall_t *m = nullptr;
-    if (std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr) {
+    if (launched_under_malld()) {
         mall_error_t err{};
         if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
             std::fprintf(stderr, "mall_train_mpi: rank %d not malleable (%s)\n", rank, err.text);
@@ -344,7 +327,7 @@ int main(int argc, char **argv) {
         load_rows(data, mine, rows, pass.x);
         forward(device, net, pass);
         int correct = 0;
-        const double loss_sum = softmax_loss(pass, data, mine, 1.0f / static_cast<float>(batch), &correct);
+        const double loss_sum = batch_softmax_loss(pass, data, mine, 1.0f / static_cast<float>(batch), &correct);
         backward(device, net, pass);
         net.grad[at.loss()] = static_cast<float>(loss_sum);
         net.grad[at.correct()] = static_cast<float>(correct);
@@ -385,7 +368,7 @@ int main(int argc, char **argv) {
     const Eigen::ThreadPoolDevice device(&pool, parking.active_threads());
     forward(device, net, eval);
     int correct = 0;
-    (void)softmax_loss(eval, data, test.data(), 0.0f, &correct);
+    (void)softmax_loss(eval.logits, data, test.data(), &correct, NoGradient{});
     std::printf("rank %d final loss %.6f first_loss %.6f test_accuracy %.4f checksum %016llx\n", rank, loss, first_loss,
                 static_cast<double>(correct) / static_cast<double>(test.size()),
                 static_cast<unsigned long long>(checksum(net.param)));

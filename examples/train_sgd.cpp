@@ -344,8 +344,7 @@ int main(int argc, char **argv) {
     const size_t nparams = model.params.size();
 
     // Attach to malld when launched under it; otherwise every mall call is a no-op.
-    // Under a launcher (MALL_JOB_ID) or pointed at a malld that allows self-registration.
-    const bool under_mall = std::getenv("MALL_JOB_ID") != nullptr || std::getenv("MALL_SOCKET") != nullptr;
+    const bool under_mall = mall::examples::launched_under_malld();
     mall::Client client;
     ResizeRequest request;
     if (under_mall) {

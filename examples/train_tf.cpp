@@ -386,9 +386,9 @@ int main(int argc, char **argv) {
     auto running_threads = [&] { return parking ? parking->intra_op().active_threads() : start; };
 
     mall_t *m = nullptr;
-    if (!parked && (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET"))) {
+    if (!parked && mall::examples::launched_under_malld()) {
         std::fprintf(stderr, "mall_train_tf: --pool tensorflow is not malleable; not attaching to malld\n");
-    } else if (std::getenv("MALL_JOB_ID") || std::getenv("MALL_SOCKET")) {
+    } else if (mall::examples::launched_under_malld()) {
         mall_error_t err;
         if (mall_open(nullptr, &m, &err) != MALL_SUCCESS) {
             std::fprintf(stderr, "mall_train_tf: warning: not malleable (%s); training on %d threads\n", err.text, start);
