@@ -22,6 +22,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch_scripts/lib/stats.sh"  # median
 build=${MALL_BUILD_DIR:-$repo/build}
 venv=${MALL_TF_VENV:-$repo/.venv}
 steps=8000
@@ -335,17 +336,16 @@ if [ "$ncpu" -ge 2 ]; then
   done
 fi
 
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-default=$(median "${results[default]}")
-confined=$(median "${results[confined]}")
-mall=$(median "${results[mall]}")
+default=$(median <<<"${results[default]}")
+confined=$(median <<<"${results[confined]}")
+mall=$(median <<<"${results[mall]}")
 printf '\n%-10s %14s\n' way "images/s (median)"
 printf '%-10s %14.1f\n' default "$default" confined "$confined" mall "$mall"
 shrunk_vs_small=n/a shrunk_cores=n/a
 if [ "$ncpu" -ge 2 ]; then
-  shrunk_rate=$(median "${single[shrunk_rate]}") small_rate=$(median "${single[small_rate]}")
-  shrunk_cores=$(printf '%.2f' "$(median "${single[shrunk_cores]}")")
-  printf '%-10s %14.1f  cores %.2f\n' shrunk "$shrunk_rate" "$shrunk_cores" small "$small_rate" "$(median "${single[small_cores]}")"
+  shrunk_rate=$(median <<<"${single[shrunk_rate]}") small_rate=$(median <<<"${single[small_rate]}")
+  shrunk_cores=$(printf '%.2f' "$(median <<<"${single[shrunk_cores]}")")
+  printf '%-10s %14.1f  cores %.2f\n' shrunk "$shrunk_rate" "$shrunk_cores" small "$small_rate" "$(median <<<"${single[small_cores]}")"
   shrunk_vs_small=$(awk -v a="$shrunk_rate" -v b="$small_rate" 'BEGIN {printf "%.2f", a / b}')
 fi
 awk -v m="$mall" -v d="$default" -v c="$confined" -v s="$shrunk_vs_small" -v k="$shrunk_cores" \

@@ -16,6 +16,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch_scripts/lib/stats.sh"  # median
 build=${MALL_BUILD_DIR:-$repo/build}
 steps=8000
 batch=128
@@ -182,10 +183,9 @@ for ((round = 1; round <= repeat; round++)); do
   done
 done
 
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-oversub=$(median "${results[oversub]}")
-static=$(median "${results[static]}")
-mall=$(median "${results[mall]}")
+oversub=$(median <<<"${results[oversub]}")
+static=$(median <<<"${results[static]}")
+mall=$(median <<<"${results[mall]}")
 printf '\n%-10s %14s\n' way "images/s (median)"
 printf '%-10s %14.1f\n' oversub "$oversub" static "$static" mall "$mall"
 awk -v m="$mall" -v o="$oversub" -v s="$static" 'BEGIN {printf "mall_vs_oversub=%.2f mall_vs_static=%.2f\n", m / o, m / s}'

@@ -9,6 +9,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch_scripts/lib/stats.sh"  # median
 build=${MALL_BUILD_DIR:-$repo/build}
 bin=$build/bin
 prog=bench-scale.sh
@@ -239,7 +240,6 @@ show_rpcs() { # show_rpcs FILE TITLE
   done < <(rpc_table "$1")
   note "  by user: $(sed -n '/statistics by user/,/^$/p' "$1" | awk '!/statistics/ && NF > 2 { c = $0; sub(/.*count:/, "", c); sub(/ .*/, "", c); printf "%s %s; ", $1, c }')"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else print int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 # ---- 1. start delay of a plain job, with and without the plugin --------------------------------
 t1=$(ms_now)
@@ -262,7 +262,7 @@ for (( i = -1; i < 2 * samples; i++ )); do
   wait_until 30 "node1 to be idle after job $id" node1_idle
 done
 cp "$tmp/plugstack.with" "$plugstack"
-with_ms=$(median <"$tmp/delay.with"); without_ms=$(median <"$tmp/delay.without")
+with_ms=$(median %d n/a <"$tmp/delay.with"); without_ms=$(median %d n/a <"$tmp/delay.without")
 note "sbatch -> first command, with the plugin (ms): $(paste -sd' ' "$tmp/delay.with"); median $with_ms"
 note "                       without the plugin (ms): $(paste -sd' ' "$tmp/delay.without"); median $without_ms"
 start_delay_ms=$(( with_ms - without_ms ))

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_cleanup  # noqa: E402  (run, then always clean up, also on SIGTERM or ^C)
 import bench_cosched as cs  # noqa: E402  (the co-scheduling benchmark: kinds, calibration, mixes)
 
 PROG = "bench-containers.sh"
@@ -782,23 +782,8 @@ def main() -> int:
     if "CTR_DIR" not in os.environ:
         print(f"{PROG}: run launch_scripts/bench-containers.sh, not this driver", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, cs.stop_on_signal)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # started in the background: SIGINT was ignored
-    bench = None
-    try:
-        bench = ContainerBench(args)
-        bench.run()
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        # A second SIGTERM or ^C must not cut the clean-up short (timeout(1) signals its child and
-        # then its whole process group).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if bench is not None:
-            bench.cleanup()
-    return 0
+    # Started in the background by the wrapper: SIGINT was ignored, take ^C again.
+    return bench_cleanup.run_with_cleanup(PROG, lambda: ContainerBench(args), restore_sigint=True)
 
 
 if __name__ == "__main__":

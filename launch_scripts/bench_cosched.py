@@ -34,6 +34,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+import bench_cleanup  # run, then always clean up, also on SIGTERM or ^C (beside this file)
+
 PROG = "bench-cosched.sh"
 # Built-in mixes, per 2 cpus: (kind, arrival s, work in one-core s). In both a long training run
 # shares the node with short jobs that come and go, so cores fall idle between and after them.
@@ -549,27 +551,7 @@ def main() -> int:
         args.linear_rows = default_linear_rows(args.cpus)
     if args.linear_rows < args.linear_batch * 16 // 15 + 1:
         parser.error("--linear-rows must exceed --linear-batch by the held-out 1/16")
-    bench = Bench(args)
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    try:
-        bench.run()
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        # A second SIGTERM or ^C must not cut the clean-up short (timeout(1) signals its child and
-        # then its whole process group, so this process gets SIGTERM twice).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        bench.cleanup()
-    return 0
-
-
-def stop_on_signal(*_) -> None:
-    """SIGTERM: stop the run through main's clean-up, ignoring any further SIGTERM or ^C from here on."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(143)
+    return bench_cleanup.run_with_cleanup(PROG, lambda: Bench(args))
 
 
 if __name__ == "__main__":

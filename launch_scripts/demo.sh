@@ -10,6 +10,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch_scripts/lib/stats.sh"  # median
 build=${MALL_BUILD_DIR:-$repo/build}
 bin=$build/bin
 steps=${MALL_DEMO_STEPS:-600}   # per job; ~10 ms/step on one core, ~5 on two
@@ -717,7 +718,6 @@ end_ms=$(now_ms)
 wall_ms=$(( end_ms - demo_start )) run_ms=$(( end_ms - run_start ))
 
 # ---- summary ------------------------------------------------------------------------------------
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f", v[(NR+1)/2]; else printf "%.1f", (v[NR/2]+v[NR/2+1])/2}'; }
 field() { grep -o "\"$1\":[^,}]*" | sed 's/^[^:]*://; s/"//g'; }
 
 echo
@@ -735,7 +735,7 @@ for job in A B; do
   events=$(grep "\"job\":\"$job\"" "$tmp/events.jsonl" || true)
   publishes=$(grep -c '"event":"publish"' <<<"$events" || true)
   resizes=$(( publishes > 0 ? publishes - 1 : 0 ))
-  ack=$(grep '"event":"ack"' <<<"$events" | field latency_us | median)
+  ack=$(grep '"event":"ack"' <<<"$events" | field latency_us | median %.1f -)
   [ "$ack" = "-" ] || ack="$ack us"
   printf '    %-4s %6s %10s %9s %9s %12s %16s  %s\n' "$job" "${done_steps:--}" "${loss:--}" "${acc:--}" \
     "$resizes" "$ack" "${sum:--}" "$([ "$rc" -eq 0 ] && echo ok || echo "exit $rc")"
