@@ -93,6 +93,13 @@ def version_text(version: int) -> str:
     return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
 
 
+def checkout_build_lib(package_dir: Path) -> Path:
+    """<checkout>/build/lib for the package folder <checkout>/python/mall: the libraries of the
+    source checkout's default build folder, where libmall and mall.tensorflow's op library are
+    looked for last."""
+    return package_dir.parent.parent / "build" / "lib"
+
+
 def candidate_paths() -> list[str]:
     """Where libmall is looked for, in order (see the module docstring of mall)."""
     candidates: list[str] = []
@@ -118,9 +125,8 @@ def candidate_paths() -> list[str]:
     found = ctypes.util.find_library("mall")
     if found:
         candidates.append(found)
-    # A source checkout next to its default build folder (python/mall -> build/lib).
-    build_lib = package_dir.parent.parent / "build" / "lib"
-    candidates.extend(str(build_lib / name) for name in _LIBRARY_NAMES)
+    # A source checkout next to its default build folder.
+    candidates.extend(str(checkout_build_lib(package_dir) / name) for name in _LIBRARY_NAMES)
     return candidates
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from . import Allocation, Client, MallError
 from ._errors import MALL_ERR_SYSTEM, MALL_ERR_VERSION
 from ._follow import AllocationFollower
+from ._library import checkout_build_lib
 
 __all__ = ["Malleable", "Threads", "threads", "set_threads", "size_pools", "pools_spin", "on_pools", "op_library_path",
            "build_command"]
@@ -108,7 +109,7 @@ def op_library_path() -> str:
         candidates.append(Path(os.environ["MALL_TF_OPS_LIBRARY"]))
     package_dir = Path(__file__).resolve().parent
     candidates.append(package_dir / _LIBRARY_NAME)
-    candidates.append(package_dir.parent.parent / "build" / "lib" / _LIBRARY_NAME)
+    candidates.append(checkout_build_lib(package_dir) / _LIBRARY_NAME)
     for candidate in candidates:
         if candidate.is_file():
             return str(candidate)
