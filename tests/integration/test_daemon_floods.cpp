@@ -256,33 +256,62 @@ private:
     int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
 };
 
+// What a UserProcess reports while it sticks the closer (see stick_the_closer).
+constexpr int kStickStopMalld = 1001, kStickContinueMalld = 1002;
+
 // In a UserProcess: passes malld a socket lingering (60 s) with unsent data, whose last close,
 // malld's, hangs until `trap` is reset; returns once malld answered (it took the descriptor).
-// Our own copy is closed on a side thread: when malld's closer got to the socket first, that close
-// is the last one and lingers here instead (the process's exit ends it), so we try again. Ours
-// returns at once otherwise, but the side thread may start late (a loaded machine, ThreadSanitizer
-// in a forked child): it gets 20 s, well inside the 60 s a lingering close takes. Retrying early
-// was wrong: malld takes no descriptor from a user whose close it still holds, so the next try got
-// no answer (CI's TSan pass: "could not stick the closer: 20").
-bool stick_the_closer(const std::string &socket, const LingerTrap &trap) {
-    for (int attempt = 0; attempt < 5; ++attempt) {
-        UniqueFd connection(unix_connect(socket));
-        const int lingering = trap.lingering_socket(60);
-        if (!connection || lingering < 0) return false;
-        const bool sent = send_packet(connection.get(), packet_of(proto::Type::Status, json::object(), 1), lingering);
-        auto ours_closed = std::make_shared<std::atomic<bool>>(false);
-        std::thread([lingering, ours_closed] {
-            ::close(lingering);
-            ours_closed->store(true);
-        }).detach();
-        std::string reply;
-        if (!sent || wait_readable(connection.get(), 10s) != 1 ||
-            recv_packet(connection.get(), &reply, proto::kMaxPacket, nullptr, false) <= 0)
-            return false;
-        for (int i = 0; i < 2000 && !ours_closed->load(); ++i) std::this_thread::sleep_for(10ms);
-        if (ours_closed->load()) return true;  // malld holds the last reference: its close hangs
+// Our own copy must be closed before malld's closer closes its copy, or ours is the last close
+// and lingers here instead. A race lost that on loaded machines (CI's TSan pass: "could not stick
+// the closer"), so the test stops malld (hold_malld_for_the_stick) while we send the descriptor
+// and close ours: the packet in flight holds the socket, and our close returns at once.
+bool stick_the_closer(UserProcess &self, const std::string &socket, const LingerTrap &trap) {
+    UniqueFd connection(unix_connect(socket));
+    const int lingering = trap.lingering_socket(60);
+    if (!connection || lingering < 0) return false;
+    if (!self.step(kStickStopMalld)) return false;  // returns once malld is stopped
+    const bool sent = send_packet(connection.get(), packet_of(proto::Type::Status, json::object(), 1), lingering);
+    ::close(lingering);  // never the last close: the packet in flight holds a reference
+    if (!sent || !self.step(kStickContinueMalld)) return false;  // returns once malld runs again
+    std::string reply;
+    return wait_readable(connection.get(), 10s) == 1 &&
+           recv_packet(connection.get(), &reply, proto::kMaxPacket, nullptr, false) > 0;
+}
+
+// True once every thread of pid is stopped (state T in /proc/<pid>/task/*/stat).
+bool all_threads_stopped(pid_t pid) {
+    const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+    DIR *dir = ::opendir(tasks.c_str());
+    if (!dir) return false;
+    bool stopped = true, any = false;
+    while (dirent *entry = ::readdir(dir)) {
+        if (entry->d_name[0] == '.') continue;
+        std::ifstream stat(tasks + "/" + entry->d_name + "/stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t paren = text.rfind(')');
+        any = true;
+        stopped = stopped && paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
     }
-    return false;
+    ::closedir(dir);
+    return any && stopped;
+}
+
+// The test's side of stick_the_closer: stops malld (SIGSTOP, every thread) while the attacker
+// sends its descriptor and closes its own copy, then lets malld run on. Failure says which step.
+::testing::AssertionResult hold_malld_for_the_stick(UserProcess &attacker, pid_t malld) {
+    if (attacker.reported() != std::optional<int>(kStickStopMalld))
+        return ::testing::AssertionFailure() << "the attacker did not get ready (exit " << attacker.finish() << ")";
+    ::kill(malld, SIGSTOP);
+    const bool stopped = wait_until([&] { return all_threads_stopped(malld); }, 10s, 5ms);
+    if (stopped) attacker.go();
+    const std::optional<int> sent = stopped ? attacker.reported() : std::nullopt;
+    ::kill(malld, SIGCONT);
+    if (!stopped) return ::testing::AssertionFailure() << "malld did not stop";
+    if (sent != std::optional<int>(kStickContinueMalld))
+        return ::testing::AssertionFailure() << "the attacker could not pass its descriptor (exit " << attacker.finish()
+                                             << ")";
+    attacker.go();
+    return ::testing::AssertionSuccess();
 }
 
 class DaemonFloods : public ::testing::Test {
@@ -318,7 +347,7 @@ TEST_F(DaemonFloods, Issue37AStuckCloserCostsBoundedDescriptorsAndNeverBlocksThe
     const std::string socket = malld.socket();
     UserProcess attacker(61040, 20000, [&](UserProcess &self) {
         LingerTrap trap;
-        if (!trap.ok() || !stick_the_closer(socket, trap)) return 20;
+        if (!trap.ok() || !stick_the_closer(self, socket, trap)) return 20;
         if (!self.step(0)) return 21;
         int pipe_ends[2];
         if (::pipe2(pipe_ends, O_CLOEXEC) != 0) return 22;
@@ -347,6 +376,7 @@ TEST_F(DaemonFloods, Issue37AStuckCloserCostsBoundedDescriptorsAndNeverBlocksThe
         return 0;               // the trap goes: the hanging close returns
     });
     ASSERT_TRUE(attacker.started());
+    ASSERT_TRUE(hold_malld_for_the_stick(attacker, malld.pid()));
     ASSERT_EQ(attacker.reported(), std::optional<int>(0)) << "could not stick the closer: " << attacker.finish();
     attacker.go();
     const std::optional<int> reconnected = attacker.reported();
@@ -413,7 +443,7 @@ TEST_F(DaemonFloods, Issue37OutOfDescriptorsWithAStuckCloserMalldWaitsInsteadOfS
     const std::string socket = malld.socket();
     UserProcess attacker(61042, 4096, [&](UserProcess &self) {
         LingerTrap trap;
-        if (!trap.ok() || !stick_the_closer(socket, trap)) return 20;
+        if (!trap.ok() || !stick_the_closer(self, socket, trap)) return 20;
         if (!self.step(0)) return 21;
         int pipe_ends[2];
         if (::pipe2(pipe_ends, O_CLOEXEC) != 0) return 22;
@@ -426,6 +456,7 @@ TEST_F(DaemonFloods, Issue37OutOfDescriptorsWithAStuckCloserMalldWaitsInsteadOfS
         return 0;
     });
     ASSERT_TRUE(attacker.started());
+    ASSERT_TRUE(hold_malld_for_the_stick(attacker, malld.pid()));
     ASSERT_EQ(attacker.reported(), std::optional<int>(0)) << "could not stick the closer: " << attacker.finish();
     rlimit few{64, 64};
     ASSERT_EQ(::prlimit(malld.pid(), RLIMIT_NOFILE, &few, nullptr), 0) << std::strerror(errno);
