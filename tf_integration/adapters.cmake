@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # tf_integration/adapters.cmake: the framework adapters that follow mall's allocation at a step
 # boundary, as header-only INTERFACE targets: mall_tf_openmp (alias mall::tf_openmp; the OpenMP
-# runtime of the stepping thread) and mall_tf_libtorch (alias mall::tf_libtorch; libtorch's
-# intra-op threads, built when libtorch is found: MALL_WITH_LIBTORCH=AUTO|ON|OFF). Also builds the
-# adapters' probe programs and registers their tests. Included at the end of
-# tf_integration/CMakeLists.txt.
+# runtime of the stepping thread; include/mall/openmp/) and mall_tf_libtorch (alias
+# mall::tf_libtorch; libtorch's intra-op threads; include/mall/libtorch/; built when libtorch is
+# found: MALL_WITH_LIBTORCH=AUTO|ON|OFF, cmake/OptionalPart.cmake). What every adapter shares is in
+# include/mall/adapter/. Also builds the adapters' probe programs and registers their tests.
+# Included at the end of tf_integration/CMakeLists.txt.
 
 # --- OpenMP ------------------------------------------------------------------------------------
 find_package(OpenMP COMPONENTS CXX)
@@ -26,21 +27,19 @@ endif()
 # pulls in gflags, glog and protobuf and stops the configure with FATAL_ERROR when one of them is
 # missing (even under AUTO), while the adapter needs only ATen's headers, torch_cpu and c10.
 # Point MALL_TORCH_INCLUDE_DIR / MALL_TORCH_CPU_LIBRARY / MALL_C10_LIBRARY at another libtorch.
-set(MALL_WITH_LIBTORCH AUTO CACHE STRING "Build the libtorch adapter: AUTO, ON or OFF")
-set_property(CACHE MALL_WITH_LIBTORCH PROPERTY STRINGS AUTO ON OFF)
-set(MALL_LIBTORCH_ENABLED OFF)
-if(MALL_WITH_LIBTORCH STREQUAL "AUTO" OR MALL_WITH_LIBTORCH)
+mall_optional_part(MALL_WITH_LIBTORCH "Build the libtorch adapter" _mall_torch_wanted)
+set(_mall_torch_found OFF)
+set(_mall_torch_missing "")
+if(_mall_torch_wanted)
   find_path(MALL_TORCH_INCLUDE_DIR ATen/Parallel.h)
   find_library(MALL_TORCH_CPU_LIBRARY torch_cpu)
   find_library(MALL_C10_LIBRARY c10)
-  set(_mall_torch_missing "")
   if(NOT MALL_TORCH_INCLUDE_DIR OR NOT MALL_TORCH_CPU_LIBRARY OR NOT MALL_C10_LIBRARY)
     set(_mall_torch_missing "<ATen/Parallel.h>, libtorch_cpu or libc10 not found; install libtorch-dev or set MALL_TORCH_INCLUDE_DIR / MALL_TORCH_CPU_LIBRARY / MALL_C10_LIBRARY")
   elseif(NOT TARGET mall_tf_openmp)
     set(_mall_torch_missing "it needs the OpenMP adapter, and the compiler has no OpenMP")
-  endif()
-  if(_mall_torch_missing STREQUAL "")
-    set(MALL_LIBTORCH_ENABLED ON)
+  else()
+    set(_mall_torch_found ON)
     file(STRINGS ${MALL_TORCH_INCLUDE_DIR}/ATen/Config.h _mall_torch_openmp
          REGEX "^#define AT_PARALLEL_OPENMP 1")
     if(_mall_torch_openmp)
@@ -48,19 +47,19 @@ if(MALL_WITH_LIBTORCH STREQUAL "AUTO" OR MALL_WITH_LIBTORCH)
     else()
       set(_mall_torch_kind "not an OpenMP build: thread count only, its own pool is not re-pinned")
     endif()
-    add_library(mall_tf_libtorch INTERFACE)
-    target_include_directories(mall_tf_libtorch SYSTEM INTERFACE ${MALL_TORCH_INCLUDE_DIR})
-    target_link_libraries(mall_tf_libtorch INTERFACE
-      mall_tf_openmp ${MALL_TORCH_CPU_LIBRARY} ${MALL_C10_LIBRARY})
-    add_library(mall::tf_libtorch ALIAS mall_tf_libtorch)
-    message(STATUS "mall: libtorch adapter on (MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH}, ${MALL_TORCH_CPU_LIBRARY}, ${_mall_torch_kind})")
-  elseif(MALL_WITH_LIBTORCH STREQUAL "AUTO")
-    message(STATUS "mall: libtorch adapter off (${_mall_torch_missing})")
-  else()
-    message(FATAL_ERROR "mall: MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH} but ${_mall_torch_missing}; or pass -DMALL_WITH_LIBTORCH=AUTO|OFF")
   endif()
-else()
-  message(STATUS "mall: libtorch adapter off (MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH})")
+endif()
+mall_optional_part_report(MALL_WITH_LIBTORCH "libtorch adapter" MALL_LIBTORCH_ENABLED
+  FOUND _mall_torch_found
+  ON_DETAIL "MALL_WITH_LIBTORCH=${MALL_WITH_LIBTORCH}, ${MALL_TORCH_CPU_LIBRARY}, ${_mall_torch_kind}"
+  OFF_WHY "${_mall_torch_missing}"
+  ON_ERROR "${_mall_torch_missing};")
+if(MALL_LIBTORCH_ENABLED)
+  add_library(mall_tf_libtorch INTERFACE)
+  target_include_directories(mall_tf_libtorch SYSTEM INTERFACE ${MALL_TORCH_INCLUDE_DIR})
+  target_link_libraries(mall_tf_libtorch INTERFACE
+    mall_tf_openmp ${MALL_TORCH_CPU_LIBRARY} ${MALL_C10_LIBRARY})
+  add_library(mall::tf_libtorch ALIAS mall_tf_libtorch)
 endif()
 
 # --- Probes and tests ----------------------------------------------------------------------------
@@ -75,9 +74,9 @@ if(MALL_BUILD_TESTS AND TARGET mall_tf_openmp)
   add_test(NAME unit.tf_openmp_adapter_needs_openmp
            COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -x c++
                    -I${CMAKE_CURRENT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/libmall/include
-                   ${CMAKE_CURRENT_SOURCE_DIR}/include/mall/tf/openmp_adapter.hpp)
+                   ${CMAKE_CURRENT_SOURCE_DIR}/include/mall/openmp/adapter.hpp)
   set_tests_properties(unit.tf_openmp_adapter_needs_openmp PROPERTIES
-    LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "openmp_adapter.hpp needs OpenMP: compile with -fopenmp")
+    LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "mall/openmp/adapter.hpp needs OpenMP: compile with -fopenmp")
 
   # One probe program (tests/support/<probe>_main.cpp on `adapter`) and the integration test that
   # drives it under malld (tests/integration/<test>.cpp).
@@ -93,6 +92,17 @@ if(MALL_BUILD_TESTS AND TARGET mall_tf_openmp)
     set_tests_properties(integration.${test} PROPERTIES LABELS integration TIMEOUT 300 RUN_SERIAL TRUE
                          SKIP_RETURN_CODE 77)
   endfunction()
+
+  # Code written against 0.3 (the adapters' mall/tf/ paths and mall::tf names) still builds.
+  add_executable(tf_test_adapters_0_3_names ${PROJECT_SOURCE_DIR}/tests/unit/tf_test_adapters_0_3_names.cpp)
+  mall_test_code(tf_test_adapters_0_3_names)
+  target_link_libraries(tf_test_adapters_0_3_names PRIVATE mall_tf mall_tf_openmp mall_gtest_main)
+  if(MALL_LIBTORCH_ENABLED)
+    target_link_libraries(tf_test_adapters_0_3_names PRIVATE mall_tf_libtorch)
+    target_compile_definitions(tf_test_adapters_0_3_names PRIVATE MALL_TEST_LIBTORCH=1)
+  endif()
+  add_test(NAME unit.tf_test_adapters_0_3_names COMMAND tf_test_adapters_0_3_names)
+  set_tests_properties(unit.tf_test_adapters_0_3_names PROPERTIES LABELS unit TIMEOUT 60)
 
   mall_add_adapter_test(omp_probe mall_tf_openmp tf_test_openmp_adapter)
   if(MALL_LIBTORCH_ENABLED)

@@ -10,7 +10,10 @@ tmp=$(mktemp -d /tmp/mall-pkg.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/pool_parking.hpp \
-         include/mall/tf/mall_pool_glue.hpp include/mall/mall_mpi.h bin/malld bin/mallctl bin/mallrun; do
+         include/mall/tf/mall_pool_glue.hpp include/mall/adapter/attach.hpp include/mall/adapter/allocation_cpus.hpp \
+         include/mall/openmp/adapter.hpp include/mall/libtorch/adapter.hpp \
+         include/mall/tf/openmp_adapter.hpp include/mall/tf/libtorch_adapter.hpp include/mall/tf/allocation_cpus.hpp \
+         include/mall/mall_mpi.h bin/malld bin/mallctl bin/mallrun; do
   [ -e "$tmp/prefix/$f" ] || { echo "not installed: $f" >&2; exit 1; }
 done
 # A build with TensorFlow installs its Session adapter: the consumer then builds one on it too.

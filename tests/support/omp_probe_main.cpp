@@ -19,7 +19,7 @@
 #include <vector>
 
 #include <mall/mall.h>
-#include <mall/tf/openmp_adapter.hpp>
+#include <mall/openmp/adapter.hpp>
 
 #include "support/probe_support.hpp"
 
@@ -65,9 +65,9 @@ int main(int argc, char **argv) {
 
     int open_rc = 0;
     mall_t *m = mall::test::open_probe_handle("mall_omp_probe", omp_get_max_threads(), &open_rc);
-    mall::tf::OpenMPAttachment *adapter = nullptr;
+    mall::openmp::OpenMPAttachment *adapter = nullptr;
     if (m != nullptr) {
-        int rc = mall::tf::attach_openmp(m, &adapter);
+        int rc = mall::openmp::attach_openmp(m, &adapter);
         if (rc == MALL_SUCCESS) rc = mall_on_resize(m, &observe_at_ack, nullptr);
         if (rc != MALL_SUCCESS) std::fprintf(stderr, "mall_omp_probe: attach: %s\n", mall_strerror(rc));
     }

@@ -23,7 +23,7 @@
 #include <ATen/ops/tanh.h>
 
 #include <mall/mall.h>
-#include <mall/tf/libtorch_adapter.hpp>
+#include <mall/libtorch/adapter.hpp>
 
 #include "support/probe_support.hpp"
 
@@ -58,9 +58,9 @@ int main(int argc, char **argv) {
 
     int open_rc = 0;
     mall_t *m = mall::test::open_probe_handle("mall_torch_probe", at::get_num_threads(), &open_rc);
-    mall::tf::LibtorchAttachment *adapter = nullptr;
+    mall::libtorch::LibtorchAttachment *adapter = nullptr;
     if (m != nullptr) {
-        int rc = mall::tf::attach_libtorch(m, &adapter);
+        int rc = mall::libtorch::attach_libtorch(m, &adapter);
         if (rc == MALL_SUCCESS) rc = mall_on_resize(m, &observe_at_ack, nullptr);
         if (rc != MALL_SUCCESS) std::fprintf(stderr, "mall_torch_probe: attach: %s\n", mall_strerror(rc));
     }
