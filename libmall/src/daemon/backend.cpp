@@ -2,10 +2,12 @@
 // backend.cpp — the names of backends and cgroup modes, and make_backend: which backend malld runs,
 // from what the host has (backend_probe.cpp). The backends themselves live in their own files:
 // backend_cgroup.{hpp,cpp} (the common cgroup layer) with backend_cgroup_v1.cpp and
-// backend_cgroup_v2.cpp (the kernel interfaces), backend_in_place.cpp, backend_own_folder.cpp,
-// backend_slice_mode.cpp, systemd_slice.{hpp,cpp}, cgroup_tree.{hpp,cpp},
-// cgroup_membership.cpp, and affinity_backend.{hpp,cpp} (no cgroups).
+// backend_cgroup_v2.cpp (the kernel interfaces), cgroup_modes.{hpp,cpp} (one type per cgroup
+// mode), backend_in_place.cpp, backend_own_folder.cpp, backend_slice_mode.cpp,
+// systemd_slice.{hpp,cpp}, cgroup_tree.{hpp,cpp}, and affinity_backend.{hpp,cpp} (no cgroups).
 #include "backend.hpp"
+
+#include <cstddef>
 
 #include "affinity_backend.hpp"
 #include "backend_cgroup.hpp"
@@ -13,43 +15,50 @@
 
 namespace mall {
 
-std::optional<CgroupMode> parse_cgroup_mode(const std::string &name) {
-    if (name == "auto") return CgroupMode::Auto;
-    if (name == "own") return CgroupMode::Own;
-    if (name == "in-place") return CgroupMode::InPlace;
-    if (name == "container") return CgroupMode::Container;
-    if (name == "container-systemd") return CgroupMode::ContainerSystemd;
+namespace {
+
+// Each enum's names, written once for parsing and for printing.
+template <typename Enum>
+struct Named {
+    Enum value;
+    const char *name;
+};
+
+constexpr Named<CgroupMode> kCgroupModeNames[] = {
+    {CgroupMode::Auto, "auto"},
+    {CgroupMode::Own, "own"},
+    {CgroupMode::InPlace, "in-place"},
+    {CgroupMode::Container, "container"},
+    {CgroupMode::ContainerSystemd, "container-systemd"},
+};
+
+constexpr Named<BackendKind> kBackendNames[] = {
+    {BackendKind::Auto, "auto"},
+    {BackendKind::CgroupV1, "cgroup-v1"},
+    {BackendKind::CgroupV2, "cgroup-v2"},
+    {BackendKind::Affinity, "affinity"},
+};
+
+template <typename Enum, size_t N>
+std::optional<Enum> value_named(const Named<Enum> (&table)[N], const std::string &name) {
+    for (const auto &entry : table)
+        if (name == entry.name) return entry.value;
     return std::nullopt;
 }
 
-const char *cgroup_mode_name(CgroupMode mode) {
-    switch (mode) {
-        case CgroupMode::Auto: return "auto";
-        case CgroupMode::Own: return "own";
-        case CgroupMode::InPlace: return "in-place";
-        case CgroupMode::Container: return "container";
-        case CgroupMode::ContainerSystemd: return "container-systemd";
-    }
+template <typename Enum, size_t N>
+const char *name_of(const Named<Enum> (&table)[N], Enum value) {
+    for (const auto &entry : table)
+        if (entry.value == value) return entry.name;
     return "unknown";
 }
 
-std::optional<BackendKind> parse_backend(const std::string &name) {
-    if (name == "auto") return BackendKind::Auto;
-    if (name == "cgroup-v1") return BackendKind::CgroupV1;
-    if (name == "cgroup-v2") return BackendKind::CgroupV2;
-    if (name == "affinity") return BackendKind::Affinity;
-    return std::nullopt;
-}
+}  // namespace
 
-const char *backend_name(BackendKind kind) {
-    switch (kind) {
-        case BackendKind::Auto: return "auto";
-        case BackendKind::CgroupV1: return "cgroup-v1";
-        case BackendKind::CgroupV2: return "cgroup-v2";
-        case BackendKind::Affinity: return "affinity";
-    }
-    return "unknown";
-}
+std::optional<CgroupMode> parse_cgroup_mode(const std::string &name) { return value_named(kCgroupModeNames, name); }
+const char *cgroup_mode_name(CgroupMode mode) { return name_of(kCgroupModeNames, mode); }
+std::optional<BackendKind> parse_backend(const std::string &name) { return value_named(kBackendNames, name); }
+const char *backend_name(BackendKind kind) { return name_of(kBackendNames, kind); }
 
 std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string &parent,
                                             std::string *why, std::string *error) {

@@ -15,10 +15,10 @@
 // Where each part lives (one file per kernel interface and per mode, a common layer above, as
 // Slurm keeps cgroup/v1, cgroup/v2 and task/cgroup apart): backend_probe (what the host has),
 // backend_cgroup (the common cgroup layer) with backend_cgroup_v1 and backend_cgroup_v2,
-// backend_in_place, backend_own_folder, backend_slice_mode (container-systemd), systemd_slice (a
-// container job's systemd slice: its name and systemd's calls), cgroup_tree (reading a cgroup
-// hierarchy as a tree of folders), cgroup_membership (in_job_cgroups, member_pids) and
-// affinity_backend; backend.cpp picks one.
+// cgroup_modes (one type per CgroupMode, what a mode decides), backend_in_place,
+// backend_own_folder, backend_slice_mode (container-systemd), systemd_slice (a container job's
+// systemd slice: its name and systemd's calls), cgroup_tree (reading a cgroup hierarchy as a tree
+// of folders) and affinity_backend; backend.cpp picks one.
 #pragma once
 
 #include <sys/types.h>

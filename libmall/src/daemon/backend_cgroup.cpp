@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // backend_cgroup.cpp — the job's life in the common cgroup layer (backend_cgroup.hpp): start
-// (malld's parent folder with the pool), registration (which pids are enforced in place, which in
-// malld's own folder), apply, adoption after a restart, removal at the job's end, stop. Every
+// (malld's parent folder with the pool), the jobs' map (each job's JobEnforcement, made for its mode
+// at registration or adoption) and what malld asks of a job, which the job's mode answers; stop;
+// the checks every mode shares (effective cpus, an empty cpu list, a folder left running). Every
 // failure message names the path, the errno text and a fix; growing always re-widens every
 // thread's own mask too (the kernel keeps requested masks).
 #include "backend_cgroup.hpp"
@@ -15,15 +16,12 @@
 
 #include "../common/files.hpp"
 #include "../common/text.hpp"
-#include "affinity_backend.hpp"
 #include "cgroup_tree.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
-#include "systemd_slice.hpp"
 
 namespace mall {
 
-using cgroup_tree::descendants;
 using cgroup_tree::errno_text;
 using cgroup_tree::is_directory;
 using cgroup_tree::is_path_prefix;
@@ -66,57 +64,40 @@ bool CgroupBackend::start(const CpuSet &pool, std::string *error) {
 }
 
 void CgroupBackend::set_mode(const std::string &job, CgroupMode mode) {
-    if (jobs_.count(job)) return;
-    jobs_[job].mode = mode;
-    // A container job's folder is made at its first apply(), empty, for the engine.
-    if (is_container_mode(mode)) jobs_[job].any_own = true;
+    if (!jobs_.count(job)) jobs_[job] = make_job_enforcement(*this, job, mode);
 }
 
 void CgroupBackend::set_self_registered(const std::string &job) {
-    JobCgroups &state = jobs_[job];
-    state.mode = CgroupMode::InPlace;
-    state.delegated = true;
+    jobs_[job] = make_job_enforcement(*this, job, CgroupMode::InPlace, true);
+}
+
+JobEnforcement &CgroupBackend::enforcement(const std::string &job) {
+    auto &slot = jobs_[job];
+    if (!slot) slot = make_job_enforcement(*this, job, CgroupMode::Auto);
+    return *slot;
+}
+
+const JobEnforcement *CgroupBackend::find(const std::string &job) const {
+    auto it = jobs_.find(job);
+    return it == jobs_.end() ? nullptr : it->second.get();
 }
 
 bool CgroupBackend::add_pids(const std::string &job, const std::vector<pid_t> &pids, std::string *error) {
-    JobCgroups &state = jobs_[job];
-    const size_t known = state.in_place.size();
-    std::vector<pid_t> to_move = classify(job, state, pids);
-    // A task that joins in a cgroup of its own (another Slurm step) gets the job's cpus there
-    // now: the job's allocation may not change, so no apply() would come for it.
-    std::string first_error;
-    if (state.enforced && !state.enforced->empty())
-        for (size_t i = known; i < state.in_place.size(); ++i) {
-            std::string why;
-            if (!resize_in_place(state.in_place[i].path, *state.enforced, &why, !state.delegated) &&
-                first_error.empty())
-                first_error = why;
-        }
-    const std::string dir = own_dir(job);
-    if (!to_move.empty() && is_directory(dir) && !move_pids(dir, to_move, error)) return false;
-    // Its threads keep the masks they had (Slurm's task/affinity pins a task to its step's
-    // cores before the plugin registers it, and the kernel keeps requested masks across a
-    // move): widen them to the job's cpus, which no apply() may come to do.
-    if (state.enforced && !state.enforced->empty() && !is_container_mode(state.mode))
-        set_tree_affinity(job, pids, *state.enforced, first_error.empty() ? &first_error : nullptr);
-    if (!first_error.empty()) return fail(error, first_error);
-    return true;  // pids for malld's folder are moved when the folder is made
+    return enforcement(job).add_pids(pids, error);
 }
 
 void CgroupBackend::adopt(const std::string &job, const std::vector<pid_t> &pids, const std::vector<JobCgroup> &saved, const CpuSet &enforced) {
-    JobCgroups &state = jobs_[job];
-    if (!enforced.empty()) state.enforced = enforced;
-    // A self-registered job stays in its delegated cgroup, as before the restart.
-    if (job.rfind(kSelfJobPrefix, 0) == 0) set_self_registered(job);
-    for (const JobCgroup &c : saved)
-        if (c.in_place) state.in_place.push_back(c);
-    // A container job whose saved folder is its systemd slice (the state file keeps no mode).
-    for (const JobCgroup &c : saved)
-        if (!c.in_place && state.mode == CgroupMode::Container && c.path == slice_dir(job))
-            state.mode = CgroupMode::ContainerSystemd;
-    // Where the live pids are now: a cgroup the state file did not name is recorded with its
-    // cpus of now as its original (the file was written by a malld before enforcement in place).
-    classify(job, state, pids);
+    // The state file keeps no mode: a self-registered job is known by its name and stays in its
+    // delegated cgroup, as before the restart; a container job whose saved folder is its systemd
+    // slice is of the systemd driver.
+    if (job.rfind(kSelfJobPrefix, 0) == 0) {
+        set_self_registered(job);
+    } else if (const JobEnforcement *known = find(job); known && known->mode() == CgroupMode::Container) {
+        for (const JobCgroup &c : saved)
+            if (!c.in_place && c.path == slice_dir(job))
+                jobs_[job] = make_job_enforcement(*this, job, CgroupMode::ContainerSystemd);
+    }
+    enforcement(job).adopt(pids, saved, enforced);
 }
 
 // A saved path must name a folder below the mount as classify() would have recorded it; a crafted
@@ -137,80 +118,54 @@ std::string CgroupBackend::saved_cgroup_problem(const std::string &job, const Jo
 
 std::vector<JobCgroup> CgroupBackend::cgroups_of(const std::string &job) const {
     // No file system access: malld saves this after every batch of events.
-    std::vector<JobCgroup> list;
-    auto it = jobs_.find(job);
-    if (it == jobs_.end()) return list;
-    list = it->second.in_place;
-    if (it->second.any_own) list.push_back(JobCgroup{own_dir(job), false, ""});
-    return list;
+    const JobEnforcement *known = find(job);
+    return known ? known->cgroups() : std::vector<JobCgroup>();
+}
+
+// Membership by cgroup: access.cpp asks whether a peer lives in the job's cgroups (e.g. a process
+// that entered a container with `podman exec`). Reads only.
+bool CgroupBackend::in_job_cgroups(const std::string &job, pid_t pid) const {
+    const JobEnforcement *known = find(job);
+    if (!known) return false;
+    auto rel = cgroup_of(pid);
+    return rel && known->holds(mount_ + *rel);
+}
+
+std::vector<pid_t> CgroupBackend::member_pids(const std::string &job) const {
+    const JobEnforcement *known = find(job);
+    return known ? known->member_pids() : std::vector<pid_t>();
 }
 
 std::string CgroupBackend::engine_cgroup_parent(const std::string &job) const {
-    auto it = jobs_.find(job);
-    if (it == jobs_.end() || !is_container_mode(it->second.mode)) return "";
-    if (it->second.mode == CgroupMode::ContainerSystemd)
-        return systemd_slice::job_slice_name(job).value_or("");
-    return own_dir(job).substr(mount_.size());
+    const JobEnforcement *known = find(job);
+    return known ? known->engine_cgroup_parent() : "";
 }
 
 void CgroupBackend::tidy() { retry_pending_removals(); }
 
 bool CgroupBackend::apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing, std::string *error) {
-    JobCgroups &state = jobs_[job];
-    std::vector<pid_t> own_pids = classify(job, state, pids);
-    std::string first_error;
-    auto note = [&](const std::string &why) {
-        if (first_error.empty()) first_error = why;
-    };
-    for (const JobCgroup &c : state.in_place) {
-        std::string why;
-        if (!resize_in_place(c.path, cpus, &why, !state.delegated)) note(why);
-    }
-    const std::string dir = own_dir(job);
-    if (state.mode == CgroupMode::ContainerSystemd) {
-        std::string why;
-        if (!apply_slice(job, dir, cpus, growing, &why)) note(why);
-    } else if (state.any_own || is_directory(dir)) {
-        std::string why;
-        if (!apply_own(dir, own_pids, cpus, growing, &why)) note(why);
-    }
-    state.enforced = cpus;
-    if (!first_error.empty()) return fail(error, first_error);
-    return true;
+    return enforcement(job).apply(pids, cpus, growing, error);
 }
 
 std::optional<CpuSet> CgroupBackend::current(const std::string &job, const std::vector<pid_t> &) const {
-    auto it = jobs_.find(job);
-    if (it != jobs_.end() && !it->second.in_place.empty())
-        return effective_cpus(it->second.in_place.front().path);
+    if (const JobEnforcement *known = find(job)) return known->current();
     std::string text;
-    if (!read_text_file(own_dir(job) + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
+    if (!read_text_file(own_folder(job) + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
     return CpuSet::parse(trim(text));
 }
 
+// A job malld knows gives back its in-place cgroups and removes its folder as its mode says; one
+// it does not know (remove_stale_job_cgroups) loses whatever folder or slice is left of it.
 void CgroupBackend::remove(const std::string &job) {
     retry_pending_removals();
-    auto it = jobs_.find(job);
-    bool container = false;
-    // A job of the systemd driver, or a stale slice of one (remove_stale_job_cgroups).
-    bool slice = it == jobs_.end() && has_systemd_slices() && is_directory(slice_dir(job));
-    std::string dir = own_dir(job);
-    if (it != jobs_.end()) {
-        for (const JobCgroup &c : it->second.in_place) give_back(c, !it->second.delegated);
-        container = is_container_mode(it->second.mode);
-        slice = it->second.mode == CgroupMode::ContainerSystemd;
+    std::unique_ptr<JobEnforcement> ending;
+    if (auto it = jobs_.find(job); it != jobs_.end()) {
+        ending = std::move(it->second);
         jobs_.erase(it);
+    } else {
+        ending = make_leftover_enforcement(*this, job);
     }
-    if (slice) {
-        remove_slice(job);
-        return;
-    }
-    if (container || (is_directory(dir) && !descendants(dir).empty())) {
-        remove_container_folders(dir);
-        return;
-    }
-    if (!is_directory(dir)) return;
-    if (!remove_folder(dir)) pending_removals_.insert(dir);
+    ending->remove();
 }
 
 void CgroupBackend::stop() {
@@ -225,9 +180,8 @@ void CgroupBackend::stop() {
 }
 
 std::string CgroupBackend::cgroup_path(const std::string &job) const {
-    auto it = jobs_.find(job);
-    if (it != jobs_.end() && !it->second.in_place.empty()) return it->second.in_place.front().path;
-    return own_dir(job);
+    const JobEnforcement *known = find(job);
+    return known ? known->main_path() : own_folder(job);
 }
 
 std::vector<std::string> CgroupBackend::jobs_with_cgroups() const {
@@ -241,18 +195,6 @@ std::vector<std::string> CgroupBackend::jobs_with_cgroups() const {
 std::string CgroupBackend::describe() const {
     return std::string(version_name()) + " cpuset at " + mount_ +
            " (jobs in place in their own cgroups; malld's folders under " + parent_dir_ + ")";
-}
-
-std::string CgroupBackend::own_dir(const std::string &job) const {
-    auto it = jobs_.find(job);
-    if (it != jobs_.end() && it->second.mode == CgroupMode::ContainerSystemd) return slice_dir(job);
-    return parent_dir_ + "/" + kJobFolderPrefix + job;
-}
-
-// True for a cgroup that was not made for one job: the root, malld's own folders, the cgroup
-// malld itself runs in and its ancestors, and (v2) systemd's user slices (login sessions).
-bool CgroupBackend::needs_own_folder(const std::string &rel) const {
-    return !own_reason(rel).empty();
 }
 
 std::string CgroupBackend::own_reason(const std::string &rel) const {
@@ -269,50 +211,36 @@ std::string CgroupBackend::never_delegated_reason(const std::string &rel) const 
     return "";
 }
 
-// Sorts pids not seen before: a pid in a cgroup made for it records that cgroup (in place),
-// any other needs malld's own folder. Returns the pids (of all seen) that belong in malld's
-// folder, so the caller can move them.
-std::vector<pid_t> CgroupBackend::classify(const std::string &job, JobCgroups &state, const std::vector<pid_t> &pids) {
-    std::vector<pid_t> own;
-    for (pid_t pid : pids) {
-        auto rel = cgroup_of(pid);
-        const bool first = state.seen.insert(pid).second;
-        if (!rel) continue;
-        // A container job: its processes live in the engine's cgroups below the job's folder,
-        // which apply() resizes with them; the launcher (mallrun, the engine's client) stays
-        // where it is, outside the job's cpus.
-        if (is_container_mode(state.mode)) continue;
-        // A self-registered job's cgroup was checked as delegated to its user (which a v2 login
-        // session's folders may be): it is resized where it is, never left for malld's folder.
-        if (state.delegated && !never_delegated_reason(*rel).empty()) continue;
-        const bool in_own = !state.delegated && needs_own_folder(*rel);
-        if (state.mode == CgroupMode::Own || in_own) {
-            own.push_back(pid);
-            state.any_own = true;
-            continue;
-        }
-        if (!first) continue;
-        const std::string dir = mount_ + *rel;
-        bool known = false;
-        for (const JobCgroup &c : state.in_place) known = known || c.path == dir;
-        if (known) continue;
-        std::string original;
-        read_text_file(dir + "/cpuset.cpus", &original, nullptr);
-        state.in_place.push_back(JobCgroup{dir, true, trim(original)});
-        if (state.in_place.size() == 2)
-            log_line(LogLevel::Info,
-                     "job " + job + "'s processes live in several cgroups (" + state.in_place[0].path +
-                         ", " + dir + "); malld resizes each of them in place");
-    }
-    return own;
-}
-
 // The cpus that apply to the processes of `dir` (v1 cpuset.cpus; v2 cpuset.cpus.effective).
 std::optional<CpuSet> CgroupBackend::effective_cpus(const std::string &dir) const {
     std::string text;
     if (!read_text_file(dir + effective_cpus_file(), &text, nullptr))
         return std::nullopt;
     return CpuSet::parse(trim(text));
+}
+
+bool CgroupBackend::check_effective(const std::string &dir, const CpuSet &target, const std::string &hint,
+                                    std::string *error) const {
+    auto effective = effective_cpus(dir);
+    if (effective && *effective == target) return true;
+    return fail(error, dir + "/cpuset.cpus is '" + target.to_string() + "' but the kernel applies '" +
+                           (effective ? effective->to_string() : std::string("?")) + "' (" +
+                           (effective_cpus_file() + 1) + "): " + hint);
+}
+
+bool CgroupBackend::allow_no_cpus(const std::string &what, bool holds_processes, const std::string &why,
+                                  std::string *error) {
+    if (!holds_processes) return true;
+    return fail(error, "cannot narrow " + what + " to no cpus while it holds processes (" + why +
+                           "); the job keeps its cpus until some are free");
+}
+
+void CgroupBackend::keep_running_with_pool(const std::string &what, const std::string &path,
+                                           const std::function<bool(std::string *)> &widen) const {
+    std::string why;
+    if (!pool_.empty() && !widen(&why)) log_line(LogLevel::Warn, "cannot widen " + what + " to the pool: " + why);
+    log_line(LogLevel::Info, path + " still holds processes (a container the job no longer manages): it "
+                                    "keeps the whole pool and goes once empty");
 }
 
 // What is written in a folder's cpuset.cpus (v2: may be empty = the parent's).

@@ -63,16 +63,6 @@ protected:
     const char *effective_cpus_file() const override { return "/cpuset.cpus.effective"; }
     bool empty_cpus_inherit() const override { return true; }
 
-    bool check_applied(const std::string &dir, const CpuSet &target, std::string *error) const override {
-        auto effective = effective_cpus(dir);
-        if (!effective || *effective != target)
-            return fail(error, dir + "/cpuset.cpus is '" + target.to_string() +
-                                   "' but the kernel applies '" +
-                                   (effective ? effective->to_string() : std::string("?")) +
-                                   "' (cpuset.cpus.effective): an ancestor's cpus do not hold them");
-        return true;
-    }
-
     void restore_inherited(const std::string &dir) override {
         // v2 "inherit the parent's": kernel 6.1 refuses an empty write while the cgroup holds
         // processes (ENOSPC); the parent's effective cpus are then the nearest equivalent.

@@ -3,7 +3,8 @@
 // resource manager or runtime made for them (Slurm's step, a container's, a systemd scope) and malld
 // resizes that cgroup without moving any process: ancestors widened first, descendants narrowed
 // first, and at the job's end the cgroup gets back the cpus it had at registration. check_pids
-// says beforehand, without writing, whether a registration's processes can be enforced so, and
+// says beforehand, without writing, whether a registration's processes can be enforced under its
+// mode (the mode's type decides), and
 // check_self_registration whether a self-registering process lives in a cgroup delegated to it;
 // cgroup_resized_in_place tells authorization which cgroup a Register would resize.
 #include "backend_cgroup.hpp"
@@ -17,7 +18,6 @@
 #include "cgroup_tree.hpp"
 #include "log.hpp"
 #include "procfs.hpp"
-#include "systemd_slice.hpp"
 
 namespace mall {
 
@@ -29,28 +29,14 @@ using cgroup_tree::pids_in_tree;
 using cgroup_tree::read_pid_list;
 
 bool CgroupBackend::check_pids(const std::vector<pid_t> &pids, CgroupMode mode, std::string *error) const {
-    if (mode == CgroupMode::ContainerSystemd && !has_systemd_slices())
-        return fail(error, "the container engine uses the systemd cgroup driver, but malld runs the "
-                           "cgroup-v1 backend (systemd sets cpusets on cgroup v2 only); configure the "
-                           "engine with the cgroupfs driver (podman --cgroup-manager=cgroupfs)");
-    if (mode == CgroupMode::ContainerSystemd && !systemd_slice::systemd_booted())
-        return fail(error, "the container engine uses the systemd cgroup driver, but systemd does not "
-                           "run here (no /run/systemd/system); use the cgroupfs driver");
+    // The mode's type, made for no job and asked only its const questions: nothing is recorded
+    // or written (hence the const_cast).
+    auto would_be = make_job_enforcement(const_cast<CgroupBackend &>(*this), "", mode);
+    if (std::string why = would_be->unavailable(); !why.empty()) return fail(error, why);
     for (pid_t pid : pids) {
         auto rel = cgroup_of(pid);
         if (!rel) continue;  // gone (registration refuses dead pids itself) or no cpuset line
-        const bool own = needs_own_folder(*rel);
-        if (mode == CgroupMode::Own || is_container_mode(mode) ||
-            (mode == CgroupMode::Auto && own))
-            continue;
-        if (own)
-            return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel + ", " +
-                                   own_reason(*rel) +
-                                   ": there is no cgroup of its own to resize in place; register "
-                                   "it with cgroup mode auto or own");
-        if (auto why = cannot_write_in_place(mount_ + *rel))
-            return fail(error, "pid " + std::to_string(pid) + " lives in cgroup " + *rel +
-                                   ", which malld cannot resize in place: " + *why);
+        if (std::string why = would_be->registration_problem(pid, *rel); !why.empty()) return fail(error, why);
     }
     return true;
 }
@@ -73,11 +59,8 @@ bool CgroupBackend::check_self_registration(pid_t pid, uid_t uid, std::string *e
     const std::string not_delegated = "process " + p + "'s cgroup " + *rel + " is not delegated to uid " + u;
     if (std::string shared = never_delegated_reason(*rel); !shared.empty())
         return refuse(not_delegated + " (it is " + shared + ")");
-    for (const auto &[name, state] : jobs_) {
-        std::vector<std::string> paths;
-        for (const JobCgroup &c : state.in_place) paths.push_back(c.path);
-        if (state.any_own || is_directory(own_dir(name))) paths.push_back(own_dir(name));
-        for (const std::string &path : paths) {
+    for (const auto &[name, job] : jobs_) {
+        for (const std::string &path : job->cgroup_paths()) {
             if (is_path_prefix(path, dir))
                 return refuse("process " + p + " is in cgroup " + *rel + " of job " + name +
                               " (it belongs to that job although it left its process tree); attach "
@@ -112,21 +95,19 @@ bool CgroupBackend::check_self_registration(pid_t pid, uid_t uid, std::string *e
     return true;
 }
 
-// classify()'s decision for one process, read ahead without recording or writing anything.
+// The job's mode's decision for one process (its type's place()), read ahead without recording or
+// writing anything.
 std::optional<std::string> CgroupBackend::cgroup_resized_in_place(const std::string &job, pid_t pid,
                                                                   CgroupMode mode) const {
-    bool delegated = false;
-    if (auto it = jobs_.find(job); it != jobs_.end()) {
-        mode = it->second.mode;
-        delegated = it->second.delegated;
-    }
     auto rel = cgroup_of(pid);
-    if (!rel || is_container_mode(mode)) return std::nullopt;
-    // A self-registered job's process outside a delegable cgroup is left alone; any other job's
-    // process goes to malld's own folder in `own` mode or where no cgroup was made for it.
-    const bool not_in_place = delegated ? !never_delegated_reason(*rel).empty()
-                                        : mode == CgroupMode::Own || needs_own_folder(*rel);
-    if (not_in_place) return std::nullopt;
+    if (!rel) return std::nullopt;
+    const JobEnforcement *known = find(job);
+    std::unique_ptr<JobEnforcement> would_be;
+    if (!known) {  // the mode's type, asked without recording anything (as in check_pids)
+        would_be = make_job_enforcement(const_cast<CgroupBackend &>(*this), job, mode);
+        known = would_be.get();
+    }
+    if (known->place(*rel) != Placement::InPlace) return std::nullopt;
     return mount_ + *rel;
 }
 
@@ -175,12 +156,9 @@ std::vector<std::string> CgroupBackend::ancestors(const std::string &dir) const 
 bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target, std::string *error,
                                     bool widen_parents) {
     if (!is_directory(dir)) return true;  // the resource manager removed it: the job is ending
-    if (target.empty()) {
-        if (read_pid_list(dir + "/cgroup.procs").empty()) return true;
-        return fail(error, "cannot narrow " + dir +
-                               " to no cpus while it holds processes (the kernel refuses an "
-                               "empty cpuset); the job keeps its cpus until some are free");
-    }
+    if (target.empty())
+        return allow_no_cpus(dir, !read_pid_list(dir + "/cgroup.procs").empty(), "the kernel refuses an empty cpuset",
+                             error);
     auto now = written_cpus(dir);
     if (!now) return fail(error, "cannot read " + dir + "/cpuset.cpus: " + errno_text(errno));
     if (now->empty()) now = effective_cpus(dir);  // v2: inherited
@@ -211,7 +189,7 @@ bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target
         }
         if (!write_cpus(dir, target, error)) return false;
     }
-    if (!check_applied(dir, target, error)) return false;
+    if (!check_effective(dir, target, "an ancestor's cpus do not hold them", error)) return false;
     if (grew) widen_thread_masks(dir, below, target);
     return true;
 }

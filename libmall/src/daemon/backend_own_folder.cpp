@@ -2,7 +2,8 @@
 // backend_own_folder.cpp — malld's own folder per job, <mount>/<parent>/job_<job>: made at
 // the first enforcement for processes that live in no cgroup of their own (they are moved in), or
 // empty for a container engine of the cgroupfs driver to create its cgroups below (they are never
-// moved out again); removed at the job's end, retried while busy.
+// moved out again); removed at the job's end, retried while busy. The modes (cgroup_modes.hpp) call
+// these; none of them asks which mode a job has.
 #include "backend_cgroup.hpp"
 
 #include <dirent.h>
@@ -27,15 +28,16 @@ using cgroup_tree::is_directory;
 using cgroup_tree::pids_in_tree;
 using cgroup_tree::read_pid_list;
 
-bool CgroupBackend::apply_own(const std::string &dir, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing, std::string *error) {
+std::string CgroupBackend::own_folder(const std::string &job) const {
+    return parent_dir_ + "/" + kJobFolderPrefix + job;
+}
+
+bool CgroupBackend::apply_job_folder(const std::string &dir, const std::vector<pid_t> &pids, const CpuSet &cpus,
+                                     bool growing, std::string *error) {
     bool exists = is_directory(dir);
-    if (cpus.empty()) {
-        if (!exists) return true;  // nothing enforced yet, nothing to narrow
-        if (read_pid_list(dir + "/cgroup.procs").empty()) return true;
-        return fail(error, "cannot narrow " + dir +
-                               " to no cpus while it holds processes (the kernel refuses an "
-                               "empty cpuset); the job keeps its cpus until some are free");
-    }
+    if (cpus.empty())  // not made yet: nothing enforced, nothing to narrow
+        return allow_no_cpus(dir, exists && !read_pid_list(dir + "/cgroup.procs").empty(),
+                             "the kernel refuses an empty cpuset", error);
     // Cgroups below malld's folder (a container created with --cgroup-parent there) go with
     // it, by the in-place rules: descendants narrowed first (v1), growth carried down.
     if (exists && !descendants(dir).empty()) return resize_in_place(dir, cpus, error);
@@ -59,10 +61,7 @@ bool CgroupBackend::apply_own(const std::string &dir, const std::vector<pid_t> &
     if (created) ok = move_pids(dir, pids, error);
     // The cpuset write narrows at once; widening also needs every thread's own mask widened,
     // otherwise a thread pinned earlier stays on its old cpus (effective = cpuset ∩ mask).
-    if (growing || created) {
-        for (pid_t pid : read_pid_list(dir + "/cgroup.procs"))
-            for (pid_t tid : threads_of(pid)) set_thread_affinity(tid, cpus);
-    }
+    if (growing || created) widen_thread_masks(dir, {}, cpus);
     return ok;
 }
 
@@ -101,13 +100,8 @@ std::vector<std::string> CgroupBackend::other_cgroup_mounts() const {
 // while its container runs) is widened to the whole pool, so the container runs on as an
 // ordinary one, and removed later (tidy) once it is empty.
 void CgroupBackend::remove_container_folders(const std::string &dir) {
-    if (is_directory(dir) && !pids_in_tree(dir).empty()) {
-        std::string why;
-        if (!pool_.empty() && !resize_in_place(dir, pool_, &why))
-            log_line(LogLevel::Warn, "cannot widen " + dir + " to the pool: " + why);
-        log_line(LogLevel::Info, dir + " still holds processes (a container the job no longer "
-                                       "manages): it keeps the whole pool and goes once empty");
-    }
+    if (is_directory(dir) && !pids_in_tree(dir).empty())
+        keep_running_with_pool(dir, dir, [&](std::string *why) { return resize_in_place(dir, pool_, why); });
     std::vector<std::string> roots{dir};
     const std::string rel = dir.substr(mount_.size());
     for (const std::string &mount : other_cgroup_mounts()) roots.push_back(mount + rel);
@@ -119,6 +113,15 @@ void CgroupBackend::remove_container_folders(const std::string &dir) {
         for (const std::string &f : folders)
             if (::rmdir(f.c_str()) != 0 && errno != ENOENT) pending_rmdirs_.insert(f);
     }
+}
+
+void CgroupBackend::remove_job_folder(const std::string &dir) {
+    if (!is_directory(dir)) return;
+    if (!descendants(dir).empty()) {
+        remove_container_folders(dir);
+        return;
+    }
+    if (!remove_folder(dir)) pending_removals_.insert(dir);
 }
 
 std::vector<std::string> CgroupBackend::job_folders() const {

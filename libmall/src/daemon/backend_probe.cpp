@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <vector>
 
 #include "../common/files.hpp"
@@ -22,17 +23,22 @@ using cgroup_tree::has_token;
 using cgroup_tree::has_word;
 using cgroup_tree::is_directory;
 
+namespace {
+
+// The first cgroup v1 hierarchy holding the cpuset controller in /proc/self/mountinfo.
+std::optional<MountEntry> v1_cpuset_mount_entry() {
+    for (const auto &m : read_mountinfo())
+        if (m.fstype == "cgroup" && has_token(m.super_options, "cpuset", ',')) return m;
+    return std::nullopt;
+}
+
+}  // namespace
+
 CgroupProbe probe_v1(const std::string &parent) {
     CgroupProbe p;
-    std::string found;
-    bool read_only = false;
-    for (const auto &m : read_mountinfo()) {
-        if (m.fstype == "cgroup" && has_token(m.super_options, "cpuset", ',')) {
-            found = m.mount_point;
-            read_only = has_token(m.mount_options, "ro", ',');
-            break;
-        }
-    }
+    const auto entry = v1_cpuset_mount_entry();
+    const std::string found = entry ? entry->mount_point : "";
+    const bool read_only = entry && has_token(entry->mount_options, "ro", ',');
     if (found.empty()) {
         p.reason = "no cgroup v1 hierarchy with the cpuset controller in /proc/self/mountinfo";
         return p;
@@ -94,9 +100,8 @@ CgroupProbe probe_v2() {
 }
 
 std::string cgroup_v1_cpuset_mount() {
-    for (const auto &m : read_mountinfo())
-        if (m.fstype == "cgroup" && has_token(m.super_options, "cpuset", ',')) return m.mount_point;
-    return "";
+    const auto entry = v1_cpuset_mount_entry();
+    return entry ? entry->mount_point : "";
 }
 
 }  // namespace mall

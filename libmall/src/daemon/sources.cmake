@@ -13,7 +13,7 @@ target_sources(mall_daemon PRIVATE
   src/daemon/backend_in_place.cpp
   src/daemon/backend_own_folder.cpp
   src/daemon/backend_slice_mode.cpp
-  src/daemon/cgroup_membership.cpp
+  src/daemon/cgroup_modes.cpp
   src/daemon/affinity_backend.cpp
   src/daemon/systemd_slice.cpp
   src/daemon/state_file.cpp
