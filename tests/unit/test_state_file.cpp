@@ -293,6 +293,7 @@ TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
     job.core_seconds = 120.5;
     job.lent_core_seconds = 40.25;
     job.oversubscribed_seconds = 1.5;
+    job.cpu_seconds = 33.5;  // issue 41: measured cpu time
     job.acked_threads = 2;
     job.ack_latency.observe(0.003);
     saved.jobs[0].times = {1.7e9, 1.7e9 + 60, 1.7e9 + 50};
@@ -311,6 +312,7 @@ TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
     EXPECT_DOUBLE_EQ(a.job.core_seconds, 120.5);
     EXPECT_DOUBLE_EQ(a.job.lent_core_seconds, 40.25);
     EXPECT_DOUBLE_EQ(a.job.oversubscribed_seconds, 1.5);
+    EXPECT_DOUBLE_EQ(a.job.cpu_seconds, 33.5);
     EXPECT_EQ(a.job.acked_threads, 2);
     EXPECT_EQ(a.job.ack_latency, job.ack_latency);
     ASSERT_TRUE(a.has_times);
@@ -329,11 +331,12 @@ TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
     old.erase("totals");
     for (auto &j : old["jobs"])
         for (const char *f : {"ack_latency_seconds", "core_seconds", "lent_core_seconds", "oversubscribed_seconds",
-                              "acked_threads", "registered_at", "accounted_until", "oversubscribed_since"})
+                              "cpu_seconds", "acked_threads", "registered_at", "accounted_until", "oversubscribed_since"})
             j.erase(f);
     auto older = mall::state_from_json(old, &error);
     ASSERT_TRUE(older) << error;
     EXPECT_EQ(older->jobs[0].job.lent_core_seconds, 0);
+    EXPECT_EQ(older->jobs[0].job.cpu_seconds, 0);
     EXPECT_FALSE(older->jobs[0].has_times);
     EXPECT_EQ(older->totals, mall::NodeTotals{});
 

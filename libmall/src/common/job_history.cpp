@@ -107,7 +107,7 @@ bool is_record(const nlohmann::json &r) {
     auto text = [](const nlohmann::json &v) { return v.is_string(); };
     if (!is("format", text) || r["format"] != kHistoryFormat || !is("job", text) || !is("time", number)) return false;
     for (const char *field : {"duration_seconds", "core_seconds", "lent_core_seconds", "oversubscribed_seconds",
-                              "resizes", "ack_timeouts", "acks", "min", "max", "uid", "started"})
+                              "cpu_seconds", "resizes", "ack_timeouts", "acks", "min", "max", "uid", "started"})
         if (r.contains(field) && !r[field].is_number()) return false;
     for (const char *field : {"reason", "host", "guaranteed"})
         if (r.contains(field) && !r[field].is_string()) return false;

@@ -4,7 +4,7 @@
 //
 // Format: JSON Lines, one object per finished job, appended when the job ends: the "end" event
 // (time, job, reason, uid, min, max, guaranteed, duration_seconds, core_seconds,
-// lent_core_seconds, oversubscribed_seconds, resizes, ack_timeouts, acks,
+// lent_core_seconds, oversubscribed_seconds, cpu_seconds (since issue 41), resizes, ack_timeouts, acks,
 // ack_latency_seconds_sum; container when it was one) plus "host" and "started" (time −
 // duration). "format": "mall-history-1" marks each line so other tools can tell it apart.
 // Rotation: before an append that would take the file past max_bytes it is renamed to

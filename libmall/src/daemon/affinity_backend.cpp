@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cgroup_tree.hpp"
+#include "job_cpu_time.hpp"
 #include "procfs.hpp"
 
 namespace mall {
@@ -88,7 +89,15 @@ public:
         return std::nullopt;
     }
 
-    void remove(const std::string &job) override { applied_.erase(job); }
+    // The /proc times of the job's processes and their descendants (job_cpu_time.hpp).
+    std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) override {
+        return cpu_time_[job].add_sample(process_tree_cpu_readings(pids), boot_time_ticks());
+    }
+
+    void remove(const std::string &job) override {
+        applied_.erase(job);
+        cpu_time_.erase(job);
+    }
     void stop() override {}
     std::string cgroup_path(const std::string &) const override { return ""; }
     std::vector<std::string> jobs_with_cgroups() const override { return {}; }
@@ -98,6 +107,7 @@ public:
 
 private:
     std::map<std::string, CpuSet> applied_;  // the cpus last applied to each job
+    std::map<std::string, CpuTimeAccount> cpu_time_;  // cpu_seconds' account per job
 };
 
 }  // namespace

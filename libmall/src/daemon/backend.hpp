@@ -143,6 +143,13 @@ public:
     // for affinity, the first registered pid's mask); nullopt when unknown.
     virtual std::optional<CpuSet> current(const std::string &job,
                                           const std::vector<pid_t> &pids) const = 0;
+    // The cpu seconds the job used since the first call for it: a running total that never goes
+    // back (malld takes differences between calls), or nullopt when the backend cannot tell. Each
+    // call is a sample (job_cpu_time.hpp): cgroup v2 reads usage_usec of cpu.stat in each of the
+    // job's cgroups (exited processes' time included); cgroup v1 and affinity add the /proc times
+    // of `pids` (the job's registered processes), their descendants and, for a container job,
+    // the processes in its cgroups. What it keeps for the job goes at remove().
+    virtual std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) = 0;
     // The job ended: removes its own folder (moving any leftover processes to the root) and gives
     // each in-place cgroup back the cpus it had at registration.
     virtual void remove(const std::string &job) = 0;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // backend_cgroup.cpp — the job's life in the common cgroup layer (backend_cgroup.hpp): start
 // (malld's parent folder with the pool), the jobs' map (each job's JobEnforcement, made for its mode
-// at registration or adoption) and what malld asks of a job, which the job's mode answers; stop;
+// at registration or adoption) and what malld asks of a job, which the job's mode answers (its
+// cpu time too); stop;
 // the checks every mode shares (effective cpus, an empty cpu list, a folder left running). Every
 // failure message names the path, the errno text and a fix; growing always re-widens every
 // thread's own mask too (the kernel keeps requested masks).
@@ -154,10 +155,27 @@ std::optional<CpuSet> CgroupBackend::current(const std::string &job, const std::
     return CpuSet::parse(trim(text));
 }
 
+// v2: the job's cgroups (in place and malld's folder or slice), each counted once; v1: the /proc
+// times of the job's processes and their descendants, and a container job's cgroup members.
+std::optional<double> CgroupBackend::cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) {
+    const JobEnforcement *known = find(job);
+    std::vector<CpuTimeReading> readings;
+    if (cgroups_count_cpu_time()) {
+        if (known) readings = cgroup_cpu_readings(known->cgroup_paths());
+    } else {
+        std::vector<pid_t> processes = pids;
+        if (known)
+            for (pid_t pid : known->member_pids()) processes.push_back(pid);
+        readings = process_tree_cpu_readings(processes);
+    }
+    return cpu_time_[job].add_sample(readings, boot_time_ticks());
+}
+
 // A job malld knows gives back its in-place cgroups and removes its folder as its mode says; one
 // it does not know (remove_stale_job_cgroups) loses whatever folder or slice is left of it.
 void CgroupBackend::remove(const std::string &job) {
     retry_pending_removals();
+    cpu_time_.erase(job);
     std::unique_ptr<JobEnforcement> ending;
     if (auto it = jobs_.find(job); it != jobs_.end()) {
         ending = std::move(it->second);

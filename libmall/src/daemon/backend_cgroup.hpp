@@ -5,7 +5,8 @@
 // written once; the kernel interface that differs between cgroup v1 and v2 is a set of hooks that
 // backend_cgroup_v1.cpp and backend_cgroup_v2.cpp implement, so nothing here branches on the
 // version, nor on the mode. Each concern has its own file:
-//   backend_cgroup.cpp     start, stop, the jobs' map and what the daemon asks of a job;
+//   backend_cgroup.cpp     start, stop, the jobs' map and what the daemon asks of a job (its cpus,
+//                          its cpu time);
 //   cgroup_modes.cpp       the modes but container-systemd, and what every mode shares;
 //   backend_in_place.cpp   resizing a cgroup someone else made (Slurm's step, a container's, a
 //                          systemd scope) where it is, giving it back its cpus at the end, and
@@ -26,6 +27,7 @@
 
 #include "backend.hpp"
 #include "cgroup_modes.hpp"
+#include "job_cpu_time.hpp"
 
 namespace mall {
 
@@ -51,6 +53,7 @@ public:
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing,
                std::string *error) override;
     std::optional<CpuSet> current(const std::string &job, const std::vector<pid_t> &pids) const override;
+    std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) override;
     void remove(const std::string &job) override;
     void stop() override;
     std::string cgroup_path(const std::string &job) const override;
@@ -141,6 +144,9 @@ protected:
     // Non-empty when `rel` is a cgroup shared by unrelated processes that the version knows of
     // (v2: a systemd login session), so a process there needs malld's own folder.
     virtual std::string session_reason(const std::string &rel) const = 0;
+    // True when each cgroup counts its processes' cpu time in this hierarchy (v2's cpu.stat), so a
+    // job's time is its cgroups'; false (v1) when it comes from /proc instead (cpu_seconds).
+    virtual bool cgroups_count_cpu_time() const = 0;
 
     std::string mount_;
     std::string parent_name_;  // --cgroup-parent
@@ -172,6 +178,7 @@ private:
     std::set<std::string> pending_removals_;
     std::set<std::string> pending_rmdirs_;  // container folders: removed with rmdir only
     std::set<std::string> pending_slices_;  // jobs whose slice still holds processes
+    std::map<std::string, CpuTimeAccount> cpu_time_;  // cpu_seconds' account per job, erased at remove()
 };
 
 // The two versions (make_backend calls them once the probe found the mount).

@@ -67,6 +67,10 @@ protected:
     void restore_inherited(const std::string &) override {}  // v1 has no "inherit": nothing was empty
     bool has_systemd_slices() const override { return false; }
     std::string session_reason(const std::string &) const override { return ""; }
+    // Not cpuacct: on v1 it is a hierarchy apart from the cpuset one (often mounted with cpu, as
+    // cpu,cpuacct), where a job's in-place cgroups may not exist under the same path and malld's
+    // own job folders exist only in the cpuset hierarchy; /proc's times follow the processes.
+    bool cgroups_count_cpu_time() const override { return false; }
 
 private:
     std::string mems_;  // the memory nodes every folder of malld's gets (the root's)

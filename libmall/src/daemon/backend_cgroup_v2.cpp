@@ -74,6 +74,8 @@ protected:
     }
 
     bool has_systemd_slices() const override { return true; }
+    // cpu.stat's usage_usec exists in every v2 cgroup, with or without the cpu controller.
+    bool cgroups_count_cpu_time() const override { return true; }
     std::string session_reason(const std::string &rel) const override {
         if (is_path_prefix("/user.slice", rel)) return "a systemd login session (/user.slice)";
         return "";

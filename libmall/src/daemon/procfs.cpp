@@ -38,10 +38,8 @@ bool is_number(const char *s) {
     return true;
 }
 
-// Fields of /proc/PID/stat after the command name; element 0 is field 3 (state).
-std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
-    std::string text;
-    if (!read_text_file("/proc/" + std::to_string(pid) + "/stat", &text)) return std::nullopt;
+// Fields of a /proc/PID/stat text after the command name; element 0 is field 3 (state).
+std::optional<std::vector<std::string>> stat_fields_of(const std::string &text) {
     size_t close = text.rfind(')');
     if (close == std::string::npos) return std::nullopt;
     std::istringstream in(text.substr(close + 1));
@@ -50,6 +48,12 @@ std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
     while (in >> f) fields.push_back(f);
     if (fields.empty()) return std::nullopt;
     return fields;
+}
+
+std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
+    std::string text;
+    if (!read_text_file("/proc/" + std::to_string(pid) + "/stat", &text)) return std::nullopt;
+    return stat_fields_of(text);
 }
 
 // Children via /proc/PID/task/TID/children (each thread lists the children it forked). Cheap,
@@ -114,6 +118,33 @@ std::optional<unsigned long long> process_start_time(pid_t pid) {
     } catch (...) {
         return std::nullopt;
     }
+}
+
+std::optional<ProcessCpuTime> parse_process_cpu_time(const std::string &stat_text) {
+    auto fields = stat_fields_of(stat_text);
+    // utime, stime and starttime (fields 14, 15, 22) are elements 11, 12 and 19.
+    if (!fields || fields->size() < 20) return std::nullopt;
+    ProcessCpuTime out;
+    for (auto [index, into] : {std::pair{11, &out.cpu_ticks}, std::pair{12, &out.cpu_ticks},
+                               std::pair{19, &out.start_ticks}}) {
+        const std::string &f = (*fields)[static_cast<size_t>(index)];
+        if (f.empty() || f.find_first_not_of("0123456789") != std::string::npos || f.size() > 19)
+            return std::nullopt;
+        *into += std::stoull(f);
+    }
+    return out;
+}
+
+std::optional<ProcessCpuTime> process_cpu_time(pid_t pid) {
+    if (pid <= 0) return std::nullopt;
+    std::string text;
+    if (!read_text_file("/proc/" + std::to_string(pid) + "/stat", &text)) return std::nullopt;
+    return parse_process_cpu_time(text);
+}
+
+long clock_ticks_per_second() {
+    static const long hz = ::sysconf(_SC_CLK_TCK) > 0 ? ::sysconf(_SC_CLK_TCK) : 100;
+    return hz;
 }
 
 bool process_alive(pid_t pid) {
@@ -345,7 +376,7 @@ std::optional<long> pidfd_pid(int pidfd) {
 unsigned long long boot_time_ticks() {
     timespec ts{};
     ::clock_gettime(CLOCK_BOOTTIME, &ts);
-    const long hz = ::sysconf(_SC_CLK_TCK) > 0 ? ::sysconf(_SC_CLK_TCK) : 100;
+    const long hz = clock_ticks_per_second();
     return static_cast<unsigned long long>(ts.tv_sec) * hz +
            static_cast<unsigned long long>(ts.tv_nsec) * hz / 1000000000ull;
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
-// time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and ancestors,
+// time, cpu time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and ancestors,
 // its uids and thread group (/proc/PID/status), its user namespace and who owns it
 // (/proc/PID/ns/user),
 // the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount
@@ -21,6 +21,17 @@ namespace mall {
 
 std::optional<unsigned long long> process_start_time(pid_t pid);  // /proc/PID/stat field 22, in clock ticks
 bool process_alive(pid_t pid);                                      // exists and is not a zombie
+// The cpu time a process used so far, utime + stime (/proc/PID/stat fields 14 and 15, its own
+// threads', not its reaped children's), and its start time (field 22), both in clock ticks.
+struct ProcessCpuTime {
+    unsigned long long start_ticks = 0;
+    unsigned long long cpu_ticks = 0;
+};
+std::optional<ProcessCpuTime> process_cpu_time(pid_t pid);
+// The same from a /proc/PID/stat text (split after its last ')': the command name is the user's
+// and may hold spaces and parentheses); nullopt when malformed.
+std::optional<ProcessCpuTime> parse_process_cpu_time(const std::string &stat_text);
+long clock_ticks_per_second();                                      // sysconf(_SC_CLK_TCK)
 std::optional<pid_t> parent_pid(pid_t pid);                         // /proc/PID/stat field 4
 // True when pid is one of `pids` or descends from one (walks the parent chain).
 bool in_process_tree(pid_t pid, const std::vector<pid_t> &pids);

@@ -278,6 +278,7 @@ int Server::next_timeout_ms() const {
     }
     consider(next_metrics_write_);
     consider(next_accounting_checkpoint_);
+    if (!manager_->jobs().empty()) consider(next_cpu_sample_);
     for (const auto &[name, job] : manager_->jobs())
         if (job.spec.container) {
             consider(next_container_scan_);
@@ -320,9 +321,18 @@ void Server::find_container_members(TimePoint now) {
     pids_->sync(*manager_);
 }
 
+void Server::sample_cpu_time(TimePoint now) {
+    next_cpu_sample_ = now + kCpuSampleInterval;
+    for (const auto &[name, job] : manager_->jobs()) {
+        if (auto counter = backend_->cpu_seconds(name, job.spec.pids))
+            manager_->record_cpu_time(name, *counter, now);
+    }
+}
+
 void Server::after_events() {
     const TimePoint now = Clock::now();
     if (now >= next_container_scan_) find_container_members(now);
+    if (now >= next_cpu_sample_) sample_cpu_time(now);
     manager_->tick(now);
     pids_->poll(*manager_, now);
     if (slurm_ && now >= slurm_->next_check()) slurm_->check_all(*manager_, now);

@@ -113,6 +113,10 @@ private:
     // before a watched process's exit is handled (the launcher's exit must not end a job whose
     // container has just started).
     void find_container_members(TimePoint now);
+    // Every kCpuSampleInterval: each job's cpu time so far (the backend's counter) goes to the core,
+    // which turns it into the job's busy fraction (NodeManager::record_cpu_time). Reads only the
+    // job's own cgroups or processes.
+    void sample_cpu_time(TimePoint now);
     void close_idle_connections(TimePoint now);
     void close_connection(uint64_t id);
     int next_timeout_ms() const;
@@ -147,6 +151,7 @@ private:
     std::chrono::seconds slurm_comment_interval_{0};
     std::optional<SlurmdSpool> slurmd_spool_;
     TimePoint next_container_scan_{};
+    TimePoint next_cpu_sample_{};
     std::optional<TimePoint> next_metrics_write_;  // set when --metrics-file is given
     std::optional<TimePoint> next_accounting_checkpoint_;  // set while the core has jobs
     FailureLog metrics_failures_, history_failures_;

@@ -15,6 +15,7 @@ target_sources(mall_daemon PRIVATE
   src/daemon/backend_slice_mode.cpp
   src/daemon/cgroup_modes.cpp
   src/daemon/affinity_backend.cpp
+  src/daemon/job_cpu_time.cpp
   src/daemon/systemd_slice.cpp
   src/daemon/state_file.cpp
   src/daemon/persistence.cpp

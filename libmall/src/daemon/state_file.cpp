@@ -72,6 +72,7 @@ void visit_job_fields(const SavedJob &saved, Visit &&visit) {
     visit("core_seconds", job.core_seconds, Field::Progress);
     visit("lent_core_seconds", job.lent_core_seconds, Field::Progress);
     visit("oversubscribed_seconds", job.oversubscribed_seconds, Field::Progress);
+    visit("cpu_seconds", job.cpu_seconds, Field::Progress);
     visit("acked_threads", job.acked_threads, Field::Progress);
     visit("registered_at", saved.times.registered_at, Field::Progress);
     visit("accounted_until", saved.times.accounted_until, Field::Progress);
@@ -310,6 +311,7 @@ SavedJob job_from_json(const nlohmann::json &j, size_t index) {
     job.core_seconds = r.optional_real("core_seconds", 0);
     job.lent_core_seconds = r.optional_real("lent_core_seconds", 0);
     job.oversubscribed_seconds = r.optional_real("oversubscribed_seconds", 0);
+    job.cpu_seconds = r.optional_real("cpu_seconds", 0);  // absent before issue 41
     if (r.obj.contains("acked_threads"))
         job.acked_threads = static_cast<int>(r.integer("acked_threads", 0, CpuSet::kMaxCpus));
     saved.has_times = r.obj.contains("registered_at") && r.obj.contains("accounted_until");

@@ -40,6 +40,8 @@ const char *const kStatusDetails =
     "  STATE  settled, or changing while a two-phase move waits for the job's ack; then\n"
     "         \",pinned\" (mallctl set --cpus), \",uses N\" (mall_set_usage), \",threads N\"\n"
     "         (mallctl set --threads), \",signals\" (mallctl set --signal-control on)\n"
+    "  BUSY   the cpu time the job ran over the cores it held, in malld's last window of about\n"
+    "         2 s (\"-\" before a first window; --json: cpu_busy, and cpu_seconds since it began)\n"
     "  PIDS   the job's registered processes\n"
     "With a cgroup backend, CGROUPS then lists each job's cgroups: \"in place\" for a cgroup its\n"
     "resource manager or runtime made (a Slurm step, a container, a systemd scope), which malld\n"
@@ -204,6 +206,16 @@ std::string other_jobs_line(const json &s) {
     return line + "; only their owners and admins see more";
 }
 
+// BUSY: the last window's cpu_busy as a percentage; "-" before a first window (null) or from a
+// malld that does not measure it.
+std::string busy_text(const json &job) {
+    auto it = job.find("cpu_busy");
+    if (it == job.end() || !it->is_number()) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", it->get<double>() * 100);
+    return buf;
+}
+
 void print_status_table(const json &s, std::ostream &out) {
     auto str = [&](const char *k) { return text_or_dash(field_string(s, k)); };
     out << "POOL     " << str("pool");
@@ -225,7 +237,7 @@ void print_status_table(const json &s, std::ostream &out) {
         return;
     }
     const std::vector<std::string> header = {"JOB", "UID", "MIN", "MAX", "CPUS", "NCPUS", "THREADS",
-                                             "GEN", "ACKED", "STATE", "PIDS"};
+                                             "GEN", "ACKED", "STATE", "BUSY", "PIDS"};
     std::vector<std::vector<std::string>> rows;
     for (const auto &j : jobs) {
         auto f = [&](const char *k) { return text_or_dash(field_string(j, k)); };
@@ -243,7 +255,7 @@ void print_status_table(const json &s, std::ostream &out) {
             state += ",signals";
         // THREADS: what the processes were told to run (a malld before API 0.3: one per cpu, "-").
         rows.push_back({f("job"), f("uid"), f("min"), f("max"), f("cpus"), f("ncpus"), f("active_threads"),
-                        f("generation"), f("acked_generation"), state,
+                        f("generation"), f("acked_generation"), state, busy_text(j),
                         j.contains("pids") ? join_pids(j["pids"]) : "-"});
     }
     std::vector<size_t> width(header.size());

@@ -174,6 +174,16 @@ struct Job {
         const int own = spec.guaranteed.empty() ? spec.min : spec.guaranteed.count();
         return published.count() > own ? published.count() - own : 0;
     }
+    // Cpu time (cpu_usage.cpp): what the job's processes ran, measured by malld about every
+    // kCpuSampleInterval (CpusetBackend::cpu_seconds). cpu_seconds adds each window's growth, so
+    // cpu_seconds / core_seconds is its life-long busy fraction; cpu_busy is the last window's
+    // (none before a first full window). The marks are where the current window began: the
+    // backend's counter, the time and the job's core_seconds then; none after a restart.
+    double cpu_seconds = 0;
+    std::optional<double> cpu_busy;
+    std::optional<double> cpu_mark_counter;
+    TimePoint cpu_mark_time{};
+    double cpu_mark_core_seconds = 0;
     uint64_t work_units = 0;
     uint64_t steps = 0;
     // throughput policy: work rates measured between progress reports while the job held the same
@@ -222,6 +232,7 @@ struct JobAccount {
     double core_seconds = 0;            // cpus held times the time held
     double lent_core_seconds = 0;       // cpus held above its guaranteed cpus (or min), times the time
     double oversubscribed_seconds = 0;  // from an ack timeout of a shrink until its processes caught up
+    double cpu_seconds = 0;             // cpu time its processes ran, up to the last sample
     uint64_t resizes = 0;
     uint64_t ack_timeouts = 0;
     uint64_t acks = 0;
@@ -231,6 +242,7 @@ struct JobAccount {
                 {"core_seconds", core_seconds},
                 {"lent_core_seconds", lent_core_seconds},
                 {"oversubscribed_seconds", oversubscribed_seconds},
+                {"cpu_seconds", cpu_seconds},
                 {"resizes", resizes},
                 {"ack_timeouts", ack_timeouts},
                 {"acks", acks},
@@ -289,6 +301,12 @@ public:
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
     // Progress totals since the reporting process attached; `now` dates them for rate samples.
     void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now);
+    // A sample of the job's cpu time (cpu_usage.cpp): `counter` is the backend's running total
+    // (CpusetBackend::cpu_seconds). Once kMinCpuWindow has passed since the window's start, its
+    // growth joins Job::cpu_seconds and Job::cpu_busy becomes busy_fraction(growth, the core-seconds
+    // the job held meanwhile), and a new window starts. The first sample (or one whose counter
+    // went back) only starts a window. Unknown jobs are ignored.
+    void record_cpu_time(const std::string &job, double counter, TimePoint now);
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
     // job's min is unchanged); replans when the planned max changes. Coalesced: within
     // kUsageInterval of the last change it is only noted, and tick() applies the latest one.
@@ -394,6 +412,15 @@ inline constexpr std::chrono::seconds kRateReplan{2};
 // A job's Usage changes take effect at most once per kUsageInterval (Job::usage_wanted).
 inline constexpr std::chrono::seconds kUsageInterval{1};
 inline constexpr size_t kMaxRateSamples = 64;
+// malld samples every job's cpu time this often; a window shorter than kMinCpuWindow is not
+// measured (the counters' tick granularity would dominate it).
+inline constexpr std::chrono::seconds kCpuSampleInterval{2};
+inline constexpr std::chrono::milliseconds kMinCpuWindow{1000};
+// The busy fraction of a window: the cpu seconds the job ran over the core-seconds it held (its
+// published cpus times the time, so a change of allocation within the window is weighed by how
+// long each lasted). None when it held no cpus. Not capped: above 1 means the job ran on more
+// cpus than it was published (a shrink past its ack timeout, or counters' tick granularity).
+std::optional<double> busy_fraction(double cpu_seconds, double core_seconds);
 // A failed narrowing (the cgroup still lets the job run on the wider set) is written again after this.
 inline constexpr std::chrono::seconds kEnforceRetry{1};
 

@@ -52,6 +52,7 @@ JobAccount NodeManager::accounting(const Job &job, TimePoint now) const {
     out.lent_core_seconds = job.lent_core_seconds + job.lent_cpus() * since_mark;
     out.oversubscribed_seconds = job.oversubscribed_seconds;
     if (job.oversubscribed_since) out.oversubscribed_seconds += seconds(*job.oversubscribed_since, now);
+    out.cpu_seconds = job.cpu_seconds;
     out.resizes = job.transitions;
     out.ack_timeouts = job.ack_timeouts;
     out.acks = job.ack_latency.count();
@@ -118,6 +119,8 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
             {"lent_core_seconds", account.lent_core_seconds},
             {"oversubscribed", job->oversubscribed_since.has_value()},
             {"oversubscribed_seconds", account.oversubscribed_seconds},
+            {"cpu_seconds", account.cpu_seconds},
+            {"cpu_busy", job->cpu_busy ? nlohmann::json(*job->cpu_busy) : nlohmann::json(nullptr)},
             {"ack_latency_seconds", job->ack_latency.to_json()},
         });
         if (!job->rate_samples.empty()) {  // what the throughput policy believes about it
