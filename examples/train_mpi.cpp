@@ -35,6 +35,7 @@
 
 #include "mall/mall.h"
 #include "mall/mall_mpi.h"
+#include "mall/adapter/allocation_cpus.hpp"
 #include "mall/tf/mall_pool_glue.hpp"
 #include "mall/tf/pool_parking.hpp"
 
@@ -155,7 +156,7 @@ struct Follower {
 void follow(int threads, const mall_alloc_t *cpus, void *arg) {
     auto *f = static_cast<Follower *>(arg);
     const int before = f->pool->active_threads();
-    const cpu_set_t set = mall::tf::cpu_set_from_allocation(*cpus);
+    const cpu_set_t set = mall::adapter::cpu_set_from_allocation(*cpus);
     if (CPU_COUNT(&set) > 0) {
         (void)f->pool->set_affinity(set);
         (void)sched_setaffinity(0, sizeof set, &set);  // the stepping thread works too

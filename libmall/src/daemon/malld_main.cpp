@@ -20,6 +20,7 @@
 #include "../common/cpuset.hpp"
 #include "../common/files.hpp"
 #include "../common/rules.hpp"
+#include "../tools/tool_cli.hpp"
 #include "backend.hpp"
 #include "mall/mall.h"
 #include "core/policy.hpp"
@@ -104,11 +105,6 @@ const char *kEpilog =
     "  1  start-up failed (socket in use by a live malld, unusable backend, unreadable state file)\n"
     "  2  bad command line\n";
 
-std::string version_text() {
-    return "malld (mall) " + std::to_string(MALL_API_VERSION_MAJOR) + "." +
-           std::to_string(MALL_API_VERSION_MINOR) + "." + std::to_string(MALL_API_VERSION_PATCH) +
-           "\n";
-}
 
 int usage_error(const std::string &text) {
     std::cerr << "malld: " << text << "\nTry 'malld --help' for more information.\n";
@@ -297,7 +293,7 @@ int main(int argc, char **argv) {
         return kExitOk;
     }
     if (vm.count("version")) {
-        std::cout << version_text();
+        std::cout << mall::tools::version_line("malld") << "\n";
         return kExitOk;
     }
 
@@ -515,7 +511,7 @@ int main(int argc, char **argv) {
     }
 
     // --- start-up (exit 1 on failure) ---
-    mall::log_line(mall::LogLevel::Info, version_text().substr(0, version_text().size() - 1) +
+    mall::log_line(mall::LogLevel::Info, mall::tools::version_line("malld") +
                                              " starting as uid " + std::to_string(::geteuid()));
     mall::log_line(mall::LogLevel::Info, "topology (" + topology_spec + "): " +
                                              topology->description() + ", cpus " +

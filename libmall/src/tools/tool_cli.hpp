@@ -2,7 +2,8 @@
 // tool_cli.hpp — what mall's command-line tools (mallctl, mallrun, mall-oci-hook) answer the same
 // way: the -h/--help and --version switches they accept, and the version line they print,
 // "<tool> (mall) MAJOR.MINOR.PATCH" (the mall.h they were built with). Header-only: each tool links
-// it into its own program. malld's daemon/malld_main.cpp prints the same line for --version.
+// it into its own program. malld (daemon/malld_main.cpp) prints version_line too; its switches
+// carry help text of their own.
 #pragma once
 
 #include <iostream>
