@@ -136,6 +136,8 @@ echo "$me: $(grep -vc '/$' "$tmp/contents") files in the package"
 for f in /usr/bin/malld /usr/bin/mallctl /usr/bin/mallrun /usr/bin/mallsim /usr/bin/mall-oci-hook \
          "/usr/lib/$multiarch/libmall.so.$version" "/usr/lib/$multiarch/libmall.so" \
          /usr/include/mall/mall.h /usr/include/mall/mall.hpp /usr/include/mall/tf/pool_parking.hpp \
+         /usr/include/mall/tf/detail/pool_parking_detail.hpp /usr/include/mall/adapter/attach.hpp \
+         /usr/include/mall/openmp/adapter.hpp /usr/include/mall/libtorch/adapter.hpp \
          "/usr/lib/$multiarch/cmake/mall/mallConfig.cmake" "/usr/lib/$multiarch/cmake/mall/mallConfigVersion.cmake" \
          "/usr/lib/$multiarch/cmake/mall/mallTargets.cmake" "/usr/lib/$multiarch/slurm-wlm/mall_spank.so" \
          /usr/share/mall/slurm/cli_filter.lua /usr/lib/systemd/system/malld.service \

@@ -9,7 +9,7 @@ build=$1; src=$2
 tmp=$(mktemp -d /tmp/mall-pkg.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/pool_parking.hpp \
+for f in include/mall/mall.h include/mall/mall.hpp include/mall/tf/pool_parking.hpp include/mall/tf/detail/pool_parking_detail.hpp \
          include/mall/tf/mall_pool_glue.hpp include/mall/adapter/attach.hpp include/mall/adapter/allocation_cpus.hpp \
          include/mall/openmp/adapter.hpp include/mall/libtorch/adapter.hpp \
          include/mall/tf/openmp_adapter.hpp include/mall/tf/libtorch_adapter.hpp include/mall/tf/allocation_cpus.hpp \
