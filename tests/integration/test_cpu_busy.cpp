@@ -6,7 +6,6 @@
 // once the spinner ends its history record holds the cpu seconds it ran.
 #include <signal.h>
 
-#include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
