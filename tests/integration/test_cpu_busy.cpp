@@ -3,10 +3,12 @@
 // and on the affinity backend: of two jobs on one cpu each, the one that spins shows cpu_busy near
 // 1 and the one that sleeps near 0 in `mallctl status --json` (and a BUSY percentage in the table),
 // the metrics file carries both jobs' mall_job_cpu_busy_ratio and mall_job_cpu_seconds_total, and
-// once the spinner ends its history record holds the cpu seconds it ran.
+// once the spinner ends `mallctl watch` prints its busy share in the end line and its history
+// record holds the cpu seconds it ran (`mallctl history` shows it as the job's BUSY percentage).
 #include <signal.h>
 
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -89,20 +91,43 @@ TEST_P(CpuBusy, ASpinnerIsBusyAndASleeperIsNot) {
     EXPECT_NE(prom.out.find("# TYPE mall_job_cpu_busy_ratio gauge"), std::string::npos) << prom.out;
     EXPECT_NE(prom.out.find("# TYPE mall_job_cpu_seconds_total counter"), std::string::npos) << prom.out;
 
-    // The spinner ends: its record in the history holds the cpu time it ran.
+    // The spinner ends: `mallctl watch` says how busy it was in its end line, and its record in
+    // the history holds the cpu time it ran.
+    Child watch(mallctl_argv(malld.socket(), {"watch", "--timeout-s", "60"}));
+    ASSERT_TRUE(watch.started());
+    std::this_thread::sleep_for(500ms);  // connected before the end it must see
     spin.signal_group(SIGTERM);
     ASSERT_TRUE(spin.wait_exit(20s));
     const std::string history = malld.state_dir() + "/malld.history.jsonl";
     ASSERT_TRUE(wait_until([&] { return history_record_of(history, "spin").has_value(); }, 20s, 100ms))
         << read_file(history) << malld.log();
+    auto end_line = watch.wait_for_line(
+        [](const std::string &line) {
+            return line.find(" end ") != std::string::npos && line.find("spin") != std::string::npos;
+        },
+        20s);
+    ASSERT_TRUE(end_line) << "watch printed no end line for spin";
+    EXPECT_NE(end_line->find("busy "), std::string::npos) << *end_line;
+    EXPECT_NE(end_line->find(" cpu-s)"), std::string::npos) << *end_line;
     const json record = *history_record_of(history, "spin");
     ASSERT_TRUE(record.contains("cpu_seconds") && record["cpu_seconds"].is_number()) << record.dump();
     EXPECT_GT(record["cpu_seconds"].get<double>(), 0.5) << record.dump();
+
+    // `mallctl history` shows it as the job's BUSY percentage, and in the total line.
+    CommandResult shown = run_command(mallctl_argv(malld.socket(), {"history", "--file", history}));
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    EXPECT_NE(shown.out.find("BUSY"), std::string::npos) << shown.out;
+    bool spin_history_has_percent = false;
+    for (const std::string &line : split_lines(shown.out))
+        if (line.find(" spin ") != std::string::npos && line.find('%') != std::string::npos)
+            spin_history_has_percent = true;
+    EXPECT_TRUE(spin_history_has_percent) << shown.out;
+    EXPECT_NE(shown.out.find(", busy "), std::string::npos) << shown.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CpuBusy, ::testing::Values("", "affinity"),
-                         [](const ::testing::TestParamInfo<const char *> &info) {
-                             return std::string(*info.param ? info.param : "cgroup");
+                         [](const ::testing::TestParamInfo<const char *> &backend) {
+                             return std::string(*backend.param ? backend.param : "cgroup");
                          });
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 
 #include "daemon/core/node_manager.hpp"
 #include "daemon/job_cpu_time.hpp"
@@ -105,8 +106,7 @@ TEST(ProcessTree, ASpinningChildsTimeIsFoundThroughItsParent) {
     if (parent == 0) {
         pid_t child = ::fork();
         if (child == 0)
-            for (volatile unsigned long i = 0;; ++i) {
-            }
+            for (;;) asm volatile("" ::: "memory");  // spins on its cpu
         ::pause();
         ::_exit(0);
     }
@@ -183,6 +183,39 @@ TEST_F(BusyFraction, AResizeWithinTheWindowIsWeighedByItsLength) {
     // 4 cpus x 1 s + 2 cpus x 2 s = 8 core-seconds; 6 cpu seconds ran.
     nm.record_cpu_time("a", 6, at(3));
     EXPECT_NEAR(*nm.find("a")->cpu_busy, 0.75, 1e-6);
+}
+
+// Effects whose cpu-time counters the test sets (the backend's, in malld).
+class CountingEffects : public test::EventLogEffects {
+public:
+    std::optional<double> cpu_time(const std::string &job) override {
+        auto it = counters.find(job);
+        return it == counters.end() ? std::nullopt : std::optional<double>(it->second);
+    }
+    std::map<std::string, double> counters;
+};
+
+// malld samples a job's cpu time when it registers (its first window starts there, not at the
+// first periodic sample up to 2 s later) and when it ends (the last part of its life counts even
+// when shorter than a window), so a job's cpu_seconds covers its whole life.
+TEST(BusyFractionLife, RegistrationAndEndAreSampled) {
+    std::string error;
+    auto topology = Topology::load("pack:1 core:2 pu:1", &error);
+    ASSERT_NE(topology, nullptr) << error;
+    CountingEffects effects;
+    NodeManager nm(*topology, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
+    const TimePoint t0 = Clock::now();
+    effects.counters["a"] = 100.0;  // time its processes ran before they registered: not the job's
+    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
+    effects.counters["a"] = 104.0;
+    nm.sample_cpu_times(t0 + 2s);  // a window from the registration: 4 cpu-s over 2 cpus x 2 s
+    ASSERT_TRUE(nm.find("a")->cpu_busy);
+    EXPECT_NEAR(*nm.find("a")->cpu_busy, 1.0, 1e-3);
+    effects.counters["a"] = 104.5;
+    ASSERT_TRUE(nm.deregister_job("a", t0 + 2500ms).ok);  // 0.5 s after the last sample
+    const auto ends = effects.named("end");
+    ASSERT_EQ(ends.size(), 1u);
+    EXPECT_NEAR(ends[0]["cpu_seconds"].get<double>(), 4.5, 1e-9);
 }
 
 }  // namespace

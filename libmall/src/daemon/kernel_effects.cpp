@@ -57,6 +57,10 @@ void KernelEffects::publish(const std::string &job, uint64_t generation, const C
     connections_.notify_attached(job, generation);
 }
 
+std::optional<double> KernelEffects::cpu_time(const std::string &job) {
+    return backend_.cpu_seconds(job, pids_of(job));
+}
+
 void KernelEffects::job_removed(const std::string &job) {
     backend_.remove(job);
     auto page = pages_.find(job);

@@ -46,6 +46,7 @@ public:
     // Stamps the event's wall-clock "time" (seconds since the epoch) when the core left it out.
     void event(const nlohmann::json &event) override;
     TimePoint clock_now(TimePoint) override { return Clock::now(); }
+    std::optional<double> cpu_time(const std::string &job) override;
 
     // --- the job's shared page ---
     struct JobPage {

@@ -323,10 +323,7 @@ void Server::find_container_members(TimePoint now) {
 
 void Server::sample_cpu_time(TimePoint now) {
     next_cpu_sample_ = now + kCpuSampleInterval;
-    for (const auto &[name, job] : manager_->jobs()) {
-        if (auto counter = backend_->cpu_seconds(name, job.spec.pids))
-            manager_->record_cpu_time(name, *counter, now);
-    }
+    manager_->sample_cpu_times(now);
 }
 
 void Server::after_events() {

@@ -68,6 +68,8 @@ const char *const kHistoryDetails =
     "  DURATION   how long it was registered     MIN-MAX    its cpu limits\n"
     "  CORE-S     cpus held times the time held\n"
     "  LENT-S     cpus held above its guaranteed cpus (or its min) times the time held\n"
+    "  BUSY       the cpu time its processes ran over CORE-S (- in records from before malld\n"
+    "             measured it): how much of the cpus it held it used\n"
     "  RESIZES    new cpu sets published to it   TIMEOUTS   changes it did not acknowledge in time\n"
     "  OVERSUB-S  time it ran more threads than cpus after such a timeout\n"
     "A last line sums the jobs shown. Slurm jobs also carry their figures in Slurm's\n"
@@ -217,20 +219,28 @@ int cmd_history(const Globals &g, const std::vector<std::string> &args, const Us
         return kExitOk;
     }
     std::vector<std::vector<std::string>> rows = {{"ENDED", "JOB", "UID", "REASON", "DURATION", "MIN-MAX", "CORE-S",
-                                                   "LENT-S", "RESIZES", "TIMEOUTS", "OVERSUB-S"}};
-    double core = 0, lent = 0, oversubscribed = 0;
+                                                   "LENT-S", "BUSY", "RESIZES", "TIMEOUTS", "OVERSUB-S"}};
+    double core = 0, lent = 0, oversubscribed = 0, measured_core = 0, measured_cpu = 0;
     uint64_t resizes = 0, timeouts = 0;
     for (const json &r : shown) {
         const double c = r.value("core_seconds", 0.0), l = r.value("lent_core_seconds", 0.0),
                      o = r.value("oversubscribed_seconds", 0.0);
         core += c;
         lent += l;
+        // BUSY: the cpu seconds the job's processes ran over the core-seconds it held ("-" in a
+        // record written before malld measured cpu time).
+        std::string busy = "-";
+        if (r.contains("cpu_seconds") && r["cpu_seconds"].is_number() && c > 0) {
+            busy = fixed(100 * r["cpu_seconds"].get<double>() / c, 0) + "%";
+            measured_core += c;
+            measured_cpu += r["cpu_seconds"].get<double>();
+        }
         oversubscribed += o;
         resizes += r.value("resizes", uint64_t{0});
         timeouts += r.value("ack_timeouts", uint64_t{0});
         rows.push_back({local_time_text(r["time"].get<double>(), "%Y-%m-%d %H:%M:%S"), text_of(r, "job"), text_of(r, "uid"),
                         text_of(r, "reason"), duration_text(r.value("duration_seconds", -1.0)),
-                        text_of(r, "min") + "-" + text_of(r, "max"), fixed(c), fixed(l), text_of(r, "resizes"),
+                        text_of(r, "min") + "-" + text_of(r, "max"), fixed(c), fixed(l), busy, text_of(r, "resizes"),
                         text_of(r, "ack_timeouts"), fixed(o)});
     }
     print_table(rows, std::cout);
@@ -238,6 +248,7 @@ int cmd_history(const Globals &g, const std::vector<std::string> &args, const Us
               << shown.size() << " job(s): " << fixed(lent) << " lent core-seconds of " << fixed(core)
               << " core-seconds held";
     if (core > 0) std::cout << " (" << fixed(100 * lent / core, 0) << "%)";
+    if (measured_core > 0) std::cout << ", busy " << fixed(100 * measured_cpu / measured_core, 0) << "%";
     std::cout << ", " << resizes << " resizes, " << timeouts << " ack timeouts, " << fixed(oversubscribed)
               << " s oversubscribed\n";
     return kExitOk;

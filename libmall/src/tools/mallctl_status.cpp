@@ -165,6 +165,11 @@ std::string format_event(const json &e) {
                       number("duration_seconds"), number("lent_core_seconds"), number("core_seconds"),
                       number("resizes"), number("ack_timeouts"));
         parts.push_back(buf);
+        if (has("cpu_seconds") && e["cpu_seconds"].is_number() && number("core_seconds") > 0) {
+            std::snprintf(buf, sizeof buf, "busy %.0f%% (%.1f cpu-s)",
+                          100 * number("cpu_seconds") / number("core_seconds"), number("cpu_seconds"));
+            parts.push_back(buf);
+        }
         if (number("oversubscribed_seconds") > 0) {
             std::snprintf(buf, sizeof buf, "%.1f s oversubscribed", number("oversubscribed_seconds"));
             parts.push_back(buf);
@@ -174,7 +179,7 @@ std::string format_event(const json &e) {
     // Anything else the event carries, so nothing is hidden from the reader.
     static const char *known[] = {"event", "time", "job", "generation", "min", "max", "pids", "uid",
                                   "weight", "cpus", "ncpus", "growing", "latency_us", "reason", "policy",
-                                  "duration_seconds", "core_seconds", "lent_core_seconds",
+                                  "duration_seconds", "core_seconds", "lent_core_seconds", "cpu_seconds",
                                   "oversubscribed_seconds", "resizes", "ack_timeouts", "acks",
                                   "ack_latency_seconds_sum", "other_job"};
     for (auto it = e.begin(); it != e.end(); ++it) {

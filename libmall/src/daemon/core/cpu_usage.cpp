@@ -12,13 +12,18 @@ std::optional<double> busy_fraction(double cpu_seconds, double core_seconds) {
     return cpu_seconds / core_seconds;
 }
 
-void NodeManager::record_cpu_time(const std::string &job, double counter, TimePoint now) {
+void NodeManager::record_cpu_time(const std::string &job, double counter, TimePoint now, bool closing) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return;
     Job &self = it->second;
     const double core_seconds = accounting(self, now).core_seconds;
     const bool window_open = self.cpu_mark_counter && counter >= *self.cpu_mark_counter && now > self.cpu_mark_time;
-    if (window_open && now - self.cpu_mark_time < kMinCpuWindow) return;  // too short yet: keep the window
+    if (window_open && now - self.cpu_mark_time < kMinCpuWindow) {
+        if (!closing) return;  // too short yet: keep the window
+        self.cpu_seconds += counter - *self.cpu_mark_counter;  // the last part, too short for a fraction
+        self.cpu_mark_counter = counter;
+        return;
+    }
     if (window_open) {
         const double ran = counter - *self.cpu_mark_counter;
         self.cpu_seconds += ran;
@@ -27,6 +32,11 @@ void NodeManager::record_cpu_time(const std::string &job, double counter, TimePo
     self.cpu_mark_counter = counter;
     self.cpu_mark_time = now;
     self.cpu_mark_core_seconds = core_seconds;
+}
+
+void NodeManager::sample_cpu_times(TimePoint now) {
+    for (const auto &[name, job] : jobs_)
+        if (auto counter = effects_.cpu_time(name)) record_cpu_time(name, *counter, now);
 }
 
 }  // namespace mall

@@ -132,6 +132,8 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     effects_.event(ev);
 
     replan(now);
+    // The first cpu-time sample starts its first window (its processes are under control now).
+    if (auto counter = effects_.cpu_time(spec.id)) record_cpu_time(spec.id, *counter, now);
     return Outcome::success();
 }
 

@@ -76,6 +76,13 @@ public:
     // The time now, read right after a publish so ack latency counts from the moment the page
     // changed (not from the request that caused it). Tests with a fake clock keep `fallback`.
     virtual TimePoint clock_now(TimePoint fallback) { return fallback; }
+    // The job's cpu-time counter now, in seconds (CpusetBackend::cpu_seconds: a running total
+    // that never goes back), or none when it cannot be read. The core samples it when a job
+    // registers and when it ends, and sample_cpu_times() every kCpuSampleInterval.
+    virtual std::optional<double> cpu_time(const std::string &job) {
+        (void)job;
+        return std::nullopt;
+    }
 };
 
 struct JobSpec {
@@ -305,8 +312,11 @@ public:
     // (CpusetBackend::cpu_seconds). Once kMinCpuWindow has passed since the window's start, its
     // growth joins Job::cpu_seconds and Job::cpu_busy becomes busy_fraction(growth, the core-seconds
     // the job held meanwhile), and a new window starts. The first sample (or one whose counter
-    // went back) only starts a window. Unknown jobs are ignored.
-    void record_cpu_time(const std::string &job, double counter, TimePoint now);
+    // went back) only starts a window. Unknown jobs are ignored. `closing` (the job's last sample,
+    // at its end): a window shorter than kMinCpuWindow still adds its growth to cpu_seconds.
+    void record_cpu_time(const std::string &job, double counter, TimePoint now, bool closing = false);
+    // Samples every job's cpu time (Effects::cpu_time) into record_cpu_time.
+    void sample_cpu_times(TimePoint now);
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
     // job's min is unchanged); replans when the planned max changes. Coalesced: within
     // kUsageInterval of the last change it is only noted, and tick() applies the latest one.
