@@ -52,6 +52,8 @@ nlohmann::json sample_status() {
     b.guaranteed = cpus("3");
     EXPECT_TRUE(nm.register_job(b, t0 + 1s).ok);
     nm.ack("train-a", 1, nm.find("train-a")->generation, t0 + 1s + 2ms);
+    nm.record_cpu_time("train-a", 10, t0 + 2s);  // a window: 2.5 cpu seconds over 3 s
+    nm.record_cpu_time("train-a", 12.5, t0 + 5s);
     nlohmann::json status = nm.status(t0 + 11s);
     status["backend"] = "affinity";
     status["version"] = "0.3.0";
@@ -122,6 +124,9 @@ TEST(PrometheusText, EveryMetricOnceWithValuesFromTheStatus) {
     EXPECT_GT(p.at("mall_job_lent_core_seconds_total" + a), 0);
     EXPECT_EQ(p.at("mall_job_guaranteed_cpus" + b), 1);
     EXPECT_DOUBLE_EQ(p.at("mall_lent_core_seconds_total"), status["node"]["lent_core_seconds"].get<double>());
+    EXPECT_DOUBLE_EQ(p.at("mall_cpu_seconds_total"), status["node"]["cpu_seconds"].get<double>());
+    EXPECT_DOUBLE_EQ(p.at("mall_cpu_seconds_total"), 2.5);  // the running job's, summed into the node's
+    EXPECT_DOUBLE_EQ(p.at("mall_job_cpu_seconds_total" + a), 2.5);
     EXPECT_NEAR(p.at("mall_job_last_ack_latency_seconds" + a), 0.002, 1e-9);
     // "train-b" never acked: no last latency, an empty histogram.
     EXPECT_EQ(p.samples.count("mall_job_last_ack_latency_seconds" + b), 0u);

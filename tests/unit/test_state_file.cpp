@@ -300,6 +300,7 @@ TEST_F(StateFileTest, AccountingAndTotalsRoundTripAndOlderFilesLoadWithout) {
     saved.jobs[0].has_times = true;
     saved.totals.jobs_ended = 3;
     saved.totals.lent_core_seconds = 99;
+    saved.totals.cpu_seconds = 77.25;
     saved.totals.resizes = 12;
     saved.totals.reclaims = 2;
     saved.totals.reclaim_duration.observe(0.5);

@@ -117,6 +117,10 @@ const std::vector<Metric> &metrics() {
         {{"mall_oversubscribed_seconds_total", "counter",
           "Time jobs ran more threads than cpus after an ack timeout of a shrink, summed over jobs."},
          Scope::Node, node_field("oversubscribed_seconds")},
+        {{"mall_cpu_seconds_total", "counter",
+          "Cpu time the malleable jobs' processes ran, measured by malld: over mall_core_seconds_total, how busy "
+          "the jobs kept the cpus they held."},
+         Scope::Node, node_field("cpu_seconds")},
         {{"mall_resizes_total", "counter", "New cpu sets published to jobs."}, Scope::Node, node_field("resizes")},
         {{"mall_ack_timeouts_total", "counter", "Changes a job's processes did not acknowledge in time."},
          Scope::Node, node_field("ack_timeouts")},

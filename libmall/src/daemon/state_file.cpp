@@ -438,6 +438,7 @@ std::optional<SavedState> state_from_json(const nlohmann::json &j, std::string *
             n.core_seconds = t.optional_real("core_seconds", 0);
             n.lent_core_seconds = t.optional_real("lent_core_seconds", 0);
             n.oversubscribed_seconds = t.optional_real("oversubscribed_seconds", 0);
+            n.cpu_seconds = t.optional_real("cpu_seconds", 0);
             n.resizes = t.unsigned_number("resizes");
             n.ack_timeouts = t.unsigned_number("ack_timeouts");
             n.ack_latency = t.histogram("ack_latency_seconds");

@@ -209,6 +209,7 @@ struct NodeTotals {
     double core_seconds = 0;            // of ended jobs
     double lent_core_seconds = 0;       // of ended jobs
     double oversubscribed_seconds = 0;  // of ended jobs
+    double cpu_seconds = 0;             // of ended jobs: the cpu time their processes ran
     uint64_t resizes = 0;               // every job's, counted as they happen
     uint64_t ack_timeouts = 0;          // every job's, counted as they happen
     DurationHistogram ack_latency;      // every job's acks
@@ -223,6 +224,7 @@ struct NodeTotals {
                 {"core_seconds", core_seconds},
                 {"lent_core_seconds", lent_core_seconds},
                 {"oversubscribed_seconds", oversubscribed_seconds},
+                {"cpu_seconds", cpu_seconds},
                 {"resizes", resizes},
                 {"ack_timeouts", ack_timeouts},
                 {"ack_latency_seconds", ack_latency.to_json()},

@@ -85,6 +85,7 @@ nlohmann::json NodeManager::status(std::optional<TimePoint> now) const {
         node.core_seconds += account.core_seconds;
         node.lent_core_seconds += account.lent_core_seconds;
         node.oversubscribed_seconds += account.oversubscribed_seconds;
+        node.cpu_seconds += account.cpu_seconds;
         auto target = targets_.find(job->spec.id);
         const CpuSet &goal = target == targets_.end() ? job->published : target->second;
         jobs.push_back({

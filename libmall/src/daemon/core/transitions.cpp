@@ -107,6 +107,7 @@ void NodeManager::close_accounts(const Job &ended, const char *reason, TimePoint
     totals_.core_seconds += account.core_seconds;
     totals_.lent_core_seconds += account.lent_core_seconds;
     totals_.oversubscribed_seconds += account.oversubscribed_seconds;
+    totals_.cpu_seconds += account.cpu_seconds;
     // The end event is the job's record (malld's history file keeps it): who, what it was
     // promised, and what it got.
     nlohmann::json ev = make_event("end");
