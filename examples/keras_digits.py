@@ -27,7 +27,8 @@ Output (stdout, line-buffered; launch_scripts/bench-keras.sh parses the fit and 
                                                   steps, and the cpu seconds all threads used meanwhile
   done steps N seconds S images_per_s R intra_op T inter_op U threads K
   thread_names NAME:COUNT,...                     the process's threads by name, after the fit
-  final loss X test_loss Y accuracy A           X: mean training loss of the timed fit; Y, A: on the 360 held out
+  final loss X test_loss Y accuracy A           X: mean training loss of the timed fit (of its last
+                                                  epoch with --validate-every); Y, A: on the 360 held out
 S and R cover the timed fit's steps 2..N, from the end of its first step to the end of its last
 (both waited for): the first --warmup steps (tracing the train step) run in an untimed fit before
 it, and Keras's own start and end of a fit are left out (its end alone took 0-2 s here, whatever
@@ -48,7 +49,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ bann
 
 DEFAULT_DIGITS = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 TEST_SAMPLES = 360  # as the C++ examples (examples/digits_data.hpp, kTestSamples)
-MODELS = ("mlp", "conv", "gru")
+MODELS = ("mlp", "conv", "gru")  # the models tf_function_digits.py's own loop trains too
+FIT_MODELS = MODELS + ("convnet",)  # model.fit's: convnet's dropout and validation need Keras's fit
 
 
 def default_digits_path() -> str:
@@ -73,10 +75,16 @@ def parse_args():
                         help="untimed steps run first (tracing, first allocations), default %(default)s")
     parser.add_argument("--batch", type=int, default=128, help="images per step, default %(default)s")
     parser.add_argument("--hidden", type=int, default=128, help="hidden units, default %(default)s")
-    parser.add_argument("--model", choices=MODELS, default="mlp",
+    parser.add_argument("--model", choices=FIT_MODELS, default="mlp",
                         help="mlp: 64-H-10 dense; conv: Conv2D(H/8 filters, 3x3) on the 8x8 image, then "
                              "dense; gru: a GRU of H units over the image's 8 rows (kernels that nest "
-                             "parallel regions), default %(default)s")
+                             "parallel regions); convnet: two conv blocks with dropout and a dense layer "
+                             "of H, trained with Adam (--lr unused) and validated every --validate-every "
+                             "steps, a step with idle time in it (Python, callbacks, metrics, the "
+                             "validation pass), default %(default)s")
+    parser.add_argument("--validate-every", type=int, default=None, metavar="K",
+                        help="validate on 10%% of the training images every K timed steps (K must "
+                             "divide --steps; 0: never); default 50 for convnet, 0 for the others")
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="make TensorFlow's pools N workers each (what a user who fixes "
                              "TensorFlow's threads gets: under malld they are pinned to the allocation "
@@ -99,6 +107,10 @@ def parse_args():
     check_common_args(parser, args)
     if args.warmup < 0:
         parser.error("--warmup must be at least 0")
+    if args.validate_every is None:
+        args.validate_every = 50 if args.model == "convnet" else 0
+    if args.validate_every < 0 or (args.validate_every and args.steps % args.validate_every):
+        parser.error(f"--validate-every must be 0 or divide --steps ({args.steps})")
     return args
 
 
@@ -155,7 +167,16 @@ def build_model(kind: str, hidden: int, seed: int):
     """The seeded model --model names, its logits unscaled (10 classes); input: 64 pixels."""
     import keras
     keras.utils.set_random_seed(seed)
-    if kind == "conv":
+    if kind == "convnet":
+        filters = max(4, hidden // 8)
+        body = [keras.layers.Reshape((8, 8, 1)),
+                keras.layers.Conv2D(filters, 3, padding="same", activation="relu"),
+                keras.layers.Conv2D(filters, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(2), keras.layers.Dropout(0.25),
+                keras.layers.Conv2D(2 * filters, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(2), keras.layers.Dropout(0.25),
+                keras.layers.Flatten(), keras.layers.Dense(hidden, activation="relu"), keras.layers.Dropout(0.5)]
+    elif kind == "conv":
         body = [keras.layers.Reshape((8, 8, 1)),
                 keras.layers.Conv2D(max(1, hidden // 8), 3, padding="same", activation="relu"),
                 keras.layers.Flatten()]
@@ -262,10 +283,17 @@ def main() -> int:
     # TensorFlow makes its pools with the first op below, from this affinity mask.
     print(f"start pid {os.getpid()} cpus {cpu_list(os.sched_getaffinity(0))}")
     model = build_model(args.model, args.hidden, args.seed)
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.lr),
+    optimizer = (keras.optimizers.Adam(learning_rate=1e-3) if args.model == "convnet"
+                 else keras.optimizers.SGD(learning_rate=args.lr))
+    model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)  # no XLA: TensorFlow's own kernels and pools
 
+    validation = {}
+    if args.validate_every:  # the last tenth of the (shuffled) training images, held out
+        cut = len(train_x) - len(train_x) // 10
+        validation = {"validation_data": (train_x[cut:], train_y[cut:])}
+        train_x, train_y = train_x[:cut], train_y[:cut]
     dataset = training_dataset(train_x, train_y, args, under_malld)
     change_log = ChangeLog(under_malld, args.log_changes)
 
@@ -305,8 +333,11 @@ def main() -> int:
     report = Report()
     callbacks.append(report)
     fit_start, fit_cpu = time.time(), time.process_time()
-    history = model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0,
-                        callbacks=callbacks)
+    # With validation, the timed fit is --steps / K epochs of K steps, each followed by a
+    # validation pass (Keras validates at an epoch's end).
+    per_epoch = args.validate_every or args.steps
+    history = model.fit(dataset, epochs=args.steps // per_epoch, steps_per_epoch=per_epoch, shuffle=False,
+                        verbose=0, callbacks=callbacks, **validation)
     if args.steps > 1:
         (start, cpu_start), (end, cpu_end) = report.marks[0], report.marks[-1]
         timed_steps = args.steps - 1

@@ -64,7 +64,10 @@ Options:
                the pools it started with, however many cpus malld gives it
   --batch B    images per step (default $batch)
   --hidden H   hidden units (default $hidden)
-  --model M    keras_digits.py's --model: mlp, conv or gru (default $model)
+  --model M    keras_digits.py's --model: mlp, conv, gru or convnet (default $model). convnet
+               is a step with idle time in it: two conv blocks with dropout, Adam, an accuracy
+               metric and a validation pass every 50 steps (N and M multiples of 50), which
+               leaves the cpus idle between kernels: Python, callbacks, metrics, tf.data
   --jobs J     copies run at once (default $jobs; at most the number of cpus)
   --repeat R   run the three ways R times, alternating, and report medians (default $repeat)
   --policy P   the private malld's policy: equal (default) or throughput (cores where a job's
@@ -115,7 +118,11 @@ second_steps=${second_steps:-$steps}
 for v in steps second_steps batch hidden jobs repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-keras.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
-case $model in mlp|conv|gru) ;; *) echo "bench-keras.sh: --model takes mlp, conv or gru (got '$model')" >&2; exit 2 ;; esac
+case $model in mlp|conv|gru|convnet) ;; *) echo "bench-keras.sh: --model takes mlp, conv, gru or convnet (got '$model')" >&2; exit 2 ;; esac
+if [ "$model" = convnet ] && { [ $((steps % 50)) -ne 0 ] || [ $((second_steps % 50)) -ne 0 ]; }; then
+  echo "bench-keras.sh: --model convnet validates every 50 steps: --steps and --second-steps must be multiples of 50" >&2
+  exit 2
+fi
 case $policy in equal|throughput) ;; *) echo "bench-keras.sh: --policy takes equal or throughput (got '$policy')" >&2; exit 2 ;; esac
 if [ "$jobs" -gt "$ncpu" ]; then
   echo "bench-keras.sh: --jobs $jobs is more than the $ncpu cpus (each copy needs at least one core under mall)" >&2
