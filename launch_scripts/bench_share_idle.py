@@ -50,7 +50,9 @@ def parse_args():
     parser.add_argument("--jobs", type=int, default=0, help="copies (default: the online cpus)")
     parser.add_argument("--placements", default=",".join(PLACEMENTS),
                         help="which placements, comma-separated, default %(default)s")
-    parser.add_argument("--python", default=str(REPO / ".venv/bin/python"), help="the venv's python")
+    venv = Path(os.environ.get("MALL_TF_VENV", REPO / ".venv"))
+    parser.add_argument("--python", default=str(venv / "bin/python"),
+                        help="the python of a venv with TensorFlow (default: $MALL_TF_VENV's, else <repo>/.venv's)")
     args = parser.parse_args()
     args.placements = [p for p in args.placements.split(",") if p]
     if any(p not in PLACEMENTS for p in args.placements) or not args.placements:
