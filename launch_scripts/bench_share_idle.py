@@ -21,9 +21,9 @@ Usage: launch_scripts/bench_share_idle.py [--model M] [--steps N] [--rounds R] [
                                           [--placements P1,P2,...] [--python PY]
 Output: per round and placement each copy's images/s and busy fraction (its cpu seconds over
 its cpu share times the fit's wall time), the total; then the medians per placement and the
-ratios of oversubscribed to static and of each sharing placement to the better of those two. Needs root, TensorFlow in
-<repo>/.venv (launch_scripts/install-deps.sh) and python3-sklearn's digits. Exit 0, 1 when a
-copy failed, 2 for bad options.
+ratios of oversubscribed to static and of each sharing placement to the better of those two.
+Needs root, TensorFlow in $MALL_TF_VENV or <repo>/.venv (launch_scripts/install-deps.sh) and
+python3-sklearn's digits. Exit 0, 1 when a copy failed, 2 for bad options.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "daemon/core/node_manager.hpp"
 #include "daemon/job_cpu_time.hpp"
@@ -34,7 +35,9 @@ CpuTimeReading proc(pid_t pid, unsigned long long start, double seconds) {
 TEST(CpuTimeAccount, FirstSampleIsABaselineThenGrowthIsAdded) {
     CpuTimeAccount account;
     EXPECT_EQ(account.add_sample({proc(10, 5, 7.0), proc(11, 6, 3.0)}, 100), 0);
+    EXPECT_TRUE(account.last_sample_began_a_counter());
     EXPECT_DOUBLE_EQ(account.add_sample({proc(10, 5, 8.5), proc(11, 6, 3.25)}, 300), 1.75);
+    EXPECT_FALSE(account.last_sample_began_a_counter());
 }
 
 TEST(CpuTimeAccount, AnExitedProcessNeverTakesTimeBack) {
@@ -52,6 +55,7 @@ TEST(CpuTimeAccount, AReusedPidIsANewProcess) {
     // pid 10 exits and is reused by a process started (tick 250) after the last sample (tick 100):
     // its 0.5 s all fall in this interval; the old process's 9 s are neither lost nor repeated.
     EXPECT_DOUBLE_EQ(account.add_sample({proc(10, 250, 0.5)}, 300), 0.5);
+    EXPECT_FALSE(account.last_sample_began_a_counter());  // a process forked since: fully counted
     EXPECT_DOUBLE_EQ(account.add_sample({proc(10, 250, 1.5)}, 500), 1.5);
 }
 
@@ -61,6 +65,7 @@ TEST(CpuTimeAccount, AProcessSeenLateIsABaseline) {
     // 12 started (tick 50) before the previous sample but was not read then: its 20 s are not this
     // interval's.
     EXPECT_DOUBLE_EQ(account.add_sample({proc(10, 5, 1.5), proc(12, 50, 20.0)}, 300), 0.5);
+    EXPECT_TRUE(account.last_sample_began_a_counter());  // the window misses 12's growth
     EXPECT_DOUBLE_EQ(account.add_sample({proc(10, 5, 1.5), proc(12, 50, 21.0)}, 500), 1.5);
 }
 
@@ -188,11 +193,13 @@ TEST_F(BusyFraction, AResizeWithinTheWindowIsWeighedByItsLength) {
 // Effects whose cpu-time counters the test sets (the backend's, in malld).
 class CountingEffects : public test::EventLogEffects {
 public:
-    std::optional<double> cpu_time(const std::string &job) override {
+    std::optional<CpuTimeSample> cpu_time(const std::string &job) override {
         auto it = counters.find(job);
-        return it == counters.end() ? std::nullopt : std::optional<double>(it->second);
+        if (it == counters.end()) return std::nullopt;
+        return CpuTimeSample{it->second, incomplete.count(job) > 0};
     }
     std::map<std::string, double> counters;
+    std::set<std::string> incomplete;  // jobs whose next samples say a counter joined
 };
 
 // malld samples a job's cpu time when it registers (its first window starts there, not at the
@@ -216,6 +223,30 @@ TEST(BusyFractionLife, RegistrationAndEndAreSampled) {
     const auto ends = effects.named("end");
     ASSERT_EQ(ends.size(), 1u);
     EXPECT_NEAR(ends[0]["cpu_seconds"].get<double>(), 4.5, 1e-9);
+}
+
+// A window in which a counter joined (a cgroup the job was classified into after registration, a
+// process seen late) adds what it measured to cpu_seconds but gives no busy fraction: it misses
+// the new counter's growth, and a false low figure is what a policy must never decide from.
+TEST(BusyFractionLife, AnIncompleteWindowGivesNoFraction) {
+    std::string error;
+    auto topology = Topology::load("pack:1 core:2 pu:1", &error);
+    ASSERT_NE(topology, nullptr) << error;
+    CountingEffects effects;
+    NodeManager nm(*topology, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
+    const TimePoint t0 = Clock::now();
+    effects.counters["a"] = 0;
+    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
+    effects.counters["a"] = 0.5;
+    effects.incomplete.insert("a");
+    nm.sample_cpu_times(t0 + 2s);
+    EXPECT_FALSE(nm.find("a")->cpu_busy);
+    EXPECT_NEAR(nm.find("a")->cpu_seconds, 0.5, 1e-9);
+    effects.incomplete.clear();
+    effects.counters["a"] = 4.5;  // the next window is complete: 4 cpu-s over 2 cpus x 2 s
+    nm.sample_cpu_times(t0 + 4s);
+    ASSERT_TRUE(nm.find("a")->cpu_busy);
+    EXPECT_NEAR(*nm.find("a")->cpu_busy, 1.0, 1e-3);
 }
 
 }  // namespace

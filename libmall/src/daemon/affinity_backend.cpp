@@ -90,14 +90,12 @@ public:
     }
 
     // The /proc times of the job's processes and their descendants (job_cpu_time.hpp).
-    std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) override {
-        return cpu_time_[job].add_sample(process_tree_cpu_readings(pids), boot_time_ticks());
+    std::vector<CpuTimeReading> cpu_time_readings(const std::string &,
+                                                  const std::vector<pid_t> &pids) const override {
+        return process_tree_cpu_readings(pids);
     }
 
-    void remove(const std::string &job) override {
-        applied_.erase(job);
-        cpu_time_.erase(job);
-    }
+    void remove(const std::string &job) override { applied_.erase(job); }
     void stop() override {}
     std::string cgroup_path(const std::string &) const override { return ""; }
     std::vector<std::string> jobs_with_cgroups() const override { return {}; }
@@ -107,7 +105,6 @@ public:
 
 private:
     std::map<std::string, CpuSet> applied_;  // the cpus last applied to each job
-    std::map<std::string, CpuTimeAccount> cpu_time_;  // cpu_seconds' account per job
 };
 
 }  // namespace

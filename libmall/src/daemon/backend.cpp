@@ -4,7 +4,8 @@
 // backend_cgroup.{hpp,cpp} (the common cgroup layer) with backend_cgroup_v1.cpp and
 // backend_cgroup_v2.cpp (the kernel interfaces), cgroup_modes.{hpp,cpp} (one type per cgroup
 // mode), backend_in_place.cpp, backend_own_folder.cpp, backend_slice_mode.cpp,
-// systemd_slice.{hpp,cpp}, cgroup_tree.{hpp,cpp}, and affinity_backend.{hpp,cpp} (no cgroups).
+// systemd_slice.{hpp,cpp}, cgroup_tree.{hpp,cpp}, job_cpu_time.{hpp,cpp} (the counters of a job's
+// cpu time), and affinity_backend.{hpp,cpp} (no cgroups).
 #include "backend.hpp"
 
 #include <cstddef>

@@ -18,7 +18,7 @@
 // cgroup_modes (one type per CgroupMode, what a mode decides), backend_in_place,
 // backend_own_folder, backend_slice_mode (container-systemd), systemd_slice (a container job's
 // systemd slice: its name and systemd's calls), cgroup_tree (reading a cgroup hierarchy as a tree
-// of folders) and affinity_backend; backend.cpp picks one.
+// of folders), job_cpu_time (a job's cpu-time counters) and affinity_backend; backend.cpp picks one.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +30,7 @@
 
 #include "../common/cpuset.hpp"
 #include "../common/rules.hpp"
+#include "job_cpu_time.hpp"
 #include "procfs.hpp"
 
 namespace mall {
@@ -102,7 +103,8 @@ public:
         return std::nullopt;
     }
     // Records a job about to be self-registered (after check_self_registration): enforced in place
-    // in its delegated cgroup only, never moved, its cgroup's parents never widened.
+    // in its delegated cgroup only, never moved, its cgroup's parents never widened. Call it before
+    // anything else is recorded for the job (it starts the job's record afresh).
     virtual void set_self_registered(const std::string &job) { (void)job; }
     // Takes a registered job's pids under control: records the cgroups they live in and moves
     // those that need malld's own folder into it (once it exists).
@@ -143,13 +145,13 @@ public:
     // for affinity, the first registered pid's mask); nullopt when unknown.
     virtual std::optional<CpuSet> current(const std::string &job,
                                           const std::vector<pid_t> &pids) const = 0;
-    // The cpu seconds the job used since the first call for it: a running total that never goes
-    // back (malld takes differences between calls), or nullopt when the backend cannot tell. Each
-    // call is a sample (job_cpu_time.hpp): cgroup v2 reads usage_usec of cpu.stat in each of the
-    // job's cgroups (exited processes' time included); cgroup v1 and affinity add the /proc times
-    // of `pids` (the job's registered processes), their descendants and, for a container job,
-    // the processes in its cgroups. What it keeps for the job goes at remove().
-    virtual std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) = 0;
+    // The job's cpu-time counters now (job_cpu_time.hpp; KernelEffects keeps their account), read
+    // without writing: cgroup v2 reads usage_usec of cpu.stat in each of the job's cgroups
+    // (exited processes' time included); cgroup v1 and affinity read the /proc times of `pids`
+    // (the job's registered processes), their descendants and, for a container job (v1), the
+    // processes in its cgroups. Empty when there is nothing to read (yet).
+    virtual std::vector<CpuTimeReading> cpu_time_readings(const std::string &job,
+                                                          const std::vector<pid_t> &pids) const = 0;
     // The job ended: removes its own folder (moving any leftover processes to the root) and gives
     // each in-place cgroup back the cpus it had at registration.
     virtual void remove(const std::string &job) = 0;
@@ -175,7 +177,8 @@ std::unique_ptr<CpusetBackend> make_backend(BackendKind kind, const std::string 
 // sched_setaffinity on one thread; false on error. (The /proc readers the backends and tests use,
 // threads_of, descendants_of, process_start_time..., are in procfs.hpp.)
 bool set_thread_affinity(pid_t tid, const CpuSet &cpus);
-// Mount point of the cgroup v1 hierarchy holding the cpuset controller, "" when there is none.
+// Mount point of the cgroup v1 hierarchy holding the cpuset controller, "" when there is none
+// (what probe_v1 finds first; the tests ask it where to make their own cgroups).
 std::string cgroup_v1_cpuset_mount();
 
 }  // namespace mall

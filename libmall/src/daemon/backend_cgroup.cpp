@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // backend_cgroup.cpp — the job's life in the common cgroup layer (backend_cgroup.hpp): start
 // (malld's parent folder with the pool), the jobs' map (each job's JobEnforcement, made for its mode
-// at registration or adoption) and what malld asks of a job, which the job's mode answers (its
-// cpu time too); stop;
-// the checks every mode shares (effective cpus, an empty cpu list, a folder left running). Every
+// at registration or adoption) and what malld asks of a job, which the job's mode answers (its cpu
+// time's counters too); stop; the checks every mode shares (effective cpus, an empty cpu list, a
+// folder left running). Every
 // failure message names the path, the errno text and a fix; growing always re-widens every
 // thread's own mask too (the kernel keeps requested masks).
 #include "backend_cgroup.hpp"
@@ -150,32 +150,25 @@ bool CgroupBackend::apply(const std::string &job, const std::vector<pid_t> &pids
 
 std::optional<CpuSet> CgroupBackend::current(const std::string &job, const std::vector<pid_t> &) const {
     if (const JobEnforcement *known = find(job)) return known->current();
-    std::string text;
-    if (!read_text_file(own_folder(job) + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
-    return CpuSet::parse(trim(text));
+    return written_cpus(own_folder(job));
 }
 
 // v2: the job's cgroups (in place and malld's folder or slice), each counted once; v1: the /proc
 // times of the job's processes and their descendants, and a container job's cgroup members.
-std::optional<double> CgroupBackend::cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) {
+std::vector<CpuTimeReading> CgroupBackend::cpu_time_readings(const std::string &job,
+                                                             const std::vector<pid_t> &pids) const {
     const JobEnforcement *known = find(job);
-    std::vector<CpuTimeReading> readings;
-    if (cgroups_count_cpu_time()) {
-        if (known) readings = cgroup_cpu_readings(known->cgroup_paths());
-    } else {
-        std::vector<pid_t> processes = pids;
-        if (known)
-            for (pid_t pid : known->member_pids()) processes.push_back(pid);
-        readings = process_tree_cpu_readings(processes);
-    }
-    return cpu_time_[job].add_sample(readings, boot_time_ticks());
+    if (cgroups_count_cpu_time()) return known ? cgroup_cpu_readings(known->cgroup_paths()) : std::vector<CpuTimeReading>();
+    std::vector<pid_t> processes = pids;
+    if (known)
+        for (pid_t pid : known->member_pids()) processes.push_back(pid);
+    return process_tree_cpu_readings(processes);
 }
 
 // A job malld knows gives back its in-place cgroups and removes its folder as its mode says; one
 // it does not know (remove_stale_job_cgroups) loses whatever folder or slice is left of it.
 void CgroupBackend::remove(const std::string &job) {
     retry_pending_removals();
-    cpu_time_.erase(job);
     std::unique_ptr<JobEnforcement> ending;
     if (auto it = jobs_.find(job); it != jobs_.end()) {
         ending = std::move(it->second);
@@ -241,9 +234,13 @@ bool CgroupBackend::check_effective(const std::string &dir, const CpuSet &target
                                     std::string *error) const {
     auto effective = effective_cpus(dir);
     if (effective && *effective == target) return true;
-    return fail(error, dir + "/cpuset.cpus is '" + target.to_string() + "' but the kernel applies '" +
-                           (effective ? effective->to_string() : std::string("?")) + "' (" +
-                           (effective_cpus_file() + 1) + "): " + hint);
+    return fail(error, effective_mismatch(dir, target, effective, hint));
+}
+
+std::string CgroupBackend::effective_mismatch(const std::string &dir, const CpuSet &target,
+                                              const std::optional<CpuSet> &effective, const std::string &hint) const {
+    return dir + "/cpuset.cpus is '" + target.to_string() + "' but the kernel applies '" +
+           (effective ? effective->to_string() : std::string("?")) + "' (" + (effective_cpus_file() + 1) + "): " + hint;
 }
 
 bool CgroupBackend::allow_no_cpus(const std::string &what, bool holds_processes, const std::string &why,

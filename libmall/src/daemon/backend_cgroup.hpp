@@ -4,7 +4,8 @@
 // type of its cgroup mode (cgroup_modes.hpp), and holds the kernel rules every mode uses, each
 // written once; the kernel interface that differs between cgroup v1 and v2 is a set of hooks that
 // backend_cgroup_v1.cpp and backend_cgroup_v2.cpp implement, so nothing here branches on the
-// version, nor on the mode. Each concern has its own file:
+// version, nor on the mode (but adopt, which picks the type the state file implies). Each concern
+// has its own file:
 //   backend_cgroup.cpp     start, stop, the jobs' map and what the daemon asks of a job (its cpus,
 //                          its cpu time);
 //   cgroup_modes.cpp       the modes but container-systemd, and what every mode shares;
@@ -53,7 +54,8 @@ public:
     bool apply(const std::string &job, const std::vector<pid_t> &pids, const CpuSet &cpus, bool growing,
                std::string *error) override;
     std::optional<CpuSet> current(const std::string &job, const std::vector<pid_t> &pids) const override;
-    std::optional<double> cpu_seconds(const std::string &job, const std::vector<pid_t> &pids) override;
+    std::vector<CpuTimeReading> cpu_time_readings(const std::string &job,
+                                                  const std::vector<pid_t> &pids) const override;
     void remove(const std::string &job) override;
     void stop() override;
     std::string cgroup_path(const std::string &job) const override;
@@ -80,10 +82,15 @@ public:
     std::string never_delegated_reason(const std::string &rel) const;
     // The cpus that apply to the processes of `dir` (effective_cpus_file()).
     std::optional<CpuSet> effective_cpus(const std::string &dir) const;
+    // What is written in a folder's cpuset.cpus (v2: may be empty, the parent's).
+    std::optional<CpuSet> written_cpus(const std::string &dir) const;
     // False with *error when the kernel applies other cpus than `target` to `dir`; `hint` says
     // what may be in the way.
     bool check_effective(const std::string &dir, const CpuSet &target, const std::string &hint,
                          std::string *error) const;
+    // check_effective's words for `effective` (nullopt: unread) applied where `target` was written.
+    std::string effective_mismatch(const std::string &dir, const CpuSet &target,
+                                   const std::optional<CpuSet> &effective, const std::string &hint) const;
     // An empty cpu list asked for `what`: fine when it holds no process; else false with *error
     // (`why`: why the kernel or systemd cannot take an empty list).
     static bool allow_no_cpus(const std::string &what, bool holds_processes, const std::string &why,
@@ -139,13 +146,16 @@ protected:
     virtual const char *effective_cpus_file() const = 0;
     // True when an empty cpuset.cpus means "the parent's cpus" (v2) rather than none (v1).
     virtual bool empty_cpus_inherit() const = 0;
+    // True when the kernel may apply other cpus than a folder's cpuset.cpus (v2's
+    // cpuset.cpus.effective, checked after every resize in place); v1 applies what was written.
+    virtual bool applies_other_cpus() const = 0;
     // At a job's end, an in-place cgroup whose cpuset.cpus was empty at registration gets that back.
     virtual void restore_inherited(const std::string &dir) = 0;
     // Non-empty when `rel` is a cgroup shared by unrelated processes that the version knows of
     // (v2: a systemd login session), so a process there needs malld's own folder.
     virtual std::string session_reason(const std::string &rel) const = 0;
     // True when each cgroup counts its processes' cpu time in this hierarchy (v2's cpu.stat), so a
-    // job's time is its cgroups'; false (v1) when it comes from /proc instead (cpu_seconds).
+    // job's time is its cgroups'; false (v1) when it comes from /proc instead (cpu_time_readings).
     virtual bool cgroups_count_cpu_time() const = 0;
 
     std::string mount_;
@@ -159,7 +169,6 @@ private:
     // The job's enforcement, made under mode auto when the job has none yet.
     JobEnforcement &enforcement(const std::string &job);
     const JobEnforcement *find(const std::string &job) const;
-    std::optional<CpuSet> written_cpus(const std::string &dir) const;
     void retry_pending_removals();
     // --- backend_in_place.cpp
     bool write_cpus(const std::string &dir, const CpuSet &cpus, std::string *error) const;
@@ -178,7 +187,6 @@ private:
     std::set<std::string> pending_removals_;
     std::set<std::string> pending_rmdirs_;  // container folders: removed with rmdir only
     std::set<std::string> pending_slices_;  // jobs whose slice still holds processes
-    std::map<std::string, CpuTimeAccount> cpu_time_;  // cpu_seconds' account per job, erased at remove()
 };
 
 // The two versions (make_backend calls them once the probe found the mount).

@@ -64,6 +64,7 @@ protected:
 
     const char *effective_cpus_file() const override { return "/cpuset.cpus"; }
     bool empty_cpus_inherit() const override { return false; }
+    bool applies_other_cpus() const override { return false; }
     void restore_inherited(const std::string &) override {}  // v1 has no "inherit": nothing was empty
     bool has_systemd_slices() const override { return false; }
     std::string session_reason(const std::string &) const override { return ""; }

@@ -62,6 +62,7 @@ protected:
 
     const char *effective_cpus_file() const override { return "/cpuset.cpus.effective"; }
     bool empty_cpus_inherit() const override { return true; }
+    bool applies_other_cpus() const override { return true; }
 
     void restore_inherited(const std::string &dir) override {
         // v2 "inherit the parent's": kernel 6.1 refuses an empty write while the cgroup holds

@@ -4,9 +4,9 @@
 // resizes that cgroup without moving any process: ancestors widened first, descendants narrowed
 // first, and at the job's end the cgroup gets back the cpus it had at registration. check_pids
 // says beforehand, without writing, whether a registration's processes can be enforced under its
-// mode (the mode's type decides), and
-// check_self_registration whether a self-registering process lives in a cgroup delegated to it;
-// cgroup_resized_in_place tells authorization which cgroup a Register would resize.
+// mode (the mode's type decides), check_self_registration whether a self-registering process
+// lives in a cgroup delegated to it, and cgroup_resized_in_place tells authorization which cgroup
+// a Register would resize.
 #include "backend_cgroup.hpp"
 
 #include <sys/stat.h>
@@ -189,7 +189,8 @@ bool CgroupBackend::resize_in_place(const std::string &dir, const CpuSet &target
         }
         if (!write_cpus(dir, target, error)) return false;
     }
-    if (!check_effective(dir, target, "an ancestor's cpus do not hold them", error)) return false;
+    if (applies_other_cpus() && !check_effective(dir, target, "an ancestor's cpus do not hold them", error))
+        return false;
     if (grew) widen_thread_masks(dir, below, target);
     return true;
 }

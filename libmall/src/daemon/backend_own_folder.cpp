@@ -17,7 +17,6 @@
 #include "../common/files.hpp"
 #include "../common/text.hpp"
 #include "cgroup_tree.hpp"
-#include "log.hpp"
 #include "procfs.hpp"
 
 namespace mall {

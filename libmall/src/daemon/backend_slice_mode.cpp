@@ -66,14 +66,17 @@ public:
         if (!systemd_slice::set_allowed_cpus(*slice, cpus, error)) return false;
         if (!is_directory(dir)) return true;
         // systemd may enable cpuset for the slice from its loop a moment after set-property.
-        const char *hint = "does an ancestor slice have AllowedCPUs?";
-        bool applied = false;
-        for (int attempt = 0; attempt < 100 && !applied; ++attempt) {
-            applied = write_file_once(dir + "/cpuset.cpus", cpus.to_string()) == 0 &&
-                      cgroups_.check_effective(dir, cpus, hint, nullptr);
-            if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // The cpus read after the last write that succeeded decide ('?' when none did).
+        std::optional<CpuSet> effective;
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            if (write_file_once(dir + "/cpuset.cpus", cpus.to_string()) == 0 &&
+                (effective = cgroups_.effective_cpus(dir)) && *effective == cpus)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        if (!applied && !cgroups_.check_effective(dir, cpus, hint, error)) return false;
+        if (!effective || *effective != cpus)
+            return CgroupBackend::fail(
+                error, cgroups_.effective_mismatch(dir, cpus, effective, "does an ancestor slice have AllowedCPUs?"));
         if (growing) cgroups_.widen_thread_masks(dir, descendants(dir), cpus);
         return true;
     }

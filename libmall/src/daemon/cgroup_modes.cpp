@@ -144,9 +144,7 @@ std::string JobEnforcement::main_path() const { return in_place_.empty() ? folde
 
 std::optional<CpuSet> JobEnforcement::current() const {
     if (!in_place_.empty()) return cgroups_.effective_cpus(in_place_.front().path);
-    std::string text;
-    if (!read_text_file(folder() + "/cpuset.cpus", &text, nullptr)) return std::nullopt;
-    return CpuSet::parse(trim(text));
+    return cgroups_.written_cpus(folder());
 }
 
 std::vector<pid_t> ContainerJob::member_pids() const { return pids_in_tree(folder()); }

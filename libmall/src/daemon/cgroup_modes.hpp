@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // cgroup_modes.hpp — one type per cgroup mode (backend.hpp's CgroupMode): where a job's processes
 // are enforced and what malld makes, resizes and removes for it. CgroupBackend keeps one
-// JobEnforcement per job and asks it; nothing else branches on the mode. The types:
+// JobEnforcement per job and asks it; nothing else branches on the mode (but adoption, which picks
+// the type the state file implies: it keeps no mode). The types:
 //   HostJob            auto and in-place: each process's own cgroup (Slurm's step, a container's,
 //                      a systemd scope) is resized in place; a process in no cgroup made for it
 //                      (the root, malld's own cgroup, a login session) moves into malld's folder.
@@ -87,7 +88,7 @@ public:
     bool holds(const std::string &path) const;        // path is one of the job's cgroups or below one
     std::string main_path() const;                    // the first in-place cgroup, else the folder
     std::optional<CpuSet> current() const;            // what the kernel applies there now
-    // Whether the job's folder is made at its first apply (a container mode's, before any process).
+    // The job's folder is made at its first apply, before any process is in it (container modes).
     void expect_folder() { has_folder_ = true; }
 
 protected:

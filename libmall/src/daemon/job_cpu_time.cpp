@@ -5,6 +5,8 @@
 // or a pid that is reused (a new key) never makes the total go back.
 #include "job_cpu_time.hpp"
 
+#include <sys/stat.h>
+
 #include <set>
 #include <sstream>
 
@@ -16,6 +18,7 @@ namespace mall {
 
 double CpuTimeAccount::add_sample(const std::vector<CpuTimeReading> &readings, unsigned long long now_ticks) {
     std::map<std::string, double> seen;
+    began_a_counter_ = false;
     for (const CpuTimeReading &r : readings) {
         if (!seen.emplace(r.key, r.seconds).second) continue;  // a key counts once per sample
         auto before = last_.find(r.key);
@@ -23,7 +26,9 @@ double CpuTimeAccount::add_sample(const std::vector<CpuTimeReading> &readings, u
             if (r.seconds > before->second) total_ += r.seconds - before->second;
         } else if (last_sample_ticks_ && r.started_ticks && *r.started_ticks >= *last_sample_ticks_ &&
                    r.seconds > 0) {
-            total_ += r.seconds;
+            total_ += r.seconds;  // started since the sample before: all its time is this window's
+        } else {
+            began_a_counter_ = true;  // a baseline
         }
     }
     last_ = std::move(seen);
@@ -36,6 +41,7 @@ std::vector<CpuTimeReading> process_tree_cpu_readings(const std::vector<pid_t> &
     for (pid_t pid : pids) {
         if (pid <= 0 || !tree.insert(pid).second) continue;
         for (pid_t d : descendants_of(pid)) tree.insert(d);
+        if (tree.size() > kMaxMeasuredProcesses) return {};
     }
     const double hz = static_cast<double>(clock_ticks_per_second());
     std::vector<CpuTimeReading> out;
@@ -76,8 +82,10 @@ std::vector<CpuTimeReading> cgroup_cpu_readings(const std::vector<std::string> &
     std::vector<CpuTimeReading> out;
     for (const std::string &path : outermost_cgroups(paths)) {
         std::string text;
-        if (!read_text_file(path + "/cpu.stat", &text)) continue;
-        if (auto seconds = parse_cpu_stat_usage(text)) out.push_back({path, *seconds, std::nullopt});
+        struct stat folder {};
+        if (::stat(path.c_str(), &folder) != 0 || !read_text_file(path + "/cpu.stat", &text)) continue;
+        if (auto seconds = parse_cpu_stat_usage(text))
+            out.push_back({path + ":" + std::to_string(folder.st_ino), *seconds, std::nullopt});
     }
     return out;
 }

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // job_cpu_time.hpp — how the backends measure the cpu time a job used (CpusetBackend::cpu_seconds):
 // a running total, per job, built from counters that come and go (the job's processes, its
-// cgroups) and that never goes back. CpuTimeAccount is the pure part; the readers below turn
-// /proc and cgroup files into its readings with the project's bounded readers (files.hpp,
-// procfs.hpp), reading only what malld already tracks: the job's registered processes and their
-// descendants, or the job's own cgroups.
+// cgroups) and that never goes back. CpuTimeAccount is the pure part (KernelEffects keeps one per
+// job); the readers below turn /proc and cgroup files into its readings with the project's readers
+// (files.hpp, procfs.hpp), reading only what malld already tracks: the job's registered processes
+// and their descendants (at most kMaxMeasuredProcesses), or the job's own cgroups.
 // Contract: malld's event loop calls these; nothing throws; an unreadable counter is left out.
 #pragma once
 
@@ -38,16 +38,26 @@ public:
     // Takes a sample made at `now_ticks` (boot clock) and returns the new total.
     double add_sample(const std::vector<CpuTimeReading> &readings, unsigned long long now_ticks);
     double total() const { return total_; }
+    // True when the last sample took some counter as a baseline (first seen, its earlier time
+    // unknown): the growth up to that sample misses that counter's, so the window it closes is
+    // incomplete (a cgroup or a process that joined the job since the sample before).
+    bool last_sample_began_a_counter() const { return began_a_counter_; }
     size_t counters() const { return last_.size(); }
 
 private:
     std::map<std::string, double> last_;
     std::optional<unsigned long long> last_sample_ticks_;
     double total_ = 0;
+    bool began_a_counter_ = false;
 };
 
+// A job whose process tree holds more processes than this is not measured (the readers return no
+// reading): each sample costs a read of every process's /proc/PID/stat, every 2 s, as root.
+inline constexpr size_t kMaxMeasuredProcesses = 4096;
+
 // The processes `pids` and their descendants, each read once from /proc/PID/stat: key
-// "pid:start", utime + stime in seconds, started at its start time.
+// "pid:start", utime + stime in seconds, started at its start time; none at all when the tree
+// holds more than kMaxMeasuredProcesses.
 std::vector<CpuTimeReading> process_tree_cpu_readings(const std::vector<pid_t> &pids);
 
 // cgroup v2: the cpu time of every task that ever ran in a cgroup or below it, exited ones
@@ -56,7 +66,9 @@ std::vector<CpuTimeReading> process_tree_cpu_readings(const std::vector<pid_t> &
 std::optional<double> parse_cpu_stat_usage(const std::string &cpu_stat_text);
 // Drops each path that lies below another one of `paths` (its time is already in that one's).
 std::vector<std::string> outermost_cgroups(const std::vector<std::string> &paths);
-// One reading per outermost cgroup of `paths` whose cpu.stat can be read: key its path.
+// One reading per outermost cgroup of `paths` whose cpu.stat can be read: key its path and inode
+// (a cgroup removed and made again under the same path, even by a user it is delegated to, is a
+// new counter).
 std::vector<CpuTimeReading> cgroup_cpu_readings(const std::vector<std::string> &paths);
 
 }  // namespace mall

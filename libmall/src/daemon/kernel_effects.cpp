@@ -57,12 +57,18 @@ void KernelEffects::publish(const std::string &job, uint64_t generation, const C
     connections_.notify_attached(job, generation);
 }
 
-std::optional<double> KernelEffects::cpu_time(const std::string &job) {
-    return backend_.cpu_seconds(job, pids_of(job));
+std::optional<CpuTimeSample> KernelEffects::cpu_time(const std::string &job) {
+    const unsigned long long now_ticks = boot_time_ticks();
+    const std::vector<CpuTimeReading> readings = backend_.cpu_time_readings(job, pids_of(job));
+    if (readings.empty()) return std::nullopt;
+    CpuTimeAccount &account = cpu_time_[job];
+    const double total = account.add_sample(readings, now_ticks);
+    return CpuTimeSample{total, account.last_sample_began_a_counter()};
 }
 
 void KernelEffects::job_removed(const std::string &job) {
     backend_.remove(job);
+    cpu_time_.erase(job);
     auto page = pages_.find(job);
     if (page != pages_.end()) {
         if (page->second.page) ::munmap(page->second.page, kSharedPageSize);

@@ -46,7 +46,9 @@ public:
     // Stamps the event's wall-clock "time" (seconds since the epoch) when the core left it out.
     void event(const nlohmann::json &event) override;
     TimePoint clock_now(TimePoint) override { return Clock::now(); }
-    std::optional<double> cpu_time(const std::string &job) override;
+    // The backend's readings of the job's counters into its account (cpu_time_), taken with the
+    // boot clock read first; none when nothing could be read.
+    std::optional<CpuTimeSample> cpu_time(const std::string &job) override;
 
     // --- the job's shared page ---
     struct JobPage {
@@ -70,6 +72,7 @@ private:
     PidWatcher &pids_;
     const NodeManager *manager_ = nullptr;
     std::map<std::string, JobPage> pages_;
+    std::map<std::string, CpuTimeAccount> cpu_time_;  // each job's cpu time (cpu_time()), erased at its removal
     std::function<void(const nlohmann::json &)> end_observer_;
 };
 

@@ -105,7 +105,6 @@ const char *kEpilog =
     "  1  start-up failed (socket in use by a live malld, unusable backend, unreadable state file)\n"
     "  2  bad command line\n";
 
-
 int usage_error(const std::string &text) {
     std::cerr << "malld: " << text << "\nTry 'malld --help' for more information.\n";
     return kExitUsage;

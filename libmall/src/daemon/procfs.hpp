@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // procfs.hpp — what malld reads of processes from /proc, in one place: a process's parent, start
-// time, cpu time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and ancestors,
-// its uids and thread group (/proc/PID/status), its user namespace and who owns it
+// time, cpu time, liveness and kernel-thread flag (/proc/PID/stat), its threads, descendants and
+// ancestors, its uids and thread group (/proc/PID/status), its user namespace and who owns it
 // (/proc/PID/ns/user),
 // the pid behind a pidfd (/proc/self/fdinfo), its cpuset cgroup (/proc/PID/cgroup), and the mount
 // table (/proc/self/mountinfo). Every

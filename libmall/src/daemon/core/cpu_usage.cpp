@@ -12,31 +12,32 @@ std::optional<double> busy_fraction(double cpu_seconds, double core_seconds) {
     return cpu_seconds / core_seconds;
 }
 
-void NodeManager::record_cpu_time(const std::string &job, double counter, TimePoint now, bool closing) {
+void NodeManager::record_cpu_time(const std::string &job, double counter, TimePoint now, CpuSampleKind kind) {
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return;
     Job &self = it->second;
     const double core_seconds = accounting(self, now).core_seconds;
     const bool window_open = self.cpu_mark_counter && counter >= *self.cpu_mark_counter && now > self.cpu_mark_time;
-    if (window_open && now - self.cpu_mark_time < kMinCpuWindow) {
-        if (!closing) return;  // too short yet: keep the window
-        self.cpu_seconds += counter - *self.cpu_mark_counter;  // the last part, too short for a fraction
-        self.cpu_mark_counter = counter;
-        return;
-    }
+    const bool long_enough = now - self.cpu_mark_time >= kMinCpuWindow;
+    if (window_open && !long_enough && kind == CpuSampleKind::Regular) return;  // too short yet: it goes on
     if (window_open) {
         const double ran = counter - *self.cpu_mark_counter;
         self.cpu_seconds += ran;
-        self.cpu_busy = busy_fraction(ran, core_seconds - self.cpu_mark_core_seconds);
+        if (long_enough && kind != CpuSampleKind::Incomplete)
+            self.cpu_busy = busy_fraction(ran, core_seconds - self.cpu_mark_core_seconds);
     }
     self.cpu_mark_counter = counter;
     self.cpu_mark_time = now;
     self.cpu_mark_core_seconds = core_seconds;
 }
 
+void NodeManager::sample_cpu_time(const std::string &job, TimePoint now, CpuSampleKind kind) {
+    if (auto sample = effects_.cpu_time(job))
+        record_cpu_time(job, sample->seconds, now, sample->incomplete ? CpuSampleKind::Incomplete : kind);
+}
+
 void NodeManager::sample_cpu_times(TimePoint now) {
-    for (const auto &[name, job] : jobs_)
-        if (auto counter = effects_.cpu_time(name)) record_cpu_time(name, *counter, now);
+    for (const auto &[name, job] : jobs_) sample_cpu_time(name, now);
 }
 
 }  // namespace mall

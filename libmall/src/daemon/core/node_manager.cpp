@@ -132,8 +132,9 @@ Outcome NodeManager::register_job(const JobSpec &spec, TimePoint now) {
     effects_.event(ev);
 
     replan(now);
-    // The first cpu-time sample starts its first window (its processes are under control now).
-    if (auto counter = effects_.cpu_time(spec.id)) record_cpu_time(spec.id, *counter, now);
+    // The first cpu-time sample starts its first window (what the backend can read of it now; a
+    // cgroup it is classified into later joins as an incomplete window's counter).
+    sample_cpu_time(spec.id, now);
     return Outcome::success();
 }
 

@@ -49,6 +49,20 @@ using TimePoint = Clock::time_point;
 
 // What the core asks the outside world to do. Implemented by the server (real cgroups and pages)
 // and by tests (recording fakes).
+// One sample of a job's cpu time: the running total, and whether the window it closes is
+// incomplete (a counter joined since the sample before, whose growth in it is unknown).
+struct CpuTimeSample {
+    double seconds = 0;
+    bool incomplete = false;
+};
+
+// How a cpu-time sample closes the job's current window (NodeManager::record_cpu_time).
+enum class CpuSampleKind {
+    Regular,     // a window shorter than kMinCpuWindow goes on
+    Last,        // the job's end: its growth counts however short the window
+    Incomplete,  // its growth counts, but the window gives no busy fraction
+};
+
 class Effects {
 public:
     virtual ~Effects() = default;
@@ -76,10 +90,10 @@ public:
     // The time now, read right after a publish so ack latency counts from the moment the page
     // changed (not from the request that caused it). Tests with a fake clock keep `fallback`.
     virtual TimePoint clock_now(TimePoint fallback) { return fallback; }
-    // The job's cpu-time counter now, in seconds (CpusetBackend::cpu_seconds: a running total
-    // that never goes back), or none when it cannot be read. The core samples it when a job
-    // registers and when it ends, and sample_cpu_times() every kCpuSampleInterval.
-    virtual std::optional<double> cpu_time(const std::string &job) {
+    // The job's cpu-time counter now (a running total that never goes back: KernelEffects keeps
+    // it from the backend's readings), or none when there is nothing to read. The core samples it
+    // when a job registers and when it ends, and sample_cpu_times() every kCpuSampleInterval.
+    virtual std::optional<CpuTimeSample> cpu_time(const std::string &job) {
         (void)job;
         return std::nullopt;
     }
@@ -314,11 +328,13 @@ public:
     // (CpusetBackend::cpu_seconds). Once kMinCpuWindow has passed since the window's start, its
     // growth joins Job::cpu_seconds and Job::cpu_busy becomes busy_fraction(growth, the core-seconds
     // the job held meanwhile), and a new window starts. The first sample (or one whose counter
-    // went back) only starts a window. Unknown jobs are ignored. `closing` (the job's last sample,
-    // at its end): a window shorter than kMinCpuWindow still adds its growth to cpu_seconds.
-    void record_cpu_time(const std::string &job, double counter, TimePoint now, bool closing = false);
+    // went back) only starts a window. Unknown jobs are ignored. `kind`: see CpuSampleKind.
+    void record_cpu_time(const std::string &job, double counter, TimePoint now,
+                         CpuSampleKind kind = CpuSampleKind::Regular);
     // Samples every job's cpu time (Effects::cpu_time) into record_cpu_time.
     void sample_cpu_times(TimePoint now);
+    // One job's sample (`kind` Regular or Last; an incomplete sample is Incomplete).
+    void sample_cpu_time(const std::string &job, TimePoint now, CpuSampleKind kind = CpuSampleKind::Regular);
     // The job uses only cpus_used of its cpus (0 = all): see Job::usage_cap. Never infeasible (the
     // job's min is unchanged); replans when the planned max changes. Coalesced: within
     // kUsageInterval of the last change it is only noted, and tick() applies the latest one.

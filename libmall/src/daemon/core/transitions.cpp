@@ -94,7 +94,7 @@ void NodeManager::end_job(const std::string &job, const char *reason, TimePoint 
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return;
     // Its last cpu-time sample, while the backend still knows its processes and cgroups.
-    if (auto counter = effects_.cpu_time(job)) record_cpu_time(job, *counter, now, true);
+    sample_cpu_time(job, now, CpuSampleKind::Last);
     close_accounts(it->second, reason, now);
     jobs_.erase(it);
     targets_.erase(job);
