@@ -202,16 +202,26 @@ public:
     std::set<std::string> incomplete;  // jobs whose next samples say a counter joined
 };
 
+// A node of 2 cpus whose jobs' cpu-time counters the test sets.
+class BusyFractionLife : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::string error;
+        topology_ = Topology::load("pack:1 core:2 pu:1", &error);
+        ASSERT_NE(topology_, nullptr) << error;
+        manager_ = std::make_unique<NodeManager>(*topology_, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
+    }
+    CountingEffects effects;
+    std::unique_ptr<Topology> topology_;
+    std::unique_ptr<NodeManager> manager_;
+    const TimePoint t0 = Clock::now();
+};
+
 // malld samples a job's cpu time when it registers (its first window starts there, not at the
 // first periodic sample up to 2 s later) and when it ends (the last part of its life counts even
 // when shorter than a window), so a job's cpu_seconds covers its whole life.
-TEST(BusyFractionLife, RegistrationAndEndAreSampled) {
-    std::string error;
-    auto topology = Topology::load("pack:1 core:2 pu:1", &error);
-    ASSERT_NE(topology, nullptr) << error;
-    CountingEffects effects;
-    NodeManager nm(*topology, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
-    const TimePoint t0 = Clock::now();
+TEST_F(BusyFractionLife, RegistrationAndEndAreSampled) {
+    NodeManager &nm = *manager_;
     effects.counters["a"] = 100.0;  // time its processes ran before they registered: not the job's
     ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
     effects.counters["a"] = 104.0;
@@ -228,13 +238,8 @@ TEST(BusyFractionLife, RegistrationAndEndAreSampled) {
 // A window in which a counter joined (a cgroup the job was classified into after registration, a
 // process seen late) adds what it measured to cpu_seconds but gives no busy fraction: it misses
 // the new counter's growth, and a false low figure is what a policy must never decide from.
-TEST(BusyFractionLife, AnIncompleteWindowGivesNoFraction) {
-    std::string error;
-    auto topology = Topology::load("pack:1 core:2 pu:1", &error);
-    ASSERT_NE(topology, nullptr) << error;
-    CountingEffects effects;
-    NodeManager nm(*topology, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
-    const TimePoint t0 = Clock::now();
+TEST_F(BusyFractionLife, AnIncompleteWindowGivesNoFraction) {
+    NodeManager &nm = *manager_;
     effects.counters["a"] = 0;
     ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
     effects.counters["a"] = 0.5;
