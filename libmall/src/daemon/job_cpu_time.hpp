@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// job_cpu_time.hpp — how the backends measure the cpu time a job used (CpusetBackend::cpu_seconds):
+// job_cpu_time.hpp — how malld measures the cpu time a job used (CpusetBackend::cpu_time_readings
+// reads the counters, KernelEffects::cpu_time keeps their account):
 // a running total, per job, built from counters that come and go (the job's processes, its
 // cgroups) and that never goes back. CpuTimeAccount is the pure part (KernelEffects keeps one per
 // job); the readers below turn /proc and cgroup files into its readings with the project's readers

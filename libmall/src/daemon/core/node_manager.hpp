@@ -47,8 +47,6 @@ namespace mall {
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 
-// What the core asks the outside world to do. Implemented by the server (real cgroups and pages)
-// and by tests (recording fakes).
 // One sample of a job's cpu time: the running total, and whether the window it closes is
 // incomplete (a counter joined since the sample before, whose growth in it is unknown).
 struct CpuTimeSample {
@@ -63,6 +61,8 @@ enum class CpuSampleKind {
     Incomplete,  // its growth counts, but the window gives no busy fraction
 };
 
+// What the core asks the outside world to do. Implemented by the server (real cgroups and pages)
+// and by tests (recording fakes).
 class Effects {
 public:
     virtual ~Effects() = default;
@@ -196,7 +196,7 @@ struct Job {
         return published.count() > own ? published.count() - own : 0;
     }
     // Cpu time (cpu_usage.cpp): what the job's processes ran, measured by malld about every
-    // kCpuSampleInterval (CpusetBackend::cpu_seconds). cpu_seconds adds each window's growth, so
+    // kCpuSampleInterval (Effects::cpu_time). cpu_seconds adds each window's growth, so
     // cpu_seconds / core_seconds is its life-long busy fraction; cpu_busy is the last window's
     // (none before a first full window). The marks are where the current window began: the
     // backend's counter, the time and the job's core_seconds then; none after a restart.
@@ -324,8 +324,8 @@ public:
     void ack(const std::string &job, uint64_t attach_id, uint64_t generation, TimePoint now);
     // Progress totals since the reporting process attached; `now` dates them for rate samples.
     void progress(const std::string &job, uint64_t work_units, uint64_t steps, TimePoint now);
-    // A sample of the job's cpu time (cpu_usage.cpp): `counter` is the backend's running total
-    // (CpusetBackend::cpu_seconds). Once kMinCpuWindow has passed since the window's start, its
+    // A sample of the job's cpu time (cpu_usage.cpp): `counter` is its running total
+    // (Effects::cpu_time). Once kMinCpuWindow has passed since the window's start, its
     // growth joins Job::cpu_seconds and Job::cpu_busy becomes busy_fraction(growth, the core-seconds
     // the job held meanwhile), and a new window starts. The first sample (or one whose counter
     // went back) only starts a window. Unknown jobs are ignored. `kind`: see CpuSampleKind.
