@@ -189,6 +189,26 @@ if [ -n "$leftover" ]; then
   status=1
 fi
 
+# The failed tests' own words last, where a CI log's tail shows them: ctest printed each failed
+# test's whole output in the middle of the run; here its FAIL lines and its last lines again.
+report_failures() { # report_failures CTEST_OUTPUT LAST_TEST_LOG
+  local name
+  for name in $(sed -n -E 's/^[[:space:]]*[0-9]+ - ([^ ]+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)\).*/\1/p' "$1" 2>/dev/null); do
+    echo "== run-tests: why $name failed (its FAIL lines, then its last lines; all of it in $2):"
+    awk -v name="$name" '
+      $0 ~ "^[0-9]+/[0-9]+ Testing: " name "$" { inside = 1; next }
+      inside && $0 ~ "^\"" name "\" end time" { exit }
+      inside { lines[n++] = $0 }
+      END {
+        shown = 0
+        for (i = 0; i < n && shown < 20; i++) if (lines[i] ~ /FAIL|[Ff]ailure|Timeout|timed out/) { print "  " lines[i]; shown++ }
+        print "  ..."
+        for (i = (n > 15 ? n - 15 : 0); i < n; i++) print "  " lines[i]
+      }' "$2"
+  done
+}
+[ $status -eq 0 ] || report_failures "$build/Testing/mall-ctest.log" "$build/Testing/Temporary/LastTest.log"
+
 phase_summary
 if [ $status -eq 0 ]; then echo "== run-tests: all tests passed"; else echo "== run-tests: FAILED (status $status)" >&2; fi
 exit $status
