@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include <gtest/gtest.h>
@@ -299,31 +300,33 @@ std::string output_digest(const std::vector<std::string> &lines) {
 
 // Ctrl-C while workers are parked: the terminal's SIGINT reaches mallrun and Python; Keras stops
 // with KeyboardInterrupt, nothing hangs on a parked worker, and malld forgets the job.
+// A Ctrl-C can be lost without mall: Python raises KeyboardInterrupt in whatever Python code runs
+// next, and C code that called that Python code may drop it (numpy's np.array(tensor) in Keras's
+// per-batch pythonify_logs, TensorFlow's C++ fast path). tests/integration/keras_ctrl_c_loss.py,
+// plain Keras without mall, lost 1 of 136 with TensorFlow 2.16 and 2 of 118 with 2.21; in a CI run two in
+// a row were lost. So the test does what a user does, presses again, up to kCtrlCPresses times,
+// and fails when none ends the job.
 TEST_F(KerasUnderMalld, CtrlCWhileParkedEndsTheJob) {
-    // PYTHONFAULTHANDLER: should both Ctrl-C be lost, a SIGABRT makes Python print every thread's
+    constexpr int kCtrlCPresses = 6;
+    // PYTHONFAULTHANDLER: should every Ctrl-C be lost, a SIGABRT makes Python print each thread's
     // Python stack, which says where the main thread was.
     start(python_argv("keras_digits.py", "1000000", {"--print-every", "1000"}), {{"PYTHONFAULTHANDLER", "1"}});
     set_and_see("0", 1, "0");
     const pid_t pid = python_pid();
     ASSERT_GT(pid, 0) << status_text(*malld_);
-    trainer_->signal_group(SIGINT);  // what Ctrl-C in a terminal does: the foreground process group
-    auto code = trainer_->wait_exit(30s);
-    if (!code) {
-        // Twice in many CI runs the first Ctrl-C was lost: training went on, no KeyboardInterrupt
-        // (not reproduced in 55 runs here, some under load; mall neither blocks, ignores nor catches
-        // SIGINT, and its resize trampoline re-raises a KeyboardInterrupt). A user presses Ctrl-C
-        // again; so does the test, after printing where the signal stood, and fails if that one is
-        // lost too, with Python's stacks.
-        std::printf("note: the first Ctrl-C did not end the job in 30 s; python's signal state (SIGINT is "
-                    "bit 1, 0x2):\n%s", signal_state(pid).c_str());
-        trainer_->signal_group(SIGINT);
-        code = trainer_->wait_exit(60s);
+    std::optional<int> code;
+    for (int press = 1; press <= kCtrlCPresses && !code; ++press) {
+        trainer_->signal_group(SIGINT);  // what Ctrl-C in a terminal does: the foreground process group
+        code = trainer_->wait_exit(15s);
+        if (!code)
+            std::printf("note: Ctrl-C %d of %d did not end the job in 15 s; python's signal state (SIGINT is "
+                        "bit 1, 0x2):\n%s", press, kCtrlCPresses, signal_state(pid).c_str());
     }
     if (!code) {
         const std::string state = signal_state(pid);
         ::kill(pid, SIGABRT);  // faulthandler prints each thread's Python stack, then Python dies
         trainer_->wait_exit(20s);
-        FAIL() << "still running after two Ctrl-C (python's signal state: SIGINT is bit 1, 0x2):\n"
+        FAIL() << "still running after " << kCtrlCPresses << " Ctrl-C (python's signal state: SIGINT is bit 1, 0x2):\n"
                << state << "its output, with the Python stacks of a SIGABRT at the end:\n"
                << output_digest(trainer_->all_lines());
     }
