@@ -85,6 +85,10 @@ def parse_args():
     parser.add_argument("--validate-every", type=int, default=None, metavar="K",
                         help="validate on 10%% of the training images every K timed steps (K must "
                              "divide --steps; 0: never); default 50 for convnet, 0 for the others")
+    parser.add_argument("--input-wait-ms", type=float, default=0, metavar="MS",
+                        help="each batch's input waits MS ms without using a cpu (a slow file "
+                             "system or network read, in tf.data, overlapped with the steps by the "
+                             "prefetch): a job whose cores idle while its input arrives; default 0")
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="make TensorFlow's pools N workers each (what a user who fixes "
                              "TensorFlow's threads gets: under malld they are pinned to the allocation "
@@ -194,8 +198,18 @@ def training_dataset(train_x, train_y, args, under_malld: bool):
     dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
                .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
                .batch(args.batch, drop_remainder=True)
-               .repeat()
-               .prefetch(2))
+               .repeat())
+    if args.input_wait_ms > 0:  # a blocking read per batch: time.sleep releases the GIL and the cpu
+        seconds = args.input_wait_ms / 1000
+
+        def read_slowly(x, y):
+            time.sleep(seconds)
+            return x, y
+
+        dataset = dataset.map(lambda x, y: tf.numpy_function(read_slowly, [x, y], [x.dtype, y.dtype],
+                                                            stateful=True))
+        dataset = dataset.map(lambda x, y: (tf.ensure_shape(x, [args.batch, 64]), tf.ensure_shape(y, [args.batch])))
+    dataset = dataset.prefetch(2)
     if under_malld:
         import mall.tensorflow
         dataset = mall.tensorflow.on_pools(dataset)

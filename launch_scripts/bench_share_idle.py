@@ -16,9 +16,19 @@ set on another process's threads, never taken back by an unprivileged one).
   float-python    copy i's TensorFlow workers (tf_Compute) on cpu i, its other threads (Python,
                   Keras, tf.data, the graph runner) on every cpu at normal priority: how much of
                   the gain is the time between kernels (this one may slow a neighbour's cpu)
+  static-sized    as static, with each copy's pools sized to its share of the cpus (keras_digits.py
+                  --threads): what mall's confinement gives, a running worker per cpu
+  shared-sized    every thread on every cpu (overlapping cpusets), each copy's pools sized to its
+                  share: as many workers as cpus in all, so no worker waits for another copy's
+                  worker, and a copy's Python and tf.data time between kernels is the gap the
+                  other copy's workers fill
 
 Usage: launch_scripts/bench_share_idle.py [--model M] [--steps N] [--rounds R] [--jobs J]
                                           [--placements P1,P2,...] [--python PY]
+                                          [--first-copy-args "ARGS"]
+--first-copy-args adds keras_digits.py options to the first copy only, for a mix: e.g.
+"--input-wait-ms 30 --steps 150" makes it a job whose cores idle while its input arrives (given
+fewer steps so that both copies train for about as long).
 Output: per round and placement each copy's images/s and busy fraction (its cpu seconds over
 its cpu share times the fit's wall time), the total; then the medians per placement and the
 ratios of oversubscribed to static and of each sharing placement to the better of those two.
@@ -38,7 +48,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PLACEMENTS = ("oversubscribed", "static", "idle-borrow", "float-python")
+PLACEMENTS = ("oversubscribed", "static", "idle-borrow", "float-python", "static-sized", "shared-sized")
+SIZED = ("static-sized", "shared-sized")  # pools sized to the copy's share (--threads)
 
 
 def parse_args():
@@ -50,6 +61,8 @@ def parse_args():
     parser.add_argument("--jobs", type=int, default=0, help="copies (default: the online cpus)")
     parser.add_argument("--placements", default=",".join(PLACEMENTS),
                         help="which placements, comma-separated, default %(default)s")
+    parser.add_argument("--first-copy-args", default="", metavar="ARGS",
+                        help="keras_digits.py options for the first copy only (a mix), e.g. \"--input-wait-ms 30 --steps 150\"")
     venv = Path(os.environ.get("MALL_TF_VENV", REPO / ".venv"))
     parser.add_argument("--python", default=str(venv / "bin/python"),
                         help="the python of a venv with TensorFlow (default: $MALL_TF_VENV's, else <repo>/.venv's)")
@@ -85,7 +98,7 @@ def place(placement: str, pids: list[int], cpus: list[int]) -> None:
         workers = 0
         for tid, name in threads_of(pid):
             try:
-                if placement == "static":
+                if placement in ("static", "static-sized"):
                     os.sched_setaffinity(tid, own)
                 elif placement == "float-python":
                     os.sched_setaffinity(tid, own if name.startswith("tf_Compute") else own | others)
@@ -104,10 +117,13 @@ def run_round(args, placement: str) -> list[dict]:
         go = Path(tmp, "go")
         command = [args.python, str(REPO / "examples/keras_digits.py"), "--no-mall", "--model", args.model,
                    "--steps", str(args.steps), "--go-file", str(go)]
+        if placement in SIZED:  # shared-sized: nothing to place, every thread may run on every cpu
+            command += ["--threads", str(max(1, len(args.cpus) // args.jobs))]
         env = dict(os.environ, MALL_SOCKET="", MALL_JOB_ID="", TF_CPP_MIN_LOG_LEVEL="2")
         outs = [Path(tmp, f"copy{i}.out") for i in range(args.jobs)]
-        procs = [subprocess.Popen(command, stdout=out.open("w"), stderr=subprocess.DEVNULL, env=env)
-                 for out in outs]
+        first = command + args.first_copy_args.split()  # argparse: a later --steps wins
+        procs = [subprocess.Popen(first if i == 0 else command, stdout=out.open("w"), stderr=subprocess.DEVNULL,
+                                  env=env) for i, out in enumerate(outs)]
         try:
             while not all("ready" in out.read_text().split("\n") for out in outs):
                 if any(p.poll() is not None for p in procs):
@@ -139,7 +155,8 @@ def main() -> int:
     args = parse_args()
     totals: dict[str, list[float]] = {p: [] for p in args.placements}
     print(f"bench_share_idle: {args.jobs} copies of keras_digits.py --model {args.model} --steps {args.steps}, "
-          f"cpus {','.join(map(str, args.cpus))}, {args.rounds} round(s)")
+          f"cpus {','.join(map(str, args.cpus))}, {args.rounds} round(s)"
+          + (f"; the first copy with {args.first_copy_args}" if args.first_copy_args else ""))
     for r in range(args.rounds):
         for placement in args.placements:
             copies = run_round(args, placement)
@@ -154,7 +171,7 @@ def main() -> int:
     if {"static", "oversubscribed"} <= medians.keys():
         best = max(medians["static"], medians["oversubscribed"])
         print(f"oversubscribed_vs_static={medians['oversubscribed'] / medians['static']:.2f}", end="")
-        for p in ("idle-borrow", "float-python"):
+        for p in ("idle-borrow", "float-python", "static-sized", "shared-sized"):
             if p in medians:
                 print(f" {p.replace('-', '_')}_vs_best={medians[p] / best:.2f}", end="")
         print()
