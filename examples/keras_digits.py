@@ -191,16 +191,17 @@ def build_model(kind: str, hidden: int, seed: int):
     return keras.Sequential([keras.Input(shape=(64,)), *body, keras.layers.Dense(10)])
 
 
-def training_dataset(train_x, train_y, args, under_malld: bool):
+def training_dataset(train_x, train_y, args, under_malld: bool, input_wait_ms: float = 0):
     """The seeded, reshuffled, endless batches; under malld on TensorFlow's inter-op pool
-    (mall.tensorflow.on_pools: tf.data's functions then follow the allocation too)."""
+    (mall.tensorflow.on_pools: tf.data's functions then follow the allocation too); with
+    input_wait_ms, each batch first waits that long (keras_digits.py --input-wait-ms)."""
     import tensorflow as tf
     dataset = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
                .shuffle(len(train_x), seed=args.seed, reshuffle_each_iteration=True)
                .batch(args.batch, drop_remainder=True)
                .repeat())
-    if args.input_wait_ms > 0:  # a blocking read per batch: time.sleep releases the GIL and the cpu
-        seconds = args.input_wait_ms / 1000
+    if input_wait_ms > 0:  # a blocking read per batch: time.sleep releases the GIL and the cpu
+        seconds = input_wait_ms / 1000
 
         def read_slowly(x, y):
             time.sleep(seconds)
@@ -308,7 +309,7 @@ def main() -> int:
         cut = len(train_x) - len(train_x) // 10
         validation = {"validation_data": (train_x[cut:], train_y[cut:])}
         train_x, train_y = train_x[:cut], train_y[:cut]
-    dataset = training_dataset(train_x, train_y, args, under_malld)
+    dataset = training_dataset(train_x, train_y, args, under_malld, args.input_wait_ms)
     change_log = ChangeLog(under_malld, args.log_changes)
 
     if args.warmup > 0:  # under malld the warm-up follows the allocation too: its changes log as step 0
