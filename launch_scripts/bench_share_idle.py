@@ -31,7 +31,8 @@ Usage: launch_scripts/bench_share_idle.py [--model M] [--steps N] [--rounds R] [
 fewer steps so that both copies train for about as long).
 Output: per round and placement each copy's images/s and busy fraction (its cpu seconds over
 its cpu share times the fit's wall time), the total; then the medians per placement and the
-ratios of oversubscribed to static and of each sharing placement to the better of those two.
+ratios of oversubscribed to static and of each sharing placement to the better of those two,
+and of shared-sized to static-sized (sharing against mall's confinement) when both ran.
 Needs root, TensorFlow in $MALL_TF_VENV or <repo>/.venv (launch_scripts/install-deps.sh) and
 python3-sklearn's digits. Exit 0, 1 when a copy failed, 2 for bad options.
 """
@@ -175,6 +176,8 @@ def main() -> int:
             if p in medians:
                 print(f" {p.replace('-', '_')}_vs_best={medians[p] / best:.2f}", end="")
         print()
+    if {"static-sized", "shared-sized"} <= medians.keys():
+        print(f"shared_sized_vs_static_sized={medians['shared-sized'] / medians['static-sized']:.2f}")
     return 0
 
 
