@@ -126,21 +126,29 @@ TEST(ProcessTree, ASpinningChildsTimeIsFoundThroughItsParent) {
     EXPECT_LT(ran, 1.3);   // one thread cannot run more than the wall time, plus tick rounding
 }
 
-class BusyFraction : public ::testing::Test {
+// A node manager over a synthetic node of `cores` single-PU cores (cpus 0..cores-1), policy
+// equal, whose effects are EffectsT: the set-up both busy-fraction fixtures share.
+template <typename EffectsT, int cores>
+class NodeOfCores : public ::testing::Test {
 protected:
     void SetUp() override {
         std::string error;
-        topology_ = Topology::load("pack:1 core:4 pu:1", &error);
+        topology_ = Topology::load("pack:1 core:" + std::to_string(cores) + " pu:1", &error);
         ASSERT_NE(topology_, nullptr) << error;
-        manager_ = std::make_unique<NodeManager>(*topology_, test::cpus("0-3"), PolicyKind::Equal, 2000ms, effects_);
+        manager_ = std::make_unique<NodeManager>(*topology_, test::cpus("0-" + std::to_string(cores - 1)),
+                                                 PolicyKind::Equal, 2000ms, effects_);
     }
+    EffectsT effects_;
+    std::unique_ptr<Topology> topology_;
+    std::unique_ptr<NodeManager> manager_;
+    const TimePoint t0_ = Clock::now();
+};
+
+class BusyFraction : public NodeOfCores<test::EventLogEffects, 4> {
+protected:
     TimePoint at(double seconds) {
         return t0_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     }
-    test::EventLogEffects effects_;
-    std::unique_ptr<Topology> topology_;
-    std::unique_ptr<NodeManager> manager_;
-    TimePoint t0_ = Clock::now();
 };
 
 TEST(BusyFractionMath, CpuOverCoreSeconds) {
@@ -203,34 +211,22 @@ public:
 };
 
 // A node of 2 cpus whose jobs' cpu-time counters the test sets.
-class BusyFractionLife : public ::testing::Test {
-protected:
-    void SetUp() override {
-        std::string error;
-        topology_ = Topology::load("pack:1 core:2 pu:1", &error);
-        ASSERT_NE(topology_, nullptr) << error;
-        manager_ = std::make_unique<NodeManager>(*topology_, test::cpus("0-1"), PolicyKind::Equal, 2000ms, effects);
-    }
-    CountingEffects effects;
-    std::unique_ptr<Topology> topology_;
-    std::unique_ptr<NodeManager> manager_;
-    const TimePoint t0 = Clock::now();
-};
+using BusyFractionLife = NodeOfCores<CountingEffects, 2>;
 
 // malld samples a job's cpu time when it registers (its first window starts there, not at the
 // first periodic sample up to 2 s later) and when it ends (the last part of its life counts even
 // when shorter than a window), so a job's cpu_seconds covers its whole life.
 TEST_F(BusyFractionLife, RegistrationAndEndAreSampled) {
     NodeManager &nm = *manager_;
-    effects.counters["a"] = 100.0;  // time its processes ran before they registered: not the job's
-    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
-    effects.counters["a"] = 104.0;
-    nm.sample_cpu_times(t0 + 2s);  // a window from the registration: 4 cpu-s over 2 cpus x 2 s
+    effects_.counters["a"] = 100.0;  // time its processes ran before they registered: not the job's
+    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0_).ok);
+    effects_.counters["a"] = 104.0;
+    nm.sample_cpu_times(t0_ + 2s);  // a window from the registration: 4 cpu-s over 2 cpus x 2 s
     ASSERT_TRUE(nm.find("a")->cpu_busy);
     EXPECT_NEAR(*nm.find("a")->cpu_busy, 1.0, 1e-3);
-    effects.counters["a"] = 104.5;
-    ASSERT_TRUE(nm.deregister_job("a", t0 + 2500ms).ok);  // 0.5 s after the last sample
-    const auto ends = effects.named("end");
+    effects_.counters["a"] = 104.5;
+    ASSERT_TRUE(nm.deregister_job("a", t0_ + 2500ms).ok);  // 0.5 s after the last sample
+    const auto ends = effects_.named("end");
     ASSERT_EQ(ends.size(), 1u);
     EXPECT_NEAR(ends[0]["cpu_seconds"].get<double>(), 4.5, 1e-9);
 }
@@ -240,16 +236,16 @@ TEST_F(BusyFractionLife, RegistrationAndEndAreSampled) {
 // the new counter's growth, and a false low figure is what a policy must never decide from.
 TEST_F(BusyFractionLife, AnIncompleteWindowGivesNoFraction) {
     NodeManager &nm = *manager_;
-    effects.counters["a"] = 0;
-    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0).ok);
-    effects.counters["a"] = 0.5;
-    effects.incomplete.insert("a");
-    nm.sample_cpu_times(t0 + 2s);
+    effects_.counters["a"] = 0;
+    ASSERT_TRUE(nm.register_job(test::job_spec("a", 2, 2, CpuSet(), {100}), t0_).ok);
+    effects_.counters["a"] = 0.5;
+    effects_.incomplete.insert("a");
+    nm.sample_cpu_times(t0_ + 2s);
     EXPECT_FALSE(nm.find("a")->cpu_busy);
     EXPECT_NEAR(nm.find("a")->cpu_seconds, 0.5, 1e-9);
-    effects.incomplete.clear();
-    effects.counters["a"] = 4.5;  // the next window is complete: 4 cpu-s over 2 cpus x 2 s
-    nm.sample_cpu_times(t0 + 4s);
+    effects_.incomplete.clear();
+    effects_.counters["a"] = 4.5;  // the next window is complete: 4 cpu-s over 2 cpus x 2 s
+    nm.sample_cpu_times(t0_ + 4s);
     ASSERT_TRUE(nm.find("a")->cpu_busy);
     EXPECT_NEAR(*nm.find("a")->cpu_busy, 1.0, 1e-3);
 }
