@@ -13,7 +13,8 @@
 #              MALL_FUZZ_SECONDS (default 20) after the suite (tests/fuzz/run-fuzz.sh).
 #              CI=true: a skipped test fails the run unless tests/expected-skips names it.
 # A skipped test is never a passed one: ctest reports it "Skipped", and the run ends with the list of
-# skipped tests and their reasons. The last lines give each phase's wall time (CI's budget).
+# skipped tests and their reasons; a failed run, with each failed test's FAIL lines and last lines.
+# The last lines give each phase's wall time (CI's budget).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
