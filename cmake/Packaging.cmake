@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Packaging.cmake — `cpack -G DEB` makes one Debian package, mall_<version>_<arch>.deb: the programs,
-# libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua, malld's systemd unit and
+# libmall, its headers and CMake package, the SPANK plugin, cli_filter.lua and job_submit.lua, malld's systemd unit and
 # its options file (/etc/default/malld, a conffile), the man pages, the Python module, the copyright
 # file and the changelog, the Python package's sdist (/usr/share/mall/python/mall-<version>.tar.gz,
 # python/sdist.cmake: a node's Keras users pip-install it into their own TensorFlow venv, which
@@ -32,7 +32,7 @@ enforcing each job's share with cgroup cpusets: malld (the node manager, with
 its systemd unit), mallctl, mallrun, mallsim and mall-oci-hook; libmall (C API,
 C++ wrapper, CMake package: find_package(mall)) and the header-only adapters
 that park workers of a framework's own thread pool; the Slurm SPANK plugin
---malleable and cli_filter.lua; the Python module mall, and its source
+--malleable, cli_filter.lua and job_submit.lua; the Python module mall, and its source
 (/usr/share/mall/python) for users to pip-install into their own TensorFlow.")
 # Depends: dpkg-shlibdeps on the ELF files (libc6, libstdc++6, libhwloc, libboost-program-options,
 # libslurm for malld's Slurm checks); a shlibs file ("libmall 0 mall (>= VERSION)", so packages built

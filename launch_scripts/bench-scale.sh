@@ -20,6 +20,7 @@ life_s=5
 samples=10
 trainer=idle
 span_trainer=client
+comment_merge=malld
 # The RPC types malld (--slurm) and the plugin send to slurmctld (libslurm's slurm_load_job, which
 # also loads the federation unless given SHOW_LOCAL, slurm_update_job, slurm_load_node_single,
 # slurm_load_node).
@@ -31,6 +32,7 @@ $prog — what mall's malld and plugin cost slurmctld, measured with slurmctld's
 
 Usage: launch_scripts/$prog --nodes N --jobs-per-node J [--window-s S] [--life-s L]
                              [--samples R] [--trainer idle|sgd] [--span-trainer client|mpi]
+                             [--comment-merge malld|slurmctld]
        launch_scripts/$prog -h|--help
 
 Brings up a private Slurm cluster of N nodes (launch_scripts/local-cluster.sh up --nodes N:
@@ -81,9 +83,10 @@ The figures:
                             the submitting host's cpus, never in srun inside a job: each node
                             checks its own cpus).
   ctld_rpcs_per_node_of_multinode_job  RPCs of the same types in phase 2b, divided by N: what a
-                            multi-node job costs per node it spans (its nodes write the field one
-                            after the other; a node that reads before the one ahead of it wrote
-                            reads again, so the figure grows with how far apart the tasks end).
+                            multi-node job costs per node it spans. With --comment-merge malld its
+                            nodes write the field one after the other; a node that reads before
+                            the one ahead of it wrote reads again, so the figure grows with how far
+                            apart the tasks end. With slurmctld each node writes once, no read.
   start_delay_ms            median over R of (sbatch called -> the plain job's first command ran,
                             same clock) with the plugin, minus the same median without the plugin:
                             what the plugin adds to a plain job's start on a node with no malleable
@@ -113,6 +116,10 @@ Options:
                             starts, hence the ends, spread over up to a second);
                        mpi  srun --mpi=pmix mall_train_mpi --max-seconds L: one rank per node,
                             stopping at the same step, as a data-parallel training job ends.
+  --comment-merge M  who merges each node's figures into a job's AdminComment (every malld gets
+                     --slurm-comment-merge M; the cluster's slurmctld has mall's job_submit.lua):
+                       malld (default) each node reads the field, merges and writes it;
+                       slurmctld  each node sends its segment once, job_submit.lua merges it.
 
 Needs root (the cluster's daemons, munged, malld's cgroups), jq, and a build with malld, mallctl,
 mall_test_client, mall_train_sgd and the plugin. Takes 1 min 45 s for N=8, J=2 and the defaults on
@@ -141,6 +148,8 @@ while [ $# -gt 0 ]; do
     --trainer=*) trainer=${1#*=} ;;
     --span-trainer) span_trainer=${2:?"$prog: $1 needs a value"}; shift ;;
     --span-trainer=*) span_trainer=${1#*=} ;;
+    --comment-merge) comment_merge=${2:?"$prog: $1 needs a value"}; shift ;;
+    --comment-merge=*) comment_merge=${1#*=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -157,6 +166,7 @@ cpus=$(nproc --all)
 [[ $samples =~ ^[1-9][0-9]*$ ]] || bad "--samples must be a positive integer, not '$samples'"
 case $trainer in idle|sgd) ;; *) bad "--trainer must be idle or sgd, not '$trainer'" ;; esac
 case $span_trainer in client|mpi) ;; *) bad "--span-trainer must be client or mpi, not '$span_trainer'" ;; esac
+case $comment_merge in malld|slurmctld) ;; *) bad "--comment-merge must be malld or slurmctld, not '$comment_merge'" ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "$prog: needs root (it starts Slurm's daemons, munged and malld); run it as root" >&2; exit 1; }
 command -v jq >/dev/null || { echo "$prog: jq is not installed: run launch_scripts/install-deps.sh" >&2; exit 1; }
 needed='bin/malld bin/mallctl bin/mall_test_client bin/mall_train_sgd lib/mall_spank.so'
@@ -197,8 +207,9 @@ chmod 0755 "$tmp"   # munged (user munge) and the jobs must reach the folder
 # ---- a private cluster (its network, hence its ports, exist only in its namespaces) --------------
 export MALL_CLUSTER_DIR=$tmp/cluster MALL_BUILD_DIR=$build MALL_CLUSTER_CGROUP=mall_bench_scale_$$
 export MALL_CLUSTER_TIMEOUT_S=$(( 30 + nodes ))
+export MALL_CLUSTER_MALLD_ARGS="${MALL_CLUSTER_MALLD_ARGS:+$MALL_CLUSTER_MALLD_ARGS }--slurm-comment-merge $comment_merge"
 t_up=$(ms_now)
-say "bringing up a private Slurm cluster of $nodes nodes (cgroup parent $MALL_CLUSTER_CGROUP)"
+say "bringing up a private Slurm cluster of $nodes nodes (cgroup parent $MALL_CLUSTER_CGROUP, AdminComment merged by $comment_merge)"
 cluster_up=1
 "$cluster_sh" up --nodes "$nodes" >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log" >&2; die "the local cluster did not come up (above)"; }
 eval "$("$cluster_sh" env)"

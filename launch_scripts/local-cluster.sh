@@ -145,6 +145,9 @@ Environment:
 
 Files under the state folder:
   etc/slurm.conf etc/plugstack.conf   the generated configuration (SLURM_CONF points here)
+  etc/cli_filter.lua etc/job_submit.lua  mall's submission filter and AdminComment merge
+                                      (slurm_plugin/; malld merges itself unless given
+                                      --slurm-comment-merge slurmctld in MALL_CLUSTER_MALLD_ARGS)
   etc/cgroup.conf                     with --cgroup-plugins cgroup only
   log/*.log                           slurmctld, slurmd, malld logs (munge/munged.log for munged)
   run/*.pid                           pid of each daemon as started by this script
@@ -450,6 +453,7 @@ KillWait=2
 MinJobAge=600
 PlugStackConfig=$plugstack
 CliFilterPlugins=cli_filter/lua
+JobSubmitPlugins=lua
 $nodeline
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -486,12 +490,16 @@ EOF
     if [ "$mode" = write ]; then rm -f "$dir/etc/cgroup.conf"; fi
   fi
 
-  # mall's submission filter (--malleable=MIN sets -c MIN): Slurm reads cli_filter.lua beside slurm.conf.
-  new=$(cat "$repo/slurm_plugin/cli_filter.lua")
-  if [ "$(cat "$dir/etc/cli_filter.lua" 2>/dev/null)" != "$new" ]; then
-    changed=1
-    if [ "$mode" = write ]; then printf '%s\n' "$new" >"$dir/etc/cli_filter.lua"; fi
-  fi
+  # mall's submission filter (--malleable=MIN sets -c MIN) and slurmctld's AdminComment merge (for
+  # malld --slurm-comment-merge slurmctld): Slurm reads both scripts beside slurm.conf.
+  local script
+  for script in cli_filter.lua job_submit.lua; do
+    new=$(cat "$repo/slurm_plugin/$script")
+    if [ "$(cat "$dir/etc/$script" 2>/dev/null)" != "$new" ]; then
+      changed=1
+      if [ "$mode" = write ]; then printf '%s\n' "$new" >"$dir/etc/$script"; fi
+    fi
+  done
 
   if [ -f "$plugin" ]; then
     new="optional $plugin socket=$(if multi; then echo "$inner_node/malld.sock"; else malld_sock_of "$node"; fi)${MALL_CLUSTER_PLUGIN_ARGS:+ $MALL_CLUSTER_PLUGIN_ARGS}"

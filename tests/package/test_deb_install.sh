@@ -140,7 +140,7 @@ for f in /usr/bin/malld /usr/bin/mallctl /usr/bin/mallrun /usr/bin/mallsim /usr/
          /usr/include/mall/openmp/adapter.hpp /usr/include/mall/libtorch/adapter.hpp \
          "/usr/lib/$multiarch/cmake/mall/mallConfig.cmake" "/usr/lib/$multiarch/cmake/mall/mallConfigVersion.cmake" \
          "/usr/lib/$multiarch/cmake/mall/mallTargets.cmake" "/usr/lib/$multiarch/slurm-wlm/mall_spank.so" \
-         /usr/share/mall/slurm/cli_filter.lua /usr/lib/systemd/system/malld.service \
+         /usr/share/mall/slurm/cli_filter.lua /usr/share/mall/slurm/job_submit.lua /usr/lib/systemd/system/malld.service \
          /usr/lib/python3/dist-packages/mall/__init__.py /usr/lib/python3/dist-packages/mall/_install_paths.py \
          /usr/lib/python3/dist-packages/mall/tensorflow.py /usr/lib/python3/dist-packages/mall/keras.py \
          "/usr/share/mall/python/mall-$version.tar.gz"; do
@@ -280,7 +280,9 @@ done < <(grep -E '^#?MALLD_OPTIONS="[^"]*"$' "$defaults")
 # Uncommenting an example must take effect: the empty default comes before them (the last wins).
 [ "$(grep -E '^#?MALLD_OPTIONS=' "$defaults" | head -n 1)" = 'MALLD_OPTIONS=""' ] ||
   fail "/etc/default/malld: the empty default is not the first MALLD_OPTIONS line"
-[ -s "$root/usr/share/mall/slurm/cli_filter.lua" ] || fail "cli_filter.lua is not in /usr/share/mall/slurm"
+for script in cli_filter.lua job_submit.lua; do
+  [ -s "$root/usr/share/mall/slurm/$script" ] || fail "$script is not in /usr/share/mall/slurm"
+done
 want_api=$(awk -F. '{print $1 * 10000 + $2 * 100 + $3}' <<<"$version")
 got=$(in_root python3 -c 'import mall; print(mall.api_version())') || fail "python3 -c 'import mall' failed in the root"
 [ "$got" = "$want_api" ] || fail "the Python module's mall.api_version() gave $got, not $want_api"

@@ -255,5 +255,7 @@ node_task_pid() { # node_task_pid NODE JOB PROGRAM: the pid among JOB's pids at 
   for p in $(node_job_pids "$1" "$2"); do argv0_is "$p" "$3" && { echo "$p"; return 0; }; done
   return 1
 }
+# rpc_table FILE: the "by message type" lines of an sdiag output, as "TYPE COUNT"
+rpc_table() { sed -n '/statistics by message type/,/^$/p' "$1" | awk '$1 ~ /^(REQUEST|MESSAGE|RESPONSE)_/ { c = $0; sub(/.*count:/, "", c); sub(/ .*/, "", c); print $1, c }'; }
 other_cpu() { case $1 in 0) echo 1 ;; 1) echo 0 ;; *) echo '?' ;; esac; }   # of a 2-cpu node
 pid_of() { cat "$MALL_CLUSTER_DIR/run/$1.pid" 2>/dev/null; }   # a daemon local-cluster.sh started

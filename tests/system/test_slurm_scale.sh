@@ -94,8 +94,6 @@ every_node() { # every_node CHECK: CHECK K for K = 1..64; false at the first nod
   local k
   for (( k = 1; k <= nodes; k++ )); do "$1" "$k" || { bad_node=$k; return 1; }; done
 }
-# rpc_table FILE: the "by message type" lines of an sdiag output, as "TYPE COUNT"
-rpc_table() { sed -n '/statistics by message type/,/^$/p' "$1" | awk '$1 ~ /^(REQUEST|MESSAGE|RESPONSE)_/ { c = $0; sub(/.*count:/, "", c); sub(/ .*/, "", c); print $1, c }'; }
 is_mall_type() { [[ " $mall_types " == *" $1 "* ]]; }
 
 # The MPI job's ranks run in $work/mpi-cores with cores allowed: a rank that crashes leaves its core

@@ -166,6 +166,26 @@ TEST(SlurmAdminComment, MergesThisNodesSegmentAndKeepsTheRest) {
     EXPECT_EQ(mall::admin_comment_figures(end), "lent_core_s=12.3,core_s=40.0,resizes=3,ack_timeouts=1,oversub_s=0.2");
 }
 
+// --slurm-comment-merge slurmctld: the request job_submit.lua recognizes, and malld's check of
+// slurm.conf's JobSubmitPlugins (the merge itself runs in slurmctld: system.slurm_comment_merge).
+TEST(SlurmAdminCommentMerge, RequestIsTheMarkThenTheNodesSegment) {
+    EXPECT_EQ(mall::admin_comment_merge_request("node3", "lent_core_s=1.0,core_s=2.0"),
+              "mall-merge;mall:node3:lent_core_s=1.0,core_s=2.0");
+}
+
+TEST(SlurmAdminCommentMerge, NeedsLuaAmongTheJobSubmitPlugins) {
+    EXPECT_EQ(mall::job_submit_lua_problem("lua"), "");
+    EXPECT_EQ(mall::job_submit_lua_problem("job_submit/lua"), "");
+    EXPECT_EQ(mall::job_submit_lua_problem("require_timelimit,lua"), "");
+    EXPECT_EQ(mall::job_submit_lua_problem("lua,all_partitions"), "");
+    for (const char *without : {"", "all_partitions", "luax", "job_submit/luajit", "require_timelimit,ua"}) {
+        const std::string why = mall::job_submit_lua_problem(without);
+        EXPECT_NE(why.find("add lua to it and install mall's job_submit.lua"), std::string::npos) << without << ": " << why;
+    }
+    EXPECT_NE(mall::job_submit_lua_problem("").find("JobSubmitPlugins is not set"), std::string::npos);
+    EXPECT_NE(mall::job_submit_lua_problem("pbs").find("JobSubmitPlugins is 'pbs'"), std::string::npos);
+}
+
 // Updates run on the checker's thread before queries; annotating() holds until each is done and
 // failures come back with Slurm's words.
 TEST(SlurmChecker, AnnotatesOnItsThreadAndSaysWhenDone) {

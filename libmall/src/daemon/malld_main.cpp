@@ -247,7 +247,15 @@ int main(int argc, char **argv) {
          "figures so far (marked running_as_of=<epoch seconds>; its last figures replace them when "
          "it ends), so that a job ended by scancel or its time limit, which Slurm no longer lets "
          "malld update, keeps some. Each update costs slurmctld 2 RPCs per job and node (3 for a "
-         "multi-node job) and a job write; 0 (the default): only when a job ends (0-86400)")
+         "multi-node job; 1 with --slurm-comment-merge slurmctld) and a job write; 0 (the default): "
+         "only when a job ends (0-86400)")
+        ("slurm-comment-merge", po::value<std::string>()->default_value("malld"),
+         "with --slurm, who merges this node's figures into a job's AdminComment, which Slurm keeps "
+         "as one field that the last writer sets: \"malld\" (the default: this node reads the field, "
+         "merges and writes it; 2 RPCs a node and job, and a multi-node job's nodes take turns) or "
+         "\"slurmctld\" (this node sends only its segment, which mall's job_submit.lua merges inside "
+         "slurmctld: 1 RPC, no turns; needs JobSubmitPlugins=lua and that script on the "
+         "controller, see docs/admin-slurm.md; malld refuses to start when slurm.conf names no lua)")
         ("metrics-file", po::value<std::string>(),
          "write Prometheus metrics (the ones `mallctl metrics` prints) to this file every "
          "--metrics-interval, atomically (a temporary file renamed over it), mode 0644: point "
@@ -426,6 +434,8 @@ int main(int argc, char **argv) {
     int max_connections_per_user = 0;  // 0: from the pool, once it is known
     if (vm.count("max-connections-per-user")) max_connections_per_user = vm["max-connections-per-user"].as<int>();
     const int slurm_interval = vm["slurm-interval-s"].as<int>();
+    if (!vm["slurm"].as<bool>() && !vm["slurm-comment-merge"].defaulted())
+        return usage_error("--slurm-comment-merge applies only with --slurm (it is about Slurm jobs' AdminComment)");
     if (vm["slurm"].as<bool>()) {
         std::string node;
         if (vm.count("slurm-node")) {
@@ -440,13 +450,22 @@ int main(int argc, char **argv) {
         if (const char *conf = std::getenv("SLURM_CONF"); conf != nullptr && *conf != '\0' && ::access(conf, R_OK) != 0)
             return usage_error(std::string("--slurm: SLURM_CONF=") + conf + " cannot be read (" + std::strerror(errno) +
                                "): point it at the cluster's slurm.conf");
+        const std::string merge_name = vm["slurm-comment-merge"].as<std::string>();
+        if (merge_name != "malld" && merge_name != "slurmctld")
+            return usage_error("--slurm-comment-merge must be malld or slurmctld (got '" + merge_name + "')");
+        const auto merge = merge_name == "slurmctld" ? mall::CommentMerge::Slurmctld : mall::CommentMerge::Malld;
         std::string slurm_why;
-        slurm_query = mall::make_libslurm_query(node, &slurm_why);
+        slurm_query = mall::make_libslurm_query(node, &slurm_why, merge);
         if (!slurm_query) {
             std::cerr << "malld: --slurm: " << slurm_why << "\n";
             return kExitUsage;
         }
         slurm_note = slurm_why;
+        if (merge == mall::CommentMerge::Slurmctld) {
+            if (auto why = mall::job_submit_lua_problem(slurm_query->job_submit_plugins()); !why.empty())
+                return usage_error("--slurm-comment-merge slurmctld: " + why);
+            slurm_note += "; AdminComment segments merged by slurmctld (job_submit.lua)";
+        }
         std::string spool = vm.count("slurmd-spool-dir") ? vm["slurmd-spool-dir"].as<std::string>()
                                                            : slurm_query->slurmd_spool_pattern();
         if (spool.empty()) {

@@ -83,6 +83,27 @@ std::string merge_admin_comment(const std::string &existing, const std::string &
     return merged + mine + figures;
 }
 
+std::string admin_comment_merge_request(const std::string &node, const std::string &figures) {
+    return std::string(kMergeRequestMark) + "mall:" + node + ":" + figures;
+}
+
+std::string job_submit_lua_problem(const std::string &job_submit_plugins) {
+    // A comma-separated list; each entry "lua" or "job_submit/lua" (Slurm takes both).
+    size_t start = 0;
+    while (start <= job_submit_plugins.size()) {
+        size_t end = job_submit_plugins.find(',', start);
+        if (end == std::string::npos) end = job_submit_plugins.size();
+        const std::string_view entry(job_submit_plugins.data() + start, end - start);
+        if (entry == "lua" || entry == "job_submit/lua") return "";
+        start = end + 1;
+    }
+    return "slurm.conf's JobSubmitPlugins is " +
+           (job_submit_plugins.empty() ? std::string("not set") : "'" + job_submit_plugins + "'") +
+           ", without lua: add lua to it and install mall's job_submit.lua beside slurm.conf (or call its "
+           "mall_merge_admin_comment from your own slurm_job_modify), then restart slurmctld; or leave "
+           "--slurm-comment-merge at malld";
+}
+
 std::string admin_comment_figures(const nlohmann::json &end_event) {
     auto real = [&](const char *field) {
         char buffer[64];
@@ -443,7 +464,7 @@ constexpr std::chrono::minutes kNodeShapeMaxAge{5};
 
 class LibSlurmQuery final : public SlurmQuery {
 public:
-    explicit LibSlurmQuery(std::string node) : node_(std::move(node)) { slurm_init(nullptr); }
+    LibSlurmQuery(std::string node, CommentMerge merge) : node_(std::move(node)), merge_(merge) { slurm_init(nullptr); }
 
     // libslurm up to 22.05 exports slurm_job_cpus_allocated_str_on_node (the job's abstract core
     // ids on a node); 24.11's neither declares nor exports it. Looked up at run time so one source
@@ -544,6 +565,8 @@ public:
             out = failed("cannot set its AdminComment: ");
             return false;
         };
+        // slurmctld merges (job_submit.lua): one write, whatever the job's nodes; nothing to read.
+        if (merge_ == CommentMerge::Slurmctld) return store(admin_comment_merge_request(node_, figures)) ? Annotated{} : out;
         CommentChain *const in_turn = chain;
         switch (update_admin_comment(load, store, node_, figures, in_turn)) {
             case CommentUpdate::Kept: return {};
@@ -574,6 +597,11 @@ public:
         return conf != nullptr ? static_cast<uid_t>(conf->slurmd_user_id) : 0;
     }
     bool lists_cores() const override { return cores_on_node() != nullptr; }
+    std::string job_submit_plugins() const override {
+        const slurm_conf_t *conf = loaded_conf();
+        return conf != nullptr && conf->job_submit_plugins != nullptr ? conf->job_submit_plugins : "";
+    }
+    bool merges_in_slurmctld() const override { return merge_ == CommentMerge::Slurmctld; }
 
 private:
     // Slurm's sockets, cores per socket and threads per core of this node (unknown on failure).
@@ -593,23 +621,24 @@ private:
     }
 
     std::string node_;
+    CommentMerge merge_;
     SlurmNodeShape shape_;  // only the checker's thread calls query(): no lock
     std::chrono::steady_clock::time_point shape_asked_{};
 };
 
 }  // namespace
 
-std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why) {
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why, CommentMerge merge) {
     if (why) {
         *why = "libslurm " + std::to_string(SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER)) + "." +
                std::to_string(SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER)) + ", node " + node_name;
     }
-    return std::make_unique<LibSlurmQuery>(node_name);
+    return std::make_unique<LibSlurmQuery>(node_name, merge);
 }
 
 #else
 
-std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &, std::string *why) {
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &, std::string *why, CommentMerge) {
     if (why) {
         *why = "this malld was built without libslurm (install libslurm-dev and reconfigure with "
                "-DMALL_WITH_SLURM=ON)";

@@ -77,7 +77,25 @@ public:
     virtual uid_t slurmd_uid() const { return 0; }
     // Whether query() can give a running job's cores on this node (libslurm 22.05 can, 24.11 not).
     virtual bool lists_cores() const { return true; }
+    // slurm.conf's JobSubmitPlugins as libslurm loaded it (no RPC); empty when unknown or unset.
+    virtual std::string job_submit_plugins() const { return {}; }
+    // Whether annotate() sends one merge request (admin_comment_merge_request) that slurmctld's
+    // job_submit/lua merges (--slurm-comment-merge slurmctld) instead of reading and merging here.
+    virtual bool merges_in_slurmctld() const { return false; }
 };
+
+// Who puts a node's segment into a job's AdminComment (malld --slurm-comment-merge):
+// - Malld: this node reads the field, merges and writes it (update_admin_comment: 2 RPCs a node).
+// - Slurmctld: this node sends only its segment, marked as a merge request, and mall's
+//   job_submit.lua (slurm_plugin/job_submit.lua, JobSubmitPlugins=lua) merges it into the field
+//   inside slurmctld, under its job write lock: 1 RPC a node, no read, no race, no turns.
+enum class CommentMerge { Malld, Slurmctld };
+// What starts a merge request, then "mall:<node>:<figures>"; job_submit.lua checks the same words.
+inline constexpr std::string_view kMergeRequestMark = "mall-merge;";
+std::string admin_comment_merge_request(const std::string &node, const std::string &figures);
+// Why slurm.conf's JobSubmitPlugins (as job_submit_plugins() gives it) cannot merge requests
+// (it does not name lua), or "" when it can.
+std::string job_submit_lua_problem(const std::string &job_submit_plugins);
 
 // A job's AdminComment with this node's segment "mall:<node>:<figures>" put in: segments are
 // separated by ';', an older segment of the same node is replaced, other text is kept as it was.
@@ -149,7 +167,9 @@ struct SlurmAnnotation {
 
 // libslurm against the cluster of $SLURM_CONF (or Slurm's default), for the node `node_name`.
 // Returns nullptr with *why when malld was built without libslurm.
-std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why);
+// `merge`: who merges this node's AdminComment segment (CommentMerge).
+std::unique_ptr<SlurmQuery> make_libslurm_query(const std::string &node_name, std::string *why,
+                                                CommentMerge merge = CommentMerge::Malld);
 
 // Runs queries on its own thread. The loop calls check() with job ids, waits for fd() to become
 // readable, and takes the verdicts with take_results(). Duplicate pending ids are merged.
@@ -162,6 +182,7 @@ public:
 
     void check(const std::set<uint32_t> &job_ids);
     bool lists_cores() const { return query_->lists_cores(); }
+    bool merges_in_slurmctld() const { return query_->merges_in_slurmctld(); }
     // Queues an AdminComment update (SlurmQuery::annotate). An ended job's update goes before
     // queries (its stepd waits for it) and replaces a running one still queued for the job; a
     // running job's update (`running`) goes after queries: it replaces the figures of one still

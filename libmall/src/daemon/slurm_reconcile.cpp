@@ -118,9 +118,10 @@ void SlurmReconciler::record_end(const nlohmann::json &end_event) {
     }
     std::chrono::milliseconds turn{0};
     if (auto slot = node_index_.find(*id); slot != node_index_.end()) {
-        // The chain runs from the job's last node to its first (update_admin_comment).
+        // The chain runs from the job's last node to its first (update_admin_comment); when
+        // slurmctld merges, no node waits for another.
         const auto [index, nodes] = slot->second;
-        turn = (nodes - 1 - index) * admin_comment_turn(nodes);
+        if (!checker_.merges_in_slurmctld()) turn = (nodes - 1 - index) * admin_comment_turn(nodes);
         node_index_.erase(slot);
     }
     // When this node's part began: other nodes' segments that ended before it are an earlier
