@@ -153,6 +153,7 @@ double accuracy(const Eigen::ThreadPoolDevice &device, const Model &m, const Dat
 
 int main(int argc, char **argv) {
     int steps = 300, batch = 512, hidden = 1024, print_every = 25, fixed_threads = 0, max_threads = 0;
+    int input_wait_us = 0;
     uint64_t seed = 1;
     double lr = 0.05, momentum = 0.9;
     std::string data_path = kDefaultDigits, pool_kind = "parked";
@@ -173,6 +174,9 @@ int main(int argc, char **argv) {
         "threads when not under malld, and the fixed size of --pool eigen (default: the cpus this process may use)")(
         "max-threads", po::value<int>(&max_threads),
         "workers of the parked pool (its largest size; default: the online cpus)")(
+        "input-wait-us", po::value<int>(&input_wait_us)->default_value(input_wait_us),
+        "microseconds each step waits for its batch before computing (0..1000000), as a step "
+        "waits for an input pipeline or spends time in Python: the pool's cores idle meanwhile")(
         "print-every", po::value<int>(&print_every)->default_value(print_every), "print the loss every K steps (0: never)")(
         "log-changes", po::bool_switch(&log_changes), "print a line for each allocation applied")(
         "quiet,q", po::bool_switch(&quiet), "print only the last two lines");
@@ -207,10 +211,11 @@ int main(int argc, char **argv) {
     const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (!vm.count("max-threads")) max_threads = online;
     if (!common_mlp_options_valid(steps, hidden, print_every, lr, vm.count("threads") > 0, fixed_threads) ||
-        batch < 1 || max_threads < 1 || max_threads > 1024 || (pool_kind != "parked" && pool_kind != "eigen")) {
+        batch < 1 || max_threads < 1 || max_threads > 1024 || (pool_kind != "parked" && pool_kind != "eigen") ||
+        input_wait_us < 0 || input_wait_us > 1000000) {
         std::fprintf(stderr,
                      "mall_train_digits: need --steps >= 1, --batch >= 1, 1 <= --hidden <= 4096, --print-every >= 0,\n"
-                     "--lr > 0, 1 <= --threads, --max-threads <= 1024, --pool parked|eigen\n");
+                     "--lr > 0, 1 <= --threads, --max-threads <= 1024, --pool parked|eigen, 0 <= --input-wait-us <= 1000000\n");
         return 2;
     }
     setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -279,6 +284,7 @@ int main(int argc, char **argv) {
             }
             batch_indices[i] = train[cursor++];
         }
+        if (input_wait_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(input_wait_us));
         load_rows(data, batch_indices.data(), batch, pass.x);
         forward(device, model, pass);
         int correct = 0;

@@ -32,12 +32,15 @@ running jobs' MIN cores leave room for its own MIN):
   throughput  the same with --policy throughput (measured speedup curves)
 The kinds of job: dense (mall_train_digits, batch 512, 1024 hidden units: compute-bound), small
 (mall_train_digits, batch 128, 256 hidden units: short parallel regions bound by their
-synchronisation, so it scales poorly) and linear (mall_train_linear: memory-bound).
+synchronisation, so it scales poorly), waiting (dense, but each step first waits 4 ms for its
+input, --input-wait-us: its cores idle meanwhile) and linear (mall_train_linear: memory-bound).
 The built-in mixes (--mix), per 2 cpus, all jobs MIN 1 and MAX all cpus: a long run (40 one-core
 seconds) shares the node with three short jobs (6 each) arriving at 0, 8 and 16 s, so cores fall
 idle when short jobs end, which a static partition cannot use.
   long-dense  the long run is dense (lending it idle cores pays); short: small, linear, small
   long-small  the long run is small (lending it cores slows it); short: dense, linear, dense
+  long-waiting  the long run waits 4 ms for its input at each step (its cores idle a third to
+              two thirds of the time); short: dense, waiting, dense
 Work is counted in one-core seconds (steps / the kind's one-core step rate, measured first), so
 "work/s" is the number of cores' worth of work finished per second of makespan.
 

@@ -44,6 +44,9 @@ MIXES = {
     "long-dense": [("dense", 0.0, 40.0), ("small", 0.0, 6.0), ("linear", 8.0, 6.0), ("small", 16.0, 6.0)],
     # The long run scales poorly (small kernels): lending it cores slows it down; the short ones scale.
     "long-small": [("small", 0.0, 40.0), ("dense", 0.0, 6.0), ("linear", 8.0, 6.0), ("dense", 16.0, 6.0)],
+    # The long run leaves its cores idle inside each step (it waits for its input): a static split
+    # and mall's exclusive cores leave that time unused, oversubscription gives it to the others.
+    "long-waiting": [("waiting", 0.0, 40.0), ("dense", 0.0, 6.0), ("waiting", 8.0, 6.0), ("dense", 16.0, 6.0)],
 }
 WAYS = ("static", "oversub", "equal", "throughput")
 
@@ -129,6 +132,12 @@ class Bench:
             "small": Kind("small", "mall_train_digits", 128, "images_per_s",
                           ["--batch", "128", "--hidden", "256", "--print-every", "0"], 4000,
                           ["#2e7d32", "#5fae55", "#97d18b", "#c8e9bf"], stock_pool=True),
+            # dense, but each step first waits 4 ms for its batch (--input-wait-us): about a third of
+            # its step on one core, two thirds on two, its cores idle meanwhile.
+            "waiting": Kind("waiting", "mall_train_digits", 512, "images_per_s",
+                            ["--batch", "512", "--hidden", "1024", "--print-every", "0",
+                             "--input-wait-us", "4000"], 170,
+                            ["#6a1b9a", "#9c4dcc", "#c58af0", "#e4c4fa"], stock_pool=True, on_demand=True),
             "linear": Kind("linear", "mall_train_linear", args.linear_batch, "rows_per_s",
                            ["--rows", str(args.linear_rows), "--batch", str(args.linear_batch),
                             "--print-every", "0"], 150,
@@ -277,7 +286,7 @@ class Bench:
                                     int(row["max"]) if row.get("max", "").strip() else self.ncpu))
         except (OSError, KeyError, ValueError, TypeError, AttributeError) as e:
             fail(f"cannot read the scenario {path}: {e} "
-                 "(columns: name,kind,arrival_s,work_core_s,min,max; kind dense|small|linear)")
+                 "(columns: name,kind,arrival_s,work_core_s,min,max; kind dense|small|waiting|linear)")
         if not jobs:
             fail(f"{path}: no jobs")
         names = [j.name for j in jobs]
@@ -527,7 +536,8 @@ def main() -> int:
                         help="multiplies every job's work and arrival time: 0.5 halves the run (default 1)")
     parser.add_argument("--mix", choices=sorted(MIXES), default="long-dense",
                         help="the built-in mix: long-dense (a long dense run among short small and linear "
-                        "jobs; default) or long-small (a long small-kernel run among short dense and linear jobs)")
+                        "jobs; default), long-small (a long small-kernel run among short dense and linear jobs) "
+                        "or long-waiting (a long run whose steps wait for input, among short dense and waiting jobs)")
     parser.add_argument("--scenario", metavar="CSV", help="a CSV of jobs instead of the built-in mix (--work-scale applies): "
                         "name,kind,arrival_s,work_core_s,min,max (kind dense|small|linear; empty max = all cpus)")
     parser.add_argument("--linear-rows", type=int, metavar="R",
