@@ -265,9 +265,10 @@ fi
 defaults=$root/etc/default/malld
 [ -s "$defaults" ] || fail "/etc/default/malld is missing or empty in the root"
 mkdir -p "$root/var/lib/prometheus/node-exporter"
-# --slurm reads the cluster's slurm.conf (libslurm's default path): a node's minimal one.
+# --slurm reads the cluster's slurm.conf (libslurm's default path): a node's minimal one, with the
+# job_submit/lua that --slurm-comment-merge slurmctld needs (malld refuses it otherwise).
 mkdir -p "$root/etc/slurm"
-printf 'ClusterName=check\nSlurmctldHost=localhost\n' >"$root/etc/slurm/slurm.conf"
+printf 'ClusterName=check\nSlurmctldHost=localhost\nJobSubmitPlugins=lua\n' >"$root/etc/slurm/slurm.conf"
 n=0
 while IFS= read -r line; do
   opts=$(sed -E 's/^#?MALLD_OPTIONS="(.*)"$/\1/' <<<"$line")
