@@ -18,7 +18,10 @@
 #   (7) slurmd's log and `journalctl -u malld` show no cgroup error, and no plugin release mismatch;
 #   (8) the submission filter (CliFilterPlugins=cli_filter/lua with the .deb's cli_filter.lua in
 #       /etc/slurm, as docs/admin-slurm.md says for 24.11): `sbatch --malleable=2:2` without -c is
-#       held with CPUs/Task=2, and `--malleable=2:2 -c 1` is refused with the fix, queueing nothing.
+#       held with CPUs/Task=2, and `--malleable=2:2 -c 1` is refused with the fix, queueing nothing;
+#   (9) the AdminComment merged by slurmctld (JobSubmitPlugins=lua with the .deb's job_submit.lua,
+#       malld --slurm-comment-merge slurmctld): a malleable job that ends by itself has its node's
+#       last figures in its AdminComment, merged by the script (no "mall-merge;" request left).
 # Expects (tests/vm/site/run-in-site-vm.sh runs it so): root in the Debian 13 site guest
 # (MALL_IN_SITE_VM=1) with systemd as PID 1 on cgroup v2, host name "site" with 10.77.0.1, the root
 # made by make-site-root.sh (slurmctld, slurmd, slurm-client, munge, python3, jq installed, services
@@ -26,7 +29,7 @@
 # mall_spank.so in Slurm's PluginDir, the python module), and this folder's slurm.conf, cgroup.conf,
 # plugstack.conf and malld.default in $MALL_SITE_SLURM_CONF (default $MALL_SITE_FILES/slurm, i.e.
 # run-in-site-vm.sh --file tests/vm/site/slurm). It installs them into /etc, with the .deb's
-# /usr/share/mall/slurm/cli_filter.lua as /etc/slurm/cli_filter.lua, (re)starts the
+# /usr/share/mall/slurm/cli_filter.lua and job_submit.lua in /etc/slurm, (re)starts the
 # services, and leaves the logs in $MALL_SITE_OUT/slurm/ when set. One PASS/FAIL line per check;
 # exits 1 when any check fails, 77 with the reason when it is not in such a guest. Its own watchdog
 # (MALL_SITE_SLURM_TIMEOUT_S, default 600 s: everything is slow under TCG) fails a hang.
@@ -101,6 +104,9 @@ install -m 0644 "$conf/malld.default" /etc/default/malld
 # The submission filter slurm.conf's CliFilterPlugins=cli_filter/lua loads, from the .deb.
 install -m 0644 /usr/share/mall/slurm/cli_filter.lua /etc/slurm/cli_filter.lua ||
   fatal "(1) the .deb has no /usr/share/mall/slurm/cli_filter.lua to install as /etc/slurm/cli_filter.lua"
+# The AdminComment merge slurm.conf's JobSubmitPlugins=lua loads (malld --slurm-comment-merge slurmctld).
+install -m 0644 /usr/share/mall/slurm/job_submit.lua /etc/slurm/job_submit.lua ||
+  fatal "(1) the .deb has no /usr/share/mall/slurm/job_submit.lua to install as /etc/slurm/job_submit.lua"
 install -d -o slurm -g slurm -m 0755 /var/lib/slurm/slurmctld
 install -d -m 0755 /var/lib/slurm/slurmd
 chown slurm:slurm /var/log/slurm
@@ -223,6 +229,28 @@ else
   fail "(8) sbatch --malleable=2:2 -c 1: exit $rc, queue '$before' -> '$(queued)', output: $refused"
   [ "$rc" -ne 0 ] || scancel "${refused%%;*}" 2>/dev/null
 fi
+
+# ---- (9) the AdminComment, merged by slurmctld's job_submit.lua ------------------------------------
+# A job that ends by itself (scancel ends it in Slurm first, which then refuses updates).
+short_py='import mall, time
+c = mall.Client()
+end = time.time() + 3
+while time.time() < end:
+    c.step()
+    time.sleep(0.02)'
+if jc=$(submit ending --malleable=1:2 -c 1 --wrap "exec python3 -c '$short_py'") &&
+   wait_until "$wait_s" "job $jc to end" job_final "$jc" && wait_until "$wait_s" "malld to forget job $jc" job_gone_and_released "slurm-$jc"; then
+  comment=$(scontrol show job "$jc" | sed -n 's/^ *AdminComment=//p')
+  if [[ $comment == mall:site:*ended_at=* ]] && [[ $comment != *mall-merge* ]] &&
+     journalctl -u malld --no-pager -o cat | grep -q 'AdminComment segments merged by slurmctld'; then
+    pass "(9) job $jc ($(job_state "$jc")) ended with its AdminComment merged by job_submit.lua: $comment"
+  else
+    fail "(9) job $jc's AdminComment is '$comment' (want mall:site:...ended_at=..., merged by /etc/slurm/job_submit.lua); malld: $(journalctl -u malld --no-pager -o cat | grep -m1 'checking Slurm')"
+  fi
+else
+  fail "(9) the short malleable job '${jc:-}' did not end and leave malld within ${wait_s}s ($(job_state "${jc:-0}")): $(tail -n 5 "$work/ending.out" 2>/dev/null | tr '\n' '|')"
+fi
+jobs_started=()
 
 kill "$watchdog_pid" 2>/dev/null
 [ "$failures" -eq 0 ] || { echo "site_slurm.sh: $failures check(s) failed"; exit 1; }
