@@ -6,7 +6,8 @@
 # cluster: node_*).
 # Usage: systest_begin DEFAULT_TIMEOUT_S "$@" first (watchdog, arguments, root check, PASS/FAIL),
 # then private_cluster_init NAME FIRST_PORT (sets $work, MALL_CLUSTER_*, $port, $cgroups_before).
-# The caller owns the cleanup trap and calls local-cluster.sh up/down. A script that also runs in the
+# The caller owns the cleanup trap (cluster_cleanup_traps sets the usual one) and calls
+# local-cluster.sh up/down. A script that also runs in the
 # qemu guest of tests/vm calls guest_setup_for_slurm before private_cluster_init.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../support/watchdog.sh"   # watchdog_script, watchdog_fired
@@ -132,6 +133,22 @@ private_cluster_init() {
   done
   export MALL_CLUSTER_PORT=$port
   cgroups_before=$(cgroups_now)
+}
+
+# cluster_cleanup_traps: for a test whose leftovers are only its cluster and $work: on exit brings
+# the cluster down (unless cluster_down_and_nothing_left already did: cluster_down_done=1) and
+# removes $work; ^C fails the test, and the watchdog's SIGTERM fails it through watchdog_fired.
+# Tests with more to clean (watchers, borrowers, extra pids) keep their own cleanup.
+cluster_cleanup_traps() {
+  cluster_down_done=0
+  cleanup() {
+    trap - EXIT INT TERM
+    if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
+    rm -rf "$work"
+  }
+  trap cleanup EXIT
+  trap 'echo "FAIL: interrupted"; exit 1' INT
+  trap 'watchdog_fired "$timeout_s"; exit 1' TERM
 }
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -18,15 +18,7 @@ mallctl=$build/bin/mallctl
 systest_require "slurmctld slurmd sbatch srun scontrol sinfo ip nsenter unshare jq" "$mallctl" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-nodes 6867
-cluster_down_done=0
-cleanup() {
-  trap - EXIT INT TERM
-  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'watchdog_fired "$timeout_s"; exit 1' TERM
+cluster_cleanup_traps   # on exit: the cluster down (unless already), $work removed
 
 host_links_before=$(ip -o link show | awk -F': ' '{print $2}' | sort | tr '\n' ' ')
 host_addrs_before=$(ip -o addr show | awk '{print $2, $4}' | sort | tr '\n' ' ')

@@ -36,15 +36,7 @@ systest_require "slurmctld slurmd sbatch srun scontrol sdiag jq unshare nsenter 
 
 private_cluster_init mall-systest-merge 6877   # folder, cgroup parent (the ports are unused: namespaces)
 export MALL_CLUSTER_MALLD_ARGS="--slurm-comment-merge slurmctld"
-cluster_down_done=0
-cleanup() {
-  trap - EXIT INT TERM
-  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'watchdog_fired "$timeout_s"; exit 1' TERM
+cluster_cleanup_traps   # on exit: the cluster down (unless already), $work removed
 
 sdiag_() { "$cluster" exec -- sdiag "$@"; }   # slurmctld is reached only from the head namespace
 rpc_count() { rpc_table "$1" | awk -v t="$2" '$1 == t { n = $2 } END { print n + 0 }'; }

@@ -19,15 +19,7 @@ trainer=$build/bin/mall_train_mpi
 systest_require "slurmctld slurmd sbatch srun scontrol scancel jq" "$mallctl" "$trainer" "$build/bin/malld" "$build/lib/mall_spank.so"
 
 private_cluster_init mall-systest-mpi 6847
-cluster_down_done=0
-cleanup() {
-  trap - EXIT INT TERM
-  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'watchdog_fired "$timeout_s"; exit 1' TERM
+cluster_cleanup_traps   # on exit: the cluster down (unless already), $work removed
 
 job_view() { status_json | jq -c --arg j "$1" '.jobs[] | select(.job == $j) | {cpus, cpuset, state, attached, npids: (.pids | length)}' 2>/dev/null; }
 change_lines() { grep -E '^rank [0-9]+ change step ' "$work/mpi.out" 2>/dev/null; }

@@ -58,16 +58,7 @@ systest_require "slurmctld slurmd sbatch srun scontrol squeue scancel sinfo sdia
 
 export MALL_CLUSTER_TIMEOUT_S=${MALL_CLUSTER_TIMEOUT_S:-60}   # up/down wait for 64 nodes at a time
 private_cluster_init mall-systest-scale 6867   # folder, cgroup parent (the ports are unused: namespaces)
-cluster_down_done=0
-
-cleanup() {
-  trap - EXIT INT TERM
-  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'watchdog_fired "$timeout_s"; exit 1' TERM
+cluster_cleanup_traps   # on exit: the cluster down (unless already), $work removed
 
 # ---- helpers (K is a node number) -----------------------------------------------------------------
 # Node K (a number) through private_cluster.sh's per-node helpers (which take its name, nodeK).

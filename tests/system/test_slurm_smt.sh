@@ -22,15 +22,7 @@ private_cluster_init mall-systest-smt 6857
 # The plain job's prolog asks malld to look its cores up in slurmctld (plugstack prolog_lookup=yes,
 # off by default since issue 39: one RPC per job and node); this test checks that path.
 export MALL_CLUSTER_PLUGIN_ARGS=prolog_lookup=yes
-cluster_down_done=0
-cleanup() {
-  trap - EXIT INT TERM
-  if [ "$cluster_down_done" -eq 0 ]; then "$cluster" down >/dev/null || echo "FAIL: local-cluster.sh down (in the cleanup)"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'echo "FAIL: interrupted"; exit 1' INT
-trap 'watchdog_fired "$timeout_s"; exit 1' TERM
+cluster_cleanup_traps   # on exit: the cluster down (unless already), $work removed
 
 # local-cluster.sh writes slurm.conf's node line from `slurmd -C`: this one says 1 core x 2 threads.
 real_slurmd=$(command -v slurmd)
