@@ -12,8 +12,8 @@
 #      replaced as they should; from the moment the job is settled to its end slurmctld (sdiag)
 #      counts exactly 4 REQUEST_UPDATE_JOB and no job read (REQUEST_JOB_INFO_SINGLE, REQUEST_FED_INFO);
 #      the field then holds the site's text and each node's last figures once, without running_as_of;
-#  (3) a malformed merge request from root for the running job is refused by job_submit.lua and
-#      changes nothing;
+#  (3) a malformed merge request from root for the running job is refused by job_submit.lua, and a
+#      well-formed one from an unprivileged uid (setpriv) by slurmctld; neither changes the field;
 #  (4) a single-node job's end costs one REQUEST_UPDATE_JOB and no read;
 #  (5) down leaves nothing behind.
 # Label `system`.
@@ -29,7 +29,7 @@ mallctl=$build/bin/mallctl
 client=$build/bin/mall_test_client
 malld=$build/bin/malld
 nodes=4
-systest_require "slurmctld slurmd sbatch srun scontrol sdiag jq unshare nsenter ip" \
+systest_require "slurmctld slurmd sbatch srun scontrol sdiag jq unshare nsenter ip setpriv" \
   "$mallctl" "$client" "$malld" "$build/lib/mall_spank.so"
 [ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || [ -n "$(find /usr/lib* -name job_submit_lua.so -print -quit 2>/dev/null)" ] ||
   { fail "Slurm's job_submit/lua plugin (job_submit_lua.so) is not installed: install slurm-wlm-basic-plugins (launch_scripts/install-deps.sh)"; exit 1; }
@@ -115,6 +115,16 @@ if ! scontrol update job "$job" AdminComment="mall-merge;not a segment" >"$work/
   pass "(3) root's malformed merge request is refused ($(head -c 160 "$work/bad.out" | tr '\n' ' ')) and the field is unchanged"
 else
   fail "(3) a malformed merge request was taken or changed the field: '$(cat "$work/bad.out")'; now '$(admin_comment "$job")'"
+fi
+# The same request, well formed, from a user who is not an operator (uid 61001): slurmctld refuses
+# AdminComment to anyone but root, SlurmUser and operators before job_submit.lua runs.
+# (Run in the head namespace: the cluster's network exists only there.)
+if ! "$cluster" exec -- setpriv --reuid 61001 --regid 61001 --clear-groups scontrol update job "$job" \
+       AdminComment="mall-merge;mall:node1:lent_core_s=999.0" >"$work/user.out" 2>&1 &&
+   grep -qi 'denied' "$work/user.out" && [ "$(admin_comment "$job")" = "$before" ]; then
+  pass "(3) uid 61001's merge request is refused ($(head -c 160 "$work/user.out" | tr '\n' ' ')) and the field is unchanged"
+else
+  fail "(3) uid 61001's merge request was taken or changed the field: '$(cat "$work/user.out")'; now '$(admin_comment "$job")'"
 fi
 
 # From here to the job's end no Slurm client runs: only the mallds' RPCs reach slurmctld's counters
